@@ -1,0 +1,50 @@
+//! The error type of the file-system layer.
+
+use std::path::PathBuf;
+
+/// The result of a file-system operation.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// What went wrong in the file-system layer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The operating system (or the fault injector) failed an operation on `path`.
+    #[error("I/O error during {op} of {}: {source}", path.display())]
+    Io {
+        /// The operation that failed, e.g. `append` or `rename`.
+        op: &'static str,
+        /// The file or directory it was applied to.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another process (or another handle in this one) holds the lock file.
+    #[error("{} is locked by another process or handle", path.display())]
+    Locked {
+        /// The lock file.
+        path: PathBuf,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Self::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// True when the error says the file or directory does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(source: std::io::Error) -> Self {
+        Self::io("io", PathBuf::new(), source)
+    }
+}

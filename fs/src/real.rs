@@ -1,0 +1,187 @@
+//! `RealFs`: the operating system's file system.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+
+use crate::file_system::{FileLock, FileSystem, ReadableFile, WritableFile};
+use crate::{Error, Result};
+
+/// The operating system's file system. Writes go straight to the kernel (no user-space buffer),
+/// so a process crash loses nothing an `append` returned from.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealFs;
+
+impl RealFs {
+    /// The real file system.
+    pub fn new() -> Self {
+        Self
+    }
+}
+
+impl FileSystem for RealFs {
+    fn create(&self, path: &Path) -> Result<Box<dyn WritableFile>> {
+        let file = File::create(path).map_err(|e| Error::io("create", path, e))?;
+        Ok(Box::new(RealWritableFile {
+            path: path.to_path_buf(),
+            file,
+            len: 0,
+        }))
+    }
+
+    fn open_append(&self, path: &Path) -> Result<Box<dyn WritableFile>> {
+        let file = OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(|e| Error::io("open_append", path, e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io("open_append", path, e))?
+            .len();
+        Ok(Box::new(RealWritableFile {
+            path: path.to_path_buf(),
+            file,
+            len,
+        }))
+    }
+
+    fn open_read(&self, path: &Path) -> Result<Box<dyn ReadableFile>> {
+        let file = File::open(path).map_err(|e| Error::io("open_read", path, e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io("open_read", path, e))?
+            .len();
+        Ok(Box::new(RealReadableFile {
+            path: path.to_path_buf(),
+            file,
+            len,
+        }))
+    }
+
+    fn map(&self, path: &Path) -> Result<Bytes> {
+        let file = File::open(path).map_err(|e| Error::io("map", path, e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io("map", path, e))?
+            .len();
+        if len == 0 {
+            return Ok(Bytes::new());
+        }
+        // SAFETY: Cairn maps only files that are complete and never modified or truncated while
+        // mapped (tables are written under a temporary name, synced, renamed, and then only read
+        // until deleted; deleting a mapped file keeps its pages alive). The map is read-only.
+        #[allow(unsafe_code)]
+        let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io("map", path, e))?;
+        Ok(Bytes::from_owner(mmap))
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        std::fs::rename(from, to).map_err(|e| Error::io("rename", from, e))
+    }
+
+    fn remove(&self, path: &Path) -> Result<()> {
+        std::fs::remove_file(path).map_err(|e| Error::io("remove", path, e))
+    }
+
+    fn create_dir_all(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("create_dir_all", dir, e))
+    }
+
+    fn list(&self, dir: &Path) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(|e| Error::io("list", dir, e))? {
+            let entry = entry.map_err(|e| Error::io("list", dir, e))?;
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> Result<()> {
+        let handle = File::open(dir).map_err(|e| Error::io("sync_dir", dir, e))?;
+        handle.sync_all().map_err(|e| Error::io("sync_dir", dir, e))
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+
+    fn file_size(&self, path: &Path) -> Result<u64> {
+        Ok(std::fs::metadata(path)
+            .map_err(|e| Error::io("file_size", path, e))?
+            .len())
+    }
+
+    fn lock(&self, path: &Path) -> Result<FileLock> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .map_err(|e| Error::io("lock", path, e))?;
+        match file.try_lock() {
+            Ok(()) => Ok(FileLock::new(path.to_path_buf(), file)),
+            Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked {
+                path: path.to_path_buf(),
+            }),
+            Err(std::fs::TryLockError::Error(e)) => Err(Error::io("lock", path, e)),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct RealWritableFile {
+    path: PathBuf,
+    file: File,
+    len: u64,
+}
+
+impl WritableFile for RealWritableFile {
+    fn append(&mut self, data: &[u8]) -> Result<()> {
+        self.file
+            .write_all(data)
+            .map_err(|e| Error::io("append", &self.path, e))?;
+        self.len += data.len() as u64;
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        self.file
+            .sync_data()
+            .map_err(|e| Error::io("sync", &self.path, e))
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[derive(Debug)]
+struct RealReadableFile {
+    path: PathBuf,
+    file: File,
+    len: u64,
+}
+
+impl ReadableFile for RealReadableFile {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.file
+            .read_at(buf, offset)
+            .map_err(|e| Error::io("read", &self.path, e))
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}

@@ -1,0 +1,255 @@
+//! The faulty file system loses exactly what a power cut would, and fails when told to.
+
+use std::path::Path;
+
+use cairn_fs::{FaultyFs, FileSystem, OpKind, PowerLoss};
+
+fn write(fs: &FaultyFs, path: &Path, data: &[u8], sync: bool) -> cairn_fs::Result<()> {
+    let mut file = fs.create(path)?;
+    file.append(data)?;
+    if sync {
+        file.sync()?;
+    }
+    Ok(())
+}
+
+fn read(path: &Path) -> Option<Vec<u8>> {
+    std::fs::read(path).ok()
+}
+
+#[test]
+fn synced_bytes_survive_power_loss_and_unsynced_bytes_are_dropped() -> cairn_fs::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fs = FaultyFs::new(1);
+    let path = dir.path().join("000001.log");
+    let mut file = fs.create(&path)?;
+    file.append(b"durable-")?;
+    file.sync()?;
+    file.append(b"volatile")?;
+    fs.sync_dir(dir.path())?;
+    assert_eq!(fs.durable_len(&path), Some(8));
+    fs.power_loss(PowerLoss::DropAllUnsynced)?;
+    assert_eq!(read(&path).as_deref(), Some(&b"durable-"[..]));
+    Ok(())
+}
+
+#[test]
+fn random_tail_keeps_a_prefix_of_the_unsynced_bytes() -> cairn_fs::Result<()> {
+    let mut lengths = std::collections::BTreeSet::new();
+    for seed in 0..32 {
+        let dir = tempfile::tempdir()?;
+        let fs = FaultyFs::new(seed);
+        let path = dir.path().join("f");
+        let mut file = fs.create(&path)?;
+        file.append(b"0123")?;
+        file.sync()?;
+        file.append(b"456789")?;
+        fs.sync_dir(dir.path())?;
+        fs.power_loss(PowerLoss::DropRandomTail { seed })?;
+        let data = read(&path).unwrap_or_default();
+        assert!(data.len() >= 4, "synced bytes lost with seed {seed}");
+        assert!(
+            b"0123456789".starts_with(&data),
+            "not a prefix with seed {seed}"
+        );
+        lengths.insert(data.len());
+    }
+    assert!(
+        lengths.len() > 2,
+        "the cut should vary with the seed: {lengths:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn file_created_since_the_last_dir_sync_vanishes() -> cairn_fs::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fs = FaultyFs::new(1);
+    let kept = dir.path().join("kept");
+    let lost = dir.path().join("lost");
+    write(&fs, &kept, b"k", true)?;
+    fs.sync_dir(dir.path())?;
+    write(&fs, &lost, b"l", true)?;
+    fs.power_loss(PowerLoss::DropAllUnsynced)?;
+    assert_eq!(read(&kept).as_deref(), Some(&b"k"[..]));
+    assert!(
+        read(&lost).is_none(),
+        "a file whose creation was not synced survived"
+    );
+    Ok(())
+}
+
+#[test]
+fn unsynced_rename_over_an_existing_file_is_undone() -> cairn_fs::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fs = FaultyFs::new(1);
+    let current = dir.path().join("CURRENT");
+    let temp = dir.path().join("CURRENT.tmp");
+    write(&fs, &current, b"MANIFEST-000001\n", true)?;
+    fs.sync_dir(dir.path())?;
+    write(&fs, &temp, b"MANIFEST-000002\n", true)?;
+    fs.sync_dir(dir.path())?;
+    fs.rename(&temp, &current)?;
+    assert_eq!(read(&current).as_deref(), Some(&b"MANIFEST-000002\n"[..]));
+    fs.power_loss(PowerLoss::DropAllUnsynced)?;
+    assert_eq!(read(&current).as_deref(), Some(&b"MANIFEST-000001\n"[..]));
+    assert_eq!(read(&temp).as_deref(), Some(&b"MANIFEST-000002\n"[..]));
+    Ok(())
+}
+
+#[test]
+fn synced_rename_survives_power_loss() -> cairn_fs::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fs = FaultyFs::new(1);
+    let current = dir.path().join("CURRENT");
+    let temp = dir.path().join("CURRENT.tmp");
+    write(&fs, &current, b"old", true)?;
+    write(&fs, &temp, b"new", true)?;
+    fs.sync_dir(dir.path())?;
+    fs.rename(&temp, &current)?;
+    fs.sync_dir(dir.path())?;
+    fs.power_loss(PowerLoss::DropAllUnsynced)?;
+    assert_eq!(read(&current).as_deref(), Some(&b"new"[..]));
+    assert!(read(&temp).is_none());
+    assert_eq!(fs.list(dir.path())?, vec!["CURRENT".to_string()]);
+    Ok(())
+}
+
+#[test]
+fn unsynced_remove_is_undone_and_synced_remove_is_not() -> cairn_fs::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fs = FaultyFs::new(1);
+    let a = dir.path().join("a");
+    let b = dir.path().join("b");
+    write(&fs, &a, b"aaa", true)?;
+    write(&fs, &b, b"bbb", true)?;
+    fs.sync_dir(dir.path())?;
+    fs.remove(&a)?;
+    fs.sync_dir(dir.path())?;
+    fs.remove(&b)?;
+    assert_eq!(
+        fs.list(dir.path())?,
+        Vec::<String>::new(),
+        "trash must stay hidden"
+    );
+    fs.power_loss(PowerLoss::DropAllUnsynced)?;
+    assert!(read(&a).is_none(), "a durable removal came undone");
+    assert_eq!(read(&b).as_deref(), Some(&b"bbb"[..]));
+    Ok(())
+}
+
+#[test]
+fn files_that_existed_before_count_as_durable() -> cairn_fs::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("old");
+    std::fs::write(&path, b"from before")?;
+    let fs = FaultyFs::new(1);
+    let mut file = fs.open_append(&path)?;
+    file.append(b" and after")?;
+    fs.power_loss(PowerLoss::DropAllUnsynced)?;
+    assert_eq!(read(&path).as_deref(), Some(&b"from before"[..]));
+    Ok(())
+}
+
+#[test]
+fn handles_opened_before_power_loss_fail_afterwards() -> cairn_fs::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fs = FaultyFs::new(1);
+    let path = dir.path().join("f");
+    let mut file = fs.create(&path)?;
+    file.append(b"x")?;
+    file.sync()?;
+    fs.sync_dir(dir.path())?;
+    fs.power_loss(PowerLoss::DropAllUnsynced)?;
+    assert!(file.append(b"y").is_err());
+    assert!(file.sync().is_err());
+    assert_eq!(read(&path).as_deref(), Some(&b"x"[..]));
+    // The file system itself serves a new "process" normally.
+    let mut again = fs.open_append(&path)?;
+    again.append(b"z")?;
+    assert_eq!(read(&path).as_deref(), Some(&b"xz"[..]));
+    Ok(())
+}
+
+#[test]
+fn errors_are_injected_one_in_n_by_operation_kind() -> cairn_fs::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fs = FaultyFs::new(42);
+    fs.inject_errors(OpKind::Append, 4);
+    let mut file = fs.create(&dir.path().join("f"))?;
+    let mut failed = 0u32;
+    for _ in 0..4000 {
+        if file.append(b"x").is_err() {
+            failed += 1;
+        }
+    }
+    assert!(
+        (800..1200).contains(&failed),
+        "{failed} of 4000 appends failed at one in 4"
+    );
+    assert_eq!(fs.injected_errors(), u64::from(failed));
+    assert_eq!(
+        file.len(),
+        u64::from(4000 - failed),
+        "a failed append wrote bytes"
+    );
+    // Other kinds are untouched.
+    for _ in 0..100 {
+        file.sync()?;
+    }
+    fs.clear_errors();
+    for _ in 0..100 {
+        file.append(b"x")?;
+    }
+    Ok(())
+}
+
+#[test]
+fn every_kind_can_be_made_to_fail() -> cairn_fs::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fs = FaultyFs::new(7);
+    let path = dir.path().join("f");
+    write(&fs, &path, b"data", true)?;
+    let cases: [(OpKind, &dyn Fn() -> bool); 6] = [
+        (OpKind::Create, &|| {
+            fs.create(&dir.path().join("g")).is_err()
+        }),
+        (OpKind::Rename, &|| {
+            fs.rename(&path, &dir.path().join("h")).is_err()
+        }),
+        (OpKind::Remove, &|| fs.remove(&path).is_err()),
+        (OpKind::SyncDir, &|| fs.sync_dir(dir.path()).is_err()),
+        (OpKind::List, &|| fs.list(dir.path()).is_err()),
+        (OpKind::Read, &|| fs.map(&path).is_err()),
+    ];
+    for (kind, fails) in cases {
+        fs.inject_errors(kind, 1);
+        assert!(fails(), "{kind:?} did not fail at one in 1");
+        fs.inject_errors(kind, 0);
+    }
+    assert_eq!(
+        &fs.map(&path)?[..],
+        b"data",
+        "a failed operation changed the file"
+    );
+    Ok(())
+}
+
+#[test]
+fn inactive_file_system_refuses_writes_but_serves_reads() -> cairn_fs::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fs = FaultyFs::new(1);
+    let path = dir.path().join("f");
+    let mut file = fs.create(&path)?;
+    file.append(b"abc")?;
+    fs.set_active(false);
+    assert!(file.append(b"d").is_err());
+    assert!(file.sync().is_err());
+    assert!(fs.create(&dir.path().join("g")).is_err());
+    assert!(fs.remove(&path).is_err());
+    assert_eq!(&fs.map(&path)?[..], b"abc");
+    fs.set_active(true);
+    file.append(b"d")?;
+    assert_eq!(&fs.map(&path)?[..], b"abcd");
+    Ok(())
+}

@@ -1,0 +1,89 @@
+//! The real file system does what the trait promises.
+
+use cairn_fs::{Error, FileSystem, RealFs};
+
+#[test]
+fn appended_bytes_read_back_by_map_and_read_at() -> cairn_fs::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fs = RealFs::new();
+    let path = dir.path().join("a");
+    let mut file = fs.create(&path)?;
+    file.append(b"hello ")?;
+    file.append(b"world")?;
+    assert_eq!(file.len(), 11);
+    file.sync()?;
+    assert_eq!(&fs.map(&path)?[..], b"hello world");
+    let reader = fs.open_read(&path)?;
+    let mut buf = [0u8; 5];
+    assert_eq!(reader.read_at(6, &mut buf)?, 5);
+    assert_eq!(&buf, b"world");
+    assert_eq!(reader.read_to_end_from(3)?, b"lo world");
+    assert_eq!(fs.file_size(&path)?, 11);
+    Ok(())
+}
+
+#[test]
+fn open_append_continues_at_the_end() -> cairn_fs::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fs = RealFs::new();
+    let path = dir.path().join("log");
+    fs.create(&path)?.append(b"abc")?;
+    let mut file = fs.open_append(&path)?;
+    assert_eq!(file.len(), 3);
+    file.append(b"def")?;
+    assert_eq!(&fs.map(&path)?[..], b"abcdef");
+    Ok(())
+}
+
+#[test]
+fn empty_file_maps_to_empty_bytes() -> cairn_fs::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fs = RealFs::new();
+    let path = dir.path().join("empty");
+    fs.create(&path)?;
+    assert!(fs.map(&path)?.is_empty());
+    Ok(())
+}
+
+#[test]
+fn rename_replaces_and_remove_deletes_and_list_is_sorted() -> cairn_fs::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fs = RealFs::new();
+    fs.create(&dir.path().join("b"))?.append(b"new")?;
+    fs.create(&dir.path().join("a"))?.append(b"old")?;
+    fs.create(&dir.path().join("c"))?;
+    fs.rename(&dir.path().join("b"), &dir.path().join("a"))?;
+    assert_eq!(&fs.map(&dir.path().join("a"))?[..], b"new");
+    fs.remove(&dir.path().join("c"))?;
+    fs.sync_dir(dir.path())?;
+    assert_eq!(fs.list(dir.path())?, vec!["a".to_string()]);
+    assert!(!fs.exists(&dir.path().join("c")));
+    Ok(())
+}
+
+#[test]
+fn missing_files_are_not_found_errors_naming_the_path() -> cairn_fs::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fs = RealFs::new();
+    let missing = dir.path().join("missing");
+    let err = fs
+        .map(&missing)
+        .expect_err("mapping a missing file must fail");
+    assert!(err.is_not_found());
+    assert!(err.to_string().contains("missing"), "{err}");
+    assert!(fs.open_read(&missing).is_err());
+    assert!(fs.remove(&missing).is_err());
+    Ok(())
+}
+
+#[test]
+fn second_lock_on_the_same_file_fails_until_the_first_is_dropped() -> cairn_fs::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fs = RealFs::new();
+    let path = dir.path().join("LOCK");
+    let first = fs.lock(&path)?;
+    assert!(matches!(fs.lock(&path), Err(Error::Locked { .. })));
+    drop(first);
+    let _second = fs.lock(&path)?;
+    Ok(())
+}
