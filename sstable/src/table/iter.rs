@@ -1,0 +1,214 @@
+//! The table iterator: an index-block cursor that opens data blocks on demand.
+
+use bytes::Bytes;
+
+use super::block_io::decode_handle;
+use super::reader::Table;
+use crate::block::BlockIter;
+use crate::coding::Cursor;
+use crate::error::Result;
+use crate::iter::InternalIterator;
+use crate::key::{compare_internal_keys, parse_internal_key};
+use crate::meta::EntryMeta;
+
+/// Iterates a table's point entries in both directions.
+#[derive(Debug)]
+pub struct TableIter {
+    table: Table,
+    index: BlockIter,
+    data: Option<BlockIter>,
+    meta: EntryMeta,
+    /// Where the user value starts inside the block entry's value (after the metadata).
+    value_start: usize,
+}
+
+impl TableIter {
+    pub(super) fn new(table: Table, index: BlockIter) -> Self {
+        Self {
+            table,
+            index,
+            data: None,
+            meta: EntryMeta::default(),
+            value_start: 0,
+        }
+    }
+
+    /// The table this iterates.
+    pub fn table(&self) -> &Table {
+        &self.table
+    }
+
+    /// Opens the data block the index points at, or clears it if the index is exhausted.
+    fn load_block(&mut self) -> Result<bool> {
+        if !self.index.valid() {
+            self.data = None;
+            return Ok(false);
+        }
+        let Some(handle) = decode_handle(self.index.value()) else {
+            self.data = None;
+            return Err(self.index.corruption_here("bad block handle in index"));
+        };
+        self.data = Some(self.table.data_block(handle)?.iter());
+        Ok(true)
+    }
+
+    /// Moves forward over empty blocks until on an entry or past the end.
+    fn settle_forward(&mut self) -> Result<()> {
+        while self.data.as_ref().is_some_and(|d| !d.valid()) {
+            self.index.next()?;
+            if self.load_block()?
+                && let Some(data) = self.data.as_mut()
+            {
+                data.seek_to_first()?;
+            }
+        }
+        self.decode_current()
+    }
+
+    /// Moves backward over empty blocks until on an entry or before the start.
+    fn settle_backward(&mut self) -> Result<()> {
+        while self.data.as_ref().is_some_and(|d| !d.valid()) {
+            self.index.prev()?;
+            if self.load_block()?
+                && let Some(data) = self.data.as_mut()
+            {
+                data.seek_to_last()?;
+            }
+        }
+        self.decode_current()
+    }
+
+    /// Checks the current key and splits the metadata off the value.
+    fn decode_current(&mut self) -> Result<()> {
+        let Some(data) = self.data.as_ref().filter(|d| d.valid()) else {
+            self.data = None;
+            return Ok(());
+        };
+        if parse_internal_key(data.key()).is_none() {
+            let err = data.corruption_here("malformed internal key");
+            self.data = None;
+            return Err(err);
+        }
+        let mut cursor = Cursor::new(data.value());
+        let Some(meta) = EntryMeta::decode(&mut cursor) else {
+            let err = data.corruption_here("malformed entry metadata");
+            self.data = None;
+            return Err(err);
+        };
+        self.meta = meta;
+        self.value_start = cursor.pos();
+        Ok(())
+    }
+
+    fn guard(&mut self, result: Result<()>) -> Result<()> {
+        if result.is_err() {
+            self.data = None;
+        }
+        result
+    }
+
+    fn data_mut(&mut self) -> Option<&mut BlockIter> {
+        self.data.as_mut()
+    }
+}
+
+impl InternalIterator for TableIter {
+    fn valid(&self) -> bool {
+        self.data.as_ref().is_some_and(BlockIter::valid)
+    }
+
+    fn key(&self) -> &[u8] {
+        self.data.as_ref().map(BlockIter::key).unwrap_or_default()
+    }
+
+    fn meta(&self) -> EntryMeta {
+        self.meta
+    }
+
+    fn value(&self) -> &[u8] {
+        self.data
+            .as_ref()
+            .and_then(|d| d.value().get(self.value_start..))
+            .unwrap_or_default()
+    }
+
+    fn value_bytes(&self) -> Bytes {
+        self.data
+            .as_ref()
+            .map(|d| {
+                let whole = d.value_bytes();
+                whole.slice(self.value_start.min(whole.len())..)
+            })
+            .unwrap_or_default()
+    }
+
+    fn seek_to_first(&mut self) -> Result<()> {
+        let result = (|| {
+            self.index.seek_to_first()?;
+            if self.load_block()?
+                && let Some(data) = self.data_mut()
+            {
+                data.seek_to_first()?;
+            }
+            self.settle_forward()
+        })();
+        self.guard(result)
+    }
+
+    fn seek_to_last(&mut self) -> Result<()> {
+        let result = (|| {
+            self.index.seek_to_last()?;
+            if self.load_block()?
+                && let Some(data) = self.data_mut()
+            {
+                data.seek_to_last()?;
+            }
+            self.settle_backward()
+        })();
+        self.guard(result)
+    }
+
+    fn seek(&mut self, target: &[u8]) -> Result<()> {
+        let result = (|| {
+            self.index.seek(target)?;
+            if self.load_block()?
+                && let Some(data) = self.data_mut()
+            {
+                data.seek(target)?;
+            }
+            self.settle_forward()
+        })();
+        self.guard(result)
+    }
+
+    fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
+        self.seek(target)?;
+        if !self.valid() {
+            return self.seek_to_last();
+        }
+        if compare_internal_keys(self.key(), target).is_gt() {
+            return self.prev();
+        }
+        Ok(())
+    }
+
+    fn next(&mut self) -> Result<()> {
+        let result = (|| {
+            if let Some(data) = self.data_mut() {
+                data.next()?;
+            }
+            self.settle_forward()
+        })();
+        self.guard(result)
+    }
+
+    fn prev(&mut self) -> Result<()> {
+        let result = (|| {
+            if let Some(data) = self.data_mut() {
+                data.prev()?;
+            }
+            self.settle_backward()
+        })();
+        self.guard(result)
+    }
+}

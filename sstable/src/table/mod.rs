@@ -1,0 +1,70 @@
+//! Tables: one immutable file of sorted internal entries (see `FORMAT.md`).
+
+mod block_io;
+mod footer;
+mod iter;
+pub(crate) mod properties;
+pub(crate) mod range_tombstones;
+mod reader;
+mod writer;
+
+pub use footer::FORMAT_VERSION;
+pub use iter::TableIter;
+pub use reader::Table;
+pub use writer::{TableSummary, TableWriter};
+
+use crate::bloom::DEFAULT_BITS_PER_KEY;
+
+/// How tables are built. Readers need none of it: everything is recorded in the file.
+#[derive(Debug, Clone)]
+pub struct TableOptions {
+    pub(crate) block_size: usize,
+    pub(crate) restart_interval: usize,
+    pub(crate) bloom_bits_per_key: u32,
+    pub(crate) compression_level: Option<i32>,
+}
+
+impl Default for TableOptions {
+    fn default() -> Self {
+        Self {
+            block_size: 4096,
+            restart_interval: 16,
+            bloom_bits_per_key: DEFAULT_BITS_PER_KEY,
+            compression_level: Some(3),
+        }
+    }
+}
+
+impl TableOptions {
+    /// Target size of an uncompressed data block in bytes (default 4096). A block is cut once it
+    /// reaches this size, so a block holding a large entry is larger.
+    #[must_use]
+    pub fn block_size(mut self, bytes: usize) -> Self {
+        self.block_size = bytes.max(1);
+        self
+    }
+
+    /// Entries between whole keys in a data block (default 16). Smaller seeks faster and takes
+    /// more space.
+    #[must_use]
+    pub fn restart_interval(mut self, entries: usize) -> Self {
+        self.restart_interval = entries.max(1);
+        self
+    }
+
+    /// Bloom filter bits per distinct user key (default 10, about 1% false positives); 0 builds
+    /// no filter.
+    #[must_use]
+    pub fn bloom_bits_per_key(mut self, bits: u32) -> Self {
+        self.bloom_bits_per_key = bits.min(64);
+        self
+    }
+
+    /// zstd level for blocks (default 3); `None` stores every block raw. A block is stored raw
+    /// anyway when compression saves less than an eighth of it.
+    #[must_use]
+    pub fn compression(mut self, level: Option<i32>) -> Self {
+        self.compression_level = level;
+        self
+    }
+}

@@ -1,0 +1,195 @@
+//! Opens a table through `memmap2` and answers point lookups.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use cairn_fs::FileSystem;
+
+use super::block_io::read_block;
+use super::footer::{BlockHandle, Footer};
+use super::iter::TableIter;
+use super::properties::TableProperties;
+use super::range_tombstones::FragmentedRangeTombstones;
+use crate::block::Block;
+use crate::bloom::{Bloom, bloom_hash};
+use crate::cache::BlockCache;
+use crate::error::{Origin, Result};
+use crate::iter::{Entry, InternalIterator};
+use crate::key::{SeqNo, seek_key, user_key};
+
+/// An open table. Cloning is cheap and shares the map, index, filter and range tombstones.
+///
+/// Opening checks the footer, index, filter, range-tombstone and properties blocks; data blocks
+/// are checked when first read (and then cached, if a cache was given).
+#[derive(Debug, Clone)]
+pub struct Table {
+    inner: Arc<TableInner>,
+}
+
+#[derive(Debug)]
+struct TableInner {
+    id: u64,
+    origin: Origin,
+    data: Bytes,
+    index: Block,
+    bloom: Bloom,
+    range_tombstones: FragmentedRangeTombstones,
+    properties: TableProperties,
+    cache: Option<BlockCache>,
+    blocks_read: AtomicU64,
+}
+
+impl Table {
+    /// Maps and opens the table at `path`. `id` must be unique among tables sharing `cache`
+    /// (the engine uses the file number).
+    ///
+    /// # Errors
+    /// `Io` if the file cannot be mapped; `Corruption` naming the file and offset if any
+    /// checked part of it is damaged.
+    pub fn open(
+        fs: &dyn FileSystem,
+        path: &Path,
+        id: u64,
+        cache: Option<BlockCache>,
+    ) -> Result<Self> {
+        let data = fs.map(path)?;
+        Self::from_bytes(data, path, id, cache)
+    }
+
+    /// Opens a table held in memory; `path` is only used to name it in errors.
+    ///
+    /// # Errors
+    /// `Corruption` if any checked part of it is damaged.
+    pub fn from_bytes(
+        data: Bytes,
+        path: &Path,
+        id: u64,
+        cache: Option<BlockCache>,
+    ) -> Result<Self> {
+        let origin = Origin::new(Arc::from(path), 0);
+        let footer = Footer::decode(&data, &origin)?;
+        let block = |handle: BlockHandle| -> Result<Block> {
+            Block::new(
+                read_block(&data, handle, &origin)?,
+                Origin::new(origin.file.clone(), handle.offset),
+            )
+        };
+        let index = block(footer.index)?;
+        let properties = TableProperties::decode(&block(footer.properties)?, &origin)?;
+        let filter_at = Origin::new(origin.file.clone(), footer.filter.offset);
+        let bloom = Bloom::new(read_block(&data, footer.filter, &origin)?)
+            .ok_or_else(|| filter_at.corruption(0, "malformed bloom filter"))?;
+        let tombstones_at = Origin::new(origin.file.clone(), footer.range_tombstones.offset);
+        let range_tombstones = FragmentedRangeTombstones::decode(
+            &read_block(&data, footer.range_tombstones, &origin)?,
+            &tombstones_at,
+        )?;
+        if range_tombstones.num_versions() != properties.num_range_tombstones {
+            return Err(
+                tombstones_at.corruption(0, "range tombstone count disagrees with properties")
+            );
+        }
+        Ok(Self {
+            inner: Arc::new(TableInner {
+                id,
+                origin,
+                data,
+                index,
+                bloom,
+                range_tombstones,
+                properties,
+                cache,
+                blocks_read: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// The id the table was opened with.
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// The file the table was opened from.
+    pub fn path(&self) -> &Path {
+        &self.inner.origin.file
+    }
+
+    /// The file's size in bytes.
+    pub fn file_size(&self) -> u64 {
+        self.inner.data.len() as u64
+    }
+
+    /// What the table holds, as recorded when it was written.
+    pub fn properties(&self) -> &TableProperties {
+        &self.inner.properties
+    }
+
+    /// The table's range tombstones.
+    pub fn range_tombstones(&self) -> &FragmentedRangeTombstones {
+        &self.inner.range_tombstones
+    }
+
+    /// False only if the table certainly holds no point entry for `user_key` (bloom filter).
+    pub fn may_contain(&self, user_key: &[u8]) -> bool {
+        self.inner.bloom.may_contain_hash(bloom_hash(user_key))
+    }
+
+    /// Data blocks fetched so far (from the cache or the file): a cost counter for tests and
+    /// statistics.
+    pub fn blocks_read(&self) -> u64 {
+        self.inner.blocks_read.load(Ordering::Relaxed)
+    }
+
+    /// The bloom filter's size in bytes.
+    pub fn filter_size(&self) -> usize {
+        self.inner.bloom.size()
+    }
+
+    /// The index block's size in bytes.
+    pub fn index_size(&self) -> usize {
+        self.inner.index.size()
+    }
+
+    /// The newest point entry for `user_key` with a seqno at or below `snapshot`, consulting the
+    /// bloom filter first. Range tombstones are not applied: see [`range_tombstones`](Self::range_tombstones).
+    ///
+    /// # Errors
+    /// `Corruption` if a block on the way is damaged.
+    pub fn get(&self, key: &[u8], snapshot: SeqNo) -> Result<Option<Entry>> {
+        if !self.may_contain(key) {
+            return Ok(None);
+        }
+        let mut iter = self.iter();
+        iter.seek(&seek_key(key, snapshot))?;
+        if iter.valid() && user_key(iter.key()) == key {
+            return Ok(Entry::current(&iter));
+        }
+        Ok(None)
+    }
+
+    /// An iterator over the table's point entries.
+    pub fn iter(&self) -> TableIter {
+        TableIter::new(self.clone(), self.inner.index.iter())
+    }
+
+    /// The data block at `handle`, through the cache.
+    pub(crate) fn data_block(&self, handle: BlockHandle) -> Result<Block> {
+        let inner = &*self.inner;
+        inner.blocks_read.fetch_add(1, Ordering::Relaxed);
+        let origin = Origin::new(inner.origin.file.clone(), handle.offset);
+        if let Some(cached) = inner
+            .cache
+            .as_ref()
+            .and_then(|c| c.get(inner.id, handle.offset))
+        {
+            return Block::new(cached, origin);
+        }
+        let bytes = read_block(&inner.data, handle, &inner.origin)?;
+        if let Some(cache) = &inner.cache {
+            cache.insert(inner.id, handle.offset, bytes.clone());
+        }
+        Block::new(bytes, origin)
+    }
+}
