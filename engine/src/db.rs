@@ -1,0 +1,343 @@
+//! `Db`: the open database and its shared state.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::thread::JoinHandle;
+
+use cairn_fs::{FileLock, FileSystem};
+use cairn_sstable::{BlockCache, SeqNo};
+use cairn_wal::LogWriter;
+
+use crate::column_family::{ColumnFamily, DEFAULT_CF};
+use crate::error::{Error, Result};
+use crate::manifest::{ManifestState, ManifestWriter};
+use crate::options::{CfOptions, Options};
+use crate::snapshot::SnapshotList;
+use crate::super_version::{MemSet, SuperVersion};
+use crate::table_cache::TableCache;
+use crate::write::WriteQueue;
+
+/// An open database. The data API (`put`, `get`, `delete`, `range`, …) acts on the default
+/// column family; [`column_family`](Self::column_family) gives handles on the others.
+///
+/// Dropping it stops the background flush thread and releases the directory lock, as
+/// [`close`](Self::close) does without reporting errors.
+///
+/// ```
+/// # fn main() -> cairn::Result<()> {
+/// # let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+/// let db = cairn::Db::open(dir.path(), cairn::Options::default())?;
+/// db.put("user:1", "ada")?;
+/// assert_eq!(db.get("user:1")?.as_deref(), Some(&b"ada"[..]));
+/// db.delete("user:1")?;
+/// assert_eq!(db.get("user:1")?, None);
+/// db.close()?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Db {
+    pub(crate) inner: Arc<DbInner>,
+    pub(crate) default_cf: ColumnFamily,
+}
+
+/// State shared by the database, its handles and its background thread.
+#[derive(Debug)]
+pub(crate) struct DbInner {
+    pub(crate) dir: PathBuf,
+    pub(crate) options: Options,
+    pub(crate) fs: Arc<dyn FileSystem>,
+    pub(crate) tables: TableCache,
+    pub(crate) state: Mutex<DbState>,
+    /// Signalled when a memtable is frozen, a flush finishes, or the database shuts down.
+    pub(crate) state_changed: Condvar,
+    pub(crate) super_version: RwLock<Arc<SuperVersion>>,
+    pub(crate) writes: WriteQueue,
+    pub(crate) wal: Mutex<LogWriter>,
+    /// The last sequence number whose write is in the memtables: what new reads see.
+    pub(crate) visible_seqno: AtomicU64,
+    pub(crate) snapshots: SnapshotList,
+    pub(crate) stats: crate::stats::Counters,
+    lock: Mutex<Option<FileLock>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// What changes under the state lock.
+#[derive(Debug)]
+pub(crate) struct DbState {
+    pub(crate) manifest: ManifestWriter,
+    pub(crate) meta: ManifestState,
+    pub(crate) mem: Arc<MemSet>,
+    /// Frozen memtables waiting for their flush, oldest first.
+    pub(crate) imm: VecDeque<Arc<MemSet>>,
+    /// Set once a write or flush failed in a way that leaves the files uncertain.
+    pub(crate) error: Option<String>,
+    pub(crate) shutting_down: bool,
+    /// Numbers of tables being written, not yet in the version: never deleted as obsolete.
+    pub(crate) pending_outputs: std::collections::BTreeSet<u64>,
+    /// Every version published to readers; tables of those still alive are not deleted.
+    pub(crate) versions: Vec<std::sync::Weak<crate::version::Version>>,
+}
+
+impl DbState {
+    /// Fails with the stored error if an earlier failure stopped the database.
+    pub(crate) fn check_running(&self) -> Result<()> {
+        if let Some(why) = &self.error {
+            return Err(Error::Stopped(why.clone()));
+        }
+        if self.shutting_down {
+            return Err(Error::Stopped("the database is closed".into()));
+        }
+        Ok(())
+    }
+}
+
+impl Db {
+    /// Opens (or, with `create_if_missing`, creates) the database in `path`, replaying its logs.
+    ///
+    /// # Errors
+    /// `InvalidArgument` if the directory is missing (without `create_if_missing`), holds no
+    /// database (without `create_if_missing`), holds one (with `error_if_exists`), or holds
+    /// files that are not a Cairn database; `Io` if it is locked by another process or handle;
+    /// `Corruption` if its files are damaged beyond what the recovery mode tolerates.
+    pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Self> {
+        let inner = Arc::new(crate::recovery::open(path.as_ref(), options)?);
+        let flusher = Arc::clone(&inner);
+        let handle = std::thread::Builder::new()
+            .name("cairn-flush".into())
+            .spawn(move || flusher.run_flush_thread())
+            .map_err(|e| Error::Io(cairn_fs::Error::from(e)))?;
+        inner.lock_threads().push(handle);
+        let default_cf = ColumnFamily {
+            db: Arc::clone(&inner),
+            id: DEFAULT_CF,
+            name: Arc::from("default"),
+        };
+        Ok(Self { inner, default_cf })
+    }
+
+    /// Stops background work, syncs the log and releases the directory.
+    ///
+    /// # Errors
+    /// `Io` if the final log sync fails; the last error of a background flush, if one failed.
+    pub fn close(self) -> Result<()> {
+        self.inner.shutdown()
+    }
+
+    /// The directory the database lives in.
+    pub fn path(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The sequence number of the last write visible to reads.
+    pub fn latest_seqno(&self) -> SeqNo {
+        self.inner.visible_seqno.load(Ordering::Acquire)
+    }
+
+    /// Creates a column family.
+    ///
+    /// # Errors
+    /// `InvalidArgument` if one of that name exists or the name is empty; `Io` if the
+    /// MANIFEST cannot be written.
+    pub fn create_column_family(&self, name: &str, options: CfOptions) -> Result<ColumnFamily> {
+        let id = self.inner.create_column_family(name, options)?;
+        Ok(ColumnFamily {
+            db: Arc::clone(&self.inner),
+            id,
+            name: Arc::from(name),
+        })
+    }
+
+    /// A handle on the column family `name`.
+    ///
+    /// # Errors
+    /// `ColumnFamilyNotFound` if there is none.
+    pub fn column_family(&self, name: &str) -> Result<ColumnFamily> {
+        let sv = self.inner.super_version();
+        sv.cfs
+            .iter()
+            .find(|(_, (n, _))| n == name)
+            .map(|(&id, _)| ColumnFamily {
+                db: Arc::clone(&self.inner),
+                id,
+                name: Arc::from(name),
+            })
+            .ok_or_else(|| Error::ColumnFamilyNotFound(name.to_string()))
+    }
+
+    /// Drops the column family `name` and, once no reader needs them, its tables.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for `"default"`; `ColumnFamilyNotFound` if there is none.
+    pub fn drop_column_family(&self, name: &str) -> Result<()> {
+        let cf = self.column_family(name)?;
+        if cf.id == DEFAULT_CF {
+            return Err(Error::invalid(
+                "the default column family cannot be dropped",
+            ));
+        }
+        self.inner.drop_column_family(cf.id, name)
+    }
+
+    /// The names of every column family, `"default"` first.
+    pub fn list_column_families(&self) -> Vec<String> {
+        self.inner
+            .super_version()
+            .cfs
+            .values()
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// Freezes the memtables and waits until every frozen memtable is in a table.
+    ///
+    /// # Errors
+    /// The error of a failed flush.
+    pub fn flush(&self) -> Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if let Err(e) = self.inner.shutdown() {
+            tracing::warn!(error = %e, "closing the database on drop failed");
+        }
+    }
+}
+
+impl DbInner {
+    pub(crate) fn new(dir: PathBuf, options: Options, parts: OpenedParts) -> Self {
+        let cache =
+            (options.block_cache_bytes > 0).then(|| BlockCache::new(options.block_cache_bytes));
+        let fs = Arc::clone(&options.fs);
+        let sv = SuperVersion {
+            memsets: vec![Arc::clone(&parts.mem)],
+            version: Arc::clone(&parts.meta.version),
+            cfs: parts.meta.cfs.clone(),
+        };
+        let last_seqno = parts.meta.last_seqno;
+        Self {
+            tables: TableCache::new(Arc::clone(&fs), dir.clone(), cache),
+            dir,
+            options,
+            fs,
+            state: Mutex::new(DbState {
+                manifest: parts.manifest,
+                meta: parts.meta,
+                mem: parts.mem,
+                imm: VecDeque::new(),
+                error: None,
+                shutting_down: false,
+                pending_outputs: std::collections::BTreeSet::new(),
+                versions: Vec::new(),
+            }),
+            state_changed: Condvar::new(),
+            super_version: RwLock::new(Arc::new(sv)),
+            writes: WriteQueue::default(),
+            wal: Mutex::new(parts.wal),
+            visible_seqno: AtomicU64::new(last_seqno),
+            snapshots: SnapshotList::default(),
+            stats: crate::stats::Counters::default(),
+            lock: Mutex::new(Some(parts.lock)),
+            threads: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub(crate) fn lock_state(&self) -> MutexGuard<'_, DbState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn lock_wal(&self) -> MutexGuard<'_, LogWriter> {
+        self.wal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn lock_threads(&self) -> MutexGuard<'_, Vec<JoinHandle<()>>> {
+        self.threads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The current read view.
+    pub(crate) fn super_version(&self) -> Arc<SuperVersion> {
+        Arc::clone(
+            &self
+                .super_version
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    /// Publishes a new read view built from `state`. Called with the state lock held, so views
+    /// are published in the order the state changed.
+    pub(crate) fn install_super_version(&self, state: &mut DbState) {
+        state.versions.retain(|v| v.strong_count() > 0);
+        state.versions.push(Arc::downgrade(&state.meta.version));
+        let mut memsets = vec![Arc::clone(&state.mem)];
+        memsets.extend(state.imm.iter().rev().cloned());
+        let sv = Arc::new(SuperVersion {
+            memsets,
+            version: Arc::clone(&state.meta.version),
+            cfs: state.meta.cfs.clone(),
+        });
+        *self
+            .super_version
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = sv;
+    }
+
+    /// Records a failure after which writes must stop until the database is reopened.
+    pub(crate) fn stop_with(&self, error: &Error) {
+        let mut state = self.lock_state();
+        if state.error.is_none() {
+            tracing::error!(error = %error, "stopping writes after a failure");
+            state.error = Some(error.to_string());
+        }
+        drop(state);
+        self.state_changed.notify_all();
+    }
+
+    fn shutdown(&self) -> Result<()> {
+        let error = {
+            let mut state = self.lock_state();
+            if state.shutting_down {
+                return Ok(());
+            }
+            state.shutting_down = true;
+            state.error.clone()
+        };
+        self.state_changed.notify_all();
+        let threads: Vec<_> = self.lock_threads().drain(..).collect();
+        for thread in threads {
+            if thread.join().is_err() {
+                tracing::error!("a background thread panicked");
+            }
+        }
+        let synced = self.lock_wal().sync();
+        self.lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        synced?;
+        match error {
+            Some(why) => Err(Error::Stopped(why)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What recovery hands to a new `DbInner`.
+#[derive(Debug)]
+pub(crate) struct OpenedParts {
+    pub(crate) lock: FileLock,
+    pub(crate) manifest: ManifestWriter,
+    pub(crate) meta: ManifestState,
+    pub(crate) mem: Arc<MemSet>,
+    pub(crate) wal: LogWriter,
+}

@@ -1,0 +1,118 @@
+//! The engine's error type.
+
+use std::path::PathBuf;
+
+/// The result of an engine operation.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// What went wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Bytes read back from a file are damaged.
+    #[error("corruption in {} at offset {offset}: {reason}", file.display())]
+    Corruption {
+        /// The damaged file.
+        file: PathBuf,
+        /// Where in it.
+        offset: u64,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The file system failed.
+    #[error(transparent)]
+    Io(#[from] cairn_fs::Error),
+    /// The caller passed something the engine does not accept.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// An optimistic transaction read a key that was written after its snapshot.
+    #[error("transaction conflict on key {key:?}")]
+    Conflict {
+        /// The key (lossily printed) whose newer write broke the transaction.
+        key: String,
+    },
+    /// The column family does not exist (or was dropped).
+    #[error("column family {0:?} does not exist")]
+    ColumnFamilyNotFound(String),
+    /// The operation belongs to a capability this build does not have yet.
+    #[error("unsupported: {0}")]
+    Unsupported(&'static str),
+    /// An earlier failure left the database unable to accept writes safely; reopen it.
+    #[error("database stopped after an earlier error: {0}")]
+    Stopped(String),
+}
+
+impl From<cairn_sstable::Error> for Error {
+    fn from(e: cairn_sstable::Error) -> Self {
+        match e {
+            cairn_sstable::Error::Corruption {
+                file,
+                offset,
+                reason,
+            } => Self::Corruption {
+                file,
+                offset,
+                reason,
+            },
+            cairn_sstable::Error::InvalidArgument(why) => Self::InvalidArgument(why),
+            cairn_sstable::Error::Io(e) => Self::Io(e),
+            other => Self::Stopped(other.to_string()),
+        }
+    }
+}
+
+impl From<cairn_wal::Error> for Error {
+    fn from(e: cairn_wal::Error) -> Self {
+        match e {
+            cairn_wal::Error::Corruption {
+                file,
+                offset,
+                reason,
+            } => Self::Corruption {
+                file,
+                offset,
+                reason,
+            },
+            cairn_wal::Error::Io(e) => Self::Io(e),
+            other => Self::Stopped(other.to_string()),
+        }
+    }
+}
+
+impl Error {
+    pub(crate) fn invalid(why: impl Into<String>) -> Self {
+        Self::InvalidArgument(why.into())
+    }
+
+    pub(crate) fn corruption(
+        file: impl Into<PathBuf>,
+        offset: u64,
+        reason: impl Into<String>,
+    ) -> Self {
+        Self::Corruption {
+            file: file.into(),
+            offset,
+            reason: reason.into(),
+        }
+    }
+
+    /// A copy of this error to hand to every waiter of a failed group write.
+    pub(crate) fn duplicate(&self) -> Self {
+        match self {
+            Self::Corruption {
+                file,
+                offset,
+                reason,
+            } => Self::Corruption {
+                file: file.clone(),
+                offset: *offset,
+                reason: reason.clone(),
+            },
+            Self::InvalidArgument(why) => Self::InvalidArgument(why.clone()),
+            Self::Conflict { key } => Self::Conflict { key: key.clone() },
+            Self::ColumnFamilyNotFound(name) => Self::ColumnFamilyNotFound(name.clone()),
+            Self::Unsupported(what) => Self::Unsupported(what),
+            Self::Io(_) | Self::Stopped(_) => Self::Stopped(self.to_string()),
+        }
+    }
+}

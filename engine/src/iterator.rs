@@ -1,0 +1,419 @@
+//! Range reads: a merge of every memtable and table of a column family, with the visibility
+//! rules applied per key, in both directions.
+//!
+//! Each source (a memtable or a table) is wrapped in a [`SourceIter`] that hides what the read
+//! must not see: entries newer than the snapshot, and entries deleted by a range tombstone.
+//! When a range tombstone of a *newer* source covers a key, every entry of this source in the
+//! tombstone's range is older than it (newer data always lies above older data), so the source
+//! seeks past the tombstone's end instead of stepping over the covered keys. The merged stream
+//! then only needs the per-key rules: tombstones, version limits and TTL.
+
+use std::ops::{Bound, ControlFlow};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cairn_sstable::{
+    EntryMeta, FragmentedRangeTombstones, InternalIterator, Kind, MAX_SEQNO, MergingIter, SeqNo,
+    Table, internal_key, key::user_key, parse_internal_key, seek_key,
+};
+
+use crate::error::Result;
+use crate::read::{Resolver, Visibility};
+use crate::super_version::SuperVersion;
+
+/// Where a source's range tombstones live.
+#[derive(Debug, Clone)]
+enum Tombstones {
+    Memtable(Arc<FragmentedRangeTombstones>),
+    Table(Table),
+}
+
+impl Tombstones {
+    fn list(&self) -> &FragmentedRangeTombstones {
+        match self {
+            Self::Memtable(list) => list,
+            Self::Table(table) => table.range_tombstones(),
+        }
+    }
+}
+
+/// One source with what its reader must not see removed.
+pub(crate) struct SourceIter {
+    inner: Box<dyn InternalIterator + Send>,
+    snapshot: SeqNo,
+    own: Tombstones,
+    /// Range tombstones of every newer source that has any.
+    newer: Arc<Vec<Tombstones>>,
+}
+
+impl SourceIter {
+    /// A fragment of a newer source visible at the snapshot that covers `key`.
+    fn newer_cover(&self, key: &[u8]) -> Option<(Bytes, Bytes)> {
+        self.newer.iter().find_map(|t| {
+            let f = t.list().fragment_at(key)?;
+            f.visible_at(self.snapshot)
+                .map(|_| (f.start.clone(), f.end.clone()))
+        })
+    }
+
+    /// True if the current entry (seqno `seqno`) is hidden by its own source's tombstones.
+    fn hidden_by_own(&self, key: &[u8], seqno: SeqNo) -> bool {
+        self.own
+            .list()
+            .covering_seqno(key, self.snapshot)
+            .is_some_and(|t| t > seqno)
+    }
+
+    /// Moves forward until on an entry the read may see.
+    fn settle_forward(&mut self) -> cairn_sstable::Result<()> {
+        while self.inner.valid() {
+            let key = self.inner.key();
+            let Some(parsed) = parse_internal_key(key) else {
+                return Err(corrupt_key());
+            };
+            if let Some((_, end)) = self.newer_cover(parsed.user_key) {
+                self.inner.seek(&seek_key(&end, MAX_SEQNO))?;
+                continue;
+            }
+            if parsed.seqno <= self.snapshot && !self.hidden_by_own(parsed.user_key, parsed.seqno) {
+                return Ok(());
+            }
+            self.inner.next()?;
+        }
+        Ok(())
+    }
+
+    /// Moves backward until on an entry the read may see.
+    fn settle_backward(&mut self) -> cairn_sstable::Result<()> {
+        while self.inner.valid() {
+            let key = self.inner.key();
+            let Some(parsed) = parse_internal_key(key) else {
+                return Err(corrupt_key());
+            };
+            if let Some((start, _)) = self.newer_cover(parsed.user_key) {
+                self.inner.seek_for_prev(&seek_key(&start, MAX_SEQNO))?;
+                continue;
+            }
+            if parsed.seqno <= self.snapshot && !self.hidden_by_own(parsed.user_key, parsed.seqno) {
+                return Ok(());
+            }
+            self.inner.prev()?;
+        }
+        Ok(())
+    }
+}
+
+fn corrupt_key() -> cairn_sstable::Error {
+    cairn_sstable::Error::Corruption {
+        file: std::path::PathBuf::new(),
+        offset: 0,
+        reason: "malformed internal key from a source".into(),
+    }
+}
+
+impl InternalIterator for SourceIter {
+    fn valid(&self) -> bool {
+        self.inner.valid()
+    }
+    fn key(&self) -> &[u8] {
+        self.inner.key()
+    }
+    fn meta(&self) -> EntryMeta {
+        self.inner.meta()
+    }
+    fn value(&self) -> &[u8] {
+        self.inner.value()
+    }
+    fn value_bytes(&self) -> Bytes {
+        self.inner.value_bytes()
+    }
+    fn seek_to_first(&mut self) -> cairn_sstable::Result<()> {
+        self.inner.seek_to_first()?;
+        self.settle_forward()
+    }
+    fn seek_to_last(&mut self) -> cairn_sstable::Result<()> {
+        self.inner.seek_to_last()?;
+        self.settle_backward()
+    }
+    fn seek(&mut self, target: &[u8]) -> cairn_sstable::Result<()> {
+        self.inner.seek(target)?;
+        self.settle_forward()
+    }
+    fn seek_for_prev(&mut self, target: &[u8]) -> cairn_sstable::Result<()> {
+        self.inner.seek_for_prev(target)?;
+        self.settle_backward()
+    }
+    fn next(&mut self) -> cairn_sstable::Result<()> {
+        self.inner.next()?;
+        self.settle_forward()
+    }
+    fn prev(&mut self) -> cairn_sstable::Result<()> {
+        self.inner.prev()?;
+        self.settle_backward()
+    }
+}
+
+/// Builds the sources of `cf` overlapping `[lower, upper)`, newest first.
+fn sources(
+    db: &crate::db::DbInner,
+    sv: &SuperVersion,
+    cf: u32,
+    snapshot: SeqNo,
+    range: &(Bound<Bytes>, Bound<Bytes>),
+) -> Result<Vec<SourceIter>> {
+    let mut out = Vec::new();
+    let mut newer: Vec<Tombstones> = Vec::new();
+    let mut push =
+        |inner: Box<dyn InternalIterator + Send>, own: Tombstones, out: &mut Vec<SourceIter>| {
+            let has_tombstones = !own.list().is_empty();
+            out.push(SourceIter {
+                inner,
+                snapshot,
+                own: own.clone(),
+                newer: Arc::new(newer.clone()),
+            });
+            if has_tombstones {
+                newer.push(own);
+            }
+        };
+    for mem in sv.memtables(cf) {
+        push(
+            Box::new(mem.iter()),
+            Tombstones::Memtable(mem.range_tombstones()),
+            &mut out,
+        );
+    }
+    if let Some(files) = sv.version.cf(cf) {
+        for (_, file) in files.all_files() {
+            let start = match &range.0 {
+                Bound::Included(k) | Bound::Excluded(k) => k.as_ref(),
+                Bound::Unbounded => &[],
+            };
+            let end = match &range.1 {
+                Bound::Included(k) if file.smallest.as_ref() > k.as_ref() => continue,
+                Bound::Excluded(k) => Some(k.as_ref()),
+                _ => None,
+            };
+            if !file.overlaps(start, end) {
+                continue;
+            }
+            let table = db.tables.get(file.number)?;
+            push(Box::new(table.iter()), Tombstones::Table(table), &mut out);
+        }
+    }
+    Ok(out)
+}
+
+/// An iterator over a column family's live keys and values in a range, at one snapshot.
+/// Double-ended: `next` walks up from the start, `next_back` down from the end, and the two
+/// never cross.
+pub struct DbIterator {
+    vis: Visibility,
+    range: (Bound<Bytes>, Bound<Bytes>),
+    front: Option<MergingIter<SourceIter>>,
+    back: Option<MergingIter<SourceIter>>,
+    make: Box<dyn FnMut() -> Result<MergingIter<SourceIter>> + Send>,
+    front_last: Option<Bytes>,
+    back_last: Option<Bytes>,
+    failed: bool,
+}
+
+impl std::fmt::Debug for DbIterator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DbIterator")
+            .field("range", &self.range)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DbIterator {
+    pub(crate) fn new(
+        db: Arc<crate::db::DbInner>,
+        cf: u32,
+        snapshot: SeqNo,
+        range: (Bound<Bytes>, Bound<Bytes>),
+    ) -> Result<Self> {
+        let sv = db.super_version();
+        let vis = Visibility::new(db.options.clock.now_ms(), &sv.cf_options(cf)?);
+        let bounds = range.clone();
+        let make = Box::new(move || -> Result<MergingIter<SourceIter>> {
+            Ok(MergingIter::new(sources(&db, &sv, cf, snapshot, &bounds)?))
+        });
+        Ok(Self {
+            vis,
+            range,
+            front: None,
+            back: None,
+            make,
+            front_last: None,
+            back_last: None,
+            failed: false,
+        })
+    }
+}
+
+fn below_upper(range: &(Bound<Bytes>, Bound<Bytes>), key: &[u8]) -> bool {
+    match &range.1 {
+        Bound::Included(end) => key <= end.as_ref(),
+        Bound::Excluded(end) => key < end.as_ref(),
+        Bound::Unbounded => true,
+    }
+}
+
+fn above_lower(range: &(Bound<Bytes>, Bound<Bytes>), key: &[u8]) -> bool {
+    match &range.0 {
+        Bound::Included(start) => key >= start.as_ref(),
+        Bound::Excluded(start) => key > start.as_ref(),
+        Bound::Unbounded => true,
+    }
+}
+
+impl DbIterator {
+    fn next_front(&mut self) -> Result<Option<(Bytes, Bytes)>> {
+        if self.front.is_none() {
+            let mut merged = (self.make)()?;
+            match &self.range.0 {
+                Bound::Included(k) | Bound::Excluded(k) => merged.seek(&seek_key(k, MAX_SEQNO))?,
+                Bound::Unbounded => merged.seek_to_first()?,
+            }
+            self.front = Some(merged);
+        }
+        let vis = self.vis;
+        loop {
+            let Some(merged) = self.front.as_mut() else {
+                return Ok(None);
+            };
+            if !merged.valid() {
+                return Ok(None);
+            }
+            let key = Bytes::copy_from_slice(user_key(merged.key()));
+            if !below_upper(&self.range, &key) || self.back_last.as_ref().is_some_and(|b| key >= *b)
+            {
+                return Ok(None);
+            }
+            let mut resolver = Resolver::new(&vis);
+            let mut value = None;
+            while merged.valid() && user_key(merged.key()) == key.as_ref() {
+                if value.is_none() {
+                    let kind = parse_internal_key(merged.key()).map_or(Kind::Delete, |k| k.kind);
+                    if let ControlFlow::Break(true) = resolver.offer(kind, merged.meta()) {
+                        value = Some(merged.value_bytes());
+                    }
+                }
+                merged.next()?;
+            }
+            if let Some(value) = value.filter(|_| above_lower(&self.range, &key)) {
+                self.front_last = Some(key.clone());
+                return Ok(Some((key, value)));
+            }
+        }
+    }
+
+    fn next_back(&mut self) -> Result<Option<(Bytes, Bytes)>> {
+        if self.back.is_none() {
+            let mut merged = (self.make)()?;
+            match &self.range.1 {
+                Bound::Excluded(k) => merged.seek_for_prev(&seek_key(k, MAX_SEQNO))?,
+                Bound::Included(k) => merged.seek_for_prev(&internal_key(k, 0, Kind::Delete))?,
+                Bound::Unbounded => merged.seek_to_last()?,
+            }
+            self.back = Some(merged);
+        }
+        let vis = self.vis;
+        loop {
+            let Some(merged) = self.back.as_mut() else {
+                return Ok(None);
+            };
+            if !merged.valid() {
+                return Ok(None);
+            }
+            let key = Bytes::copy_from_slice(user_key(merged.key()));
+            if !above_lower(&self.range, &key)
+                || self.front_last.as_ref().is_some_and(|f| key <= *f)
+            {
+                return Ok(None);
+            }
+            // Versions arrive oldest first going backward: gather them, then judge newest first.
+            let mut versions = Vec::new();
+            while merged.valid() && user_key(merged.key()) == key.as_ref() {
+                let kind = parse_internal_key(merged.key()).map_or(Kind::Delete, |k| k.kind);
+                versions.push((kind, merged.meta(), merged.value_bytes()));
+                merged.prev()?;
+            }
+            let mut resolver = Resolver::new(&vis);
+            let value = versions.into_iter().rev().find_map(|(kind, meta, value)| {
+                match resolver.offer(kind, meta) {
+                    ControlFlow::Break(true) => Some(Some(value)),
+                    ControlFlow::Break(false) => Some(None),
+                    ControlFlow::Continue(()) => None,
+                }
+            });
+            if let Some(Some(value)) = value.filter(|_| below_upper(&self.range, &key)) {
+                self.back_last = Some(key.clone());
+                return Ok(Some((key, value)));
+            }
+        }
+    }
+
+    fn wrap(&mut self, step: Result<Option<(Bytes, Bytes)>>) -> Option<Result<(Bytes, Bytes)>> {
+        match step {
+            Ok(item) => item.map(Ok),
+            Err(e) => {
+                self.failed = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+impl Iterator for DbIterator {
+    type Item = Result<(Bytes, Bytes)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        let step = self.next_front();
+        self.wrap(step)
+    }
+}
+
+impl DoubleEndedIterator for DbIterator {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        let step = DbIterator::next_back(self);
+        self.wrap(step)
+    }
+}
+
+/// Converts any range of byte strings into owned bounds.
+pub(crate) fn owned_bounds<K: AsRef<[u8]>>(
+    range: &impl std::ops::RangeBounds<K>,
+) -> (Bound<Bytes>, Bound<Bytes>) {
+    let own = |b: Bound<&K>| match b {
+        Bound::Included(k) => Bound::Included(Bytes::copy_from_slice(k.as_ref())),
+        Bound::Excluded(k) => Bound::Excluded(Bytes::copy_from_slice(k.as_ref())),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    (own(range.start_bound()), own(range.end_bound()))
+}
+
+/// The bounds of every key starting with `prefix`.
+pub(crate) fn prefix_bounds(prefix: &[u8]) -> (Bound<Bytes>, Bound<Bytes>) {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return (
+                Bound::Included(Bytes::copy_from_slice(prefix)),
+                Bound::Excluded(Bytes::from(end)),
+            );
+        }
+    }
+    (
+        Bound::Included(Bytes::copy_from_slice(prefix)),
+        Bound::Unbounded,
+    )
+}

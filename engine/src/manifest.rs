@@ -1,0 +1,195 @@
+//! The MANIFEST: a log of version edits (framed like the WAL), and `CURRENT`, which names it.
+//!
+//! Each open writes a fresh MANIFEST starting with one edit that describes the whole state, then
+//! appends an edit per flush, compaction or column-family change, each synced before it takes
+//! effect. `CURRENT` is replaced by write-temp, fsync, rename, fsync-directory. The format is in
+//! `engine/MANIFEST.md`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cairn_fs::FileSystem;
+use cairn_wal::{LogReader, LogWriter, RecoveryMode};
+
+use crate::column_family::DEFAULT_CF;
+use crate::error::{Error, Result};
+use crate::filename;
+use crate::options::CfOptions;
+use crate::version::Version;
+use crate::version_edit::VersionEdit;
+
+/// Everything the MANIFEST records.
+#[derive(Debug, Clone)]
+pub(crate) struct ManifestState {
+    pub(crate) version: Arc<Version>,
+    pub(crate) cfs: BTreeMap<u32, (String, CfOptions)>,
+    pub(crate) next_file_number: u64,
+    /// Logs numbered below this hold nothing that is not in a table.
+    pub(crate) log_number: u64,
+    pub(crate) last_seqno: u64,
+    pub(crate) next_cf_id: u32,
+}
+
+impl ManifestState {
+    /// The state of a new database: the default column family and nothing else.
+    pub(crate) fn new_database() -> Self {
+        let mut cfs = BTreeMap::new();
+        cfs.insert(DEFAULT_CF, ("default".to_string(), CfOptions::default()));
+        let mut version = Version::default();
+        version
+            .cfs
+            .insert(DEFAULT_CF, crate::version::CfVersion::default());
+        Self {
+            version: Arc::new(version),
+            cfs,
+            next_file_number: 2,
+            log_number: 0,
+            last_seqno: 0,
+            next_cf_id: DEFAULT_CF + 1,
+        }
+    }
+
+    /// Applies an edit read back from (or about to be written to) `manifest`.
+    pub(crate) fn apply(&mut self, edit: &VersionEdit, manifest: &Path) -> Result<()> {
+        self.version = Arc::new(self.version.apply(edit, manifest)?);
+        for (id, name, options) in &edit.added_cfs {
+            self.cfs.insert(*id, (name.clone(), options.clone()));
+            self.next_cf_id = self.next_cf_id.max(id + 1);
+        }
+        for id in &edit.dropped_cfs {
+            self.cfs.remove(id);
+        }
+        if let Some(n) = edit.log_number {
+            self.log_number = self.log_number.max(n);
+        }
+        if let Some(n) = edit.next_file_number {
+            self.next_file_number = self.next_file_number.max(n);
+        }
+        if let Some(n) = edit.last_seqno {
+            self.last_seqno = self.last_seqno.max(n);
+        }
+        if let Some(n) = edit.next_cf_id {
+            self.next_cf_id = self.next_cf_id.max(n);
+        }
+        Ok(())
+    }
+
+    /// One edit that recreates this whole state.
+    fn snapshot_edit(&self) -> VersionEdit {
+        let mut edit = VersionEdit {
+            log_number: Some(self.log_number),
+            next_file_number: Some(self.next_file_number),
+            last_seqno: Some(self.last_seqno),
+            next_cf_id: Some(self.next_cf_id),
+            ..VersionEdit::default()
+        };
+        for (id, (name, options)) in &self.cfs {
+            edit.added_cfs.push((*id, name.clone(), options.clone()));
+        }
+        for (cf, files) in &self.version.cfs {
+            for (level, file) in files.all_files() {
+                edit.new_files.push((*cf, level, (**file).clone()));
+            }
+        }
+        edit
+    }
+}
+
+/// The MANIFEST being appended to.
+#[derive(Debug)]
+pub(crate) struct ManifestWriter {
+    path: PathBuf,
+    writer: LogWriter,
+}
+
+impl ManifestWriter {
+    /// Writes a new MANIFEST numbered `number` holding `state`, and points `CURRENT` at it.
+    pub(crate) fn create(
+        fs: &dyn FileSystem,
+        dir: &Path,
+        number: u64,
+        state: &ManifestState,
+    ) -> Result<Self> {
+        let name = filename::manifest_name(number);
+        let path = dir.join(&name);
+        let mut writer = LogWriter::new(fs.create(&path)?);
+        writer.add_record(&state.snapshot_edit().encode())?;
+        writer.sync()?;
+        fs.sync_dir(dir)?;
+        set_current(fs, dir, &name)?;
+        Ok(Self { path, writer })
+    }
+
+    /// Appends `edit` and syncs it: once this returns, the edit survives a crash.
+    pub(crate) fn append(&mut self, edit: &VersionEdit) -> Result<()> {
+        self.writer.add_record(&edit.encode())?;
+        self.writer.sync()?;
+        Ok(())
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn set_current(fs: &dyn FileSystem, dir: &Path, manifest_name: &str) -> Result<()> {
+    let temp = filename::temp_current_path(dir);
+    let mut file = fs.create(&temp)?;
+    file.append(format!("{manifest_name}\n").as_bytes())?;
+    file.sync()?;
+    drop(file);
+    fs.rename(&temp, &filename::current_path(dir))?;
+    fs.sync_dir(dir)?;
+    Ok(())
+}
+
+/// The MANIFEST file name `CURRENT` names, or `None` if there is no `CURRENT`.
+pub(crate) fn read_current(fs: &dyn FileSystem, dir: &Path) -> Result<Option<String>> {
+    let path = filename::current_path(dir);
+    if !fs.exists(&path) {
+        return Ok(None);
+    }
+    let bytes = fs.open_read(&path)?.read_to_end_from(0)?;
+    let text = std::str::from_utf8(&bytes)
+        .ok()
+        .and_then(|t| t.strip_suffix('\n'));
+    match text.filter(|t| matches!(filename::parse(t), Some(filename::FileKind::Manifest(_)))) {
+        Some(name) => Ok(Some(name.to_string())),
+        None => Err(Error::corruption(
+            path,
+            0,
+            "CURRENT does not name a MANIFEST",
+        )),
+    }
+}
+
+/// Replays the MANIFEST `name` into a state. A torn last edit (a crash while appending) is
+/// ignored: the change it described never took effect.
+pub(crate) fn load(fs: &dyn FileSystem, dir: &Path, name: &str) -> Result<ManifestState> {
+    let path = dir.join(name);
+    let mut reader = LogReader::open(fs, &path, RecoveryMode::TolerateCorruptedTail)?;
+    let mut state: Option<ManifestState> = None;
+    while let Some((offset, record)) = reader.next_record()? {
+        let edit = VersionEdit::decode(&record)
+            .ok_or_else(|| Error::corruption(&path, offset, "malformed version edit"))?;
+        let current = state.get_or_insert_with(|| ManifestState {
+            version: Arc::new(Version::default()),
+            cfs: BTreeMap::new(),
+            next_file_number: 0,
+            log_number: 0,
+            last_seqno: 0,
+            next_cf_id: 0,
+        });
+        current.apply(&edit, &path)?;
+    }
+    let state = state.ok_or_else(|| Error::corruption(&path, 0, "MANIFEST holds no edit"))?;
+    if !state.cfs.contains_key(&DEFAULT_CF) {
+        return Err(Error::corruption(
+            &path,
+            0,
+            "MANIFEST has no default column family",
+        ));
+    }
+    Ok(state)
+}

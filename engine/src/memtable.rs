@@ -1,0 +1,310 @@
+//! The memtable: recent writes in a lock-free skip list (`crossbeam-skiplist`), newest first per
+//! key, plus the range tombstones written since it was created.
+//!
+//! Writers insert without blocking readers; a reader filters out entries newer than its snapshot.
+//! Range tombstones are kept apart and fragmented on demand (cached until the next one arrives).
+
+use std::cmp::Ordering;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use cairn_sstable::{
+    EntryMeta, FragmentedRangeTombstones, InternalIterator, Kind, RangeTombstone, SeqNo,
+    compare_internal_keys, internal_key, key::user_key, seek_key,
+};
+use crossbeam_skiplist::SkipMap;
+
+/// An internal key ordered the way tables order them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct MemKey(Bytes);
+
+impl Ord for MemKey {
+    fn cmp(&self, other: &Self) -> Ordering {
+        compare_internal_keys(&self.0, &other.0)
+    }
+}
+
+impl PartialOrd for MemKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+#[derive(Debug, Clone)]
+struct MemValue {
+    meta: EntryMeta,
+    value: Bytes,
+}
+
+/// Per-entry bookkeeping the skip list adds, for the size estimate.
+const ENTRY_OVERHEAD: usize = 64;
+
+/// One memtable. Shared by `Arc` between the writer, readers and the flush.
+#[derive(Debug)]
+pub(crate) struct Memtable {
+    map: SkipMap<MemKey, MemValue>,
+    range_tombstones: Mutex<RangeTombstones>,
+    bytes: AtomicUsize,
+    entries: AtomicU64,
+    point_tombstones: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct RangeTombstones {
+    raw: Vec<RangeTombstone>,
+    fragmented: Option<Arc<FragmentedRangeTombstones>>,
+}
+
+impl Memtable {
+    pub(crate) fn new() -> Self {
+        Self {
+            map: SkipMap::new(),
+            range_tombstones: Mutex::new(RangeTombstones::default()),
+            bytes: AtomicUsize::new(0),
+            entries: AtomicU64::new(0),
+            point_tombstones: AtomicU64::new(0),
+        }
+    }
+
+    /// Adds a point entry.
+    pub(crate) fn insert(
+        &self,
+        key: &[u8],
+        seqno: SeqNo,
+        kind: Kind,
+        meta: EntryMeta,
+        value: Bytes,
+    ) {
+        let ikey = Bytes::from(internal_key(key, seqno, kind));
+        self.bytes.fetch_add(
+            ikey.len() + value.len() + ENTRY_OVERHEAD,
+            AtomicOrdering::Relaxed,
+        );
+        self.entries.fetch_add(1, AtomicOrdering::Relaxed);
+        if kind.is_point_tombstone() {
+            self.point_tombstones.fetch_add(1, AtomicOrdering::Relaxed);
+        }
+        self.map.insert(MemKey(ikey), MemValue { meta, value });
+    }
+
+    /// Adds the range tombstone `[start, end)`.
+    pub(crate) fn insert_range_tombstone(
+        &self,
+        start: Bytes,
+        end: Bytes,
+        seqno: SeqNo,
+        write_time: u64,
+    ) {
+        self.bytes.fetch_add(
+            start.len() + end.len() + ENTRY_OVERHEAD,
+            AtomicOrdering::Relaxed,
+        );
+        let mut tombstones = self.lock_tombstones();
+        tombstones.raw.push(RangeTombstone {
+            start,
+            end,
+            seqno,
+            write_time,
+        });
+        tombstones.fragmented = None;
+    }
+
+    fn lock_tombstones(&self) -> std::sync::MutexGuard<'_, RangeTombstones> {
+        self.range_tombstones
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The range tombstones, fragmented.
+    pub(crate) fn range_tombstones(&self) -> Arc<FragmentedRangeTombstones> {
+        let mut tombstones = self.lock_tombstones();
+        if let Some(fragmented) = &tombstones.fragmented {
+            return Arc::clone(fragmented);
+        }
+        let fragmented = Arc::new(FragmentedRangeTombstones::fragment(
+            tombstones.raw.iter().cloned(),
+        ));
+        tombstones.fragmented = Some(Arc::clone(&fragmented));
+        fragmented
+    }
+
+    /// Range tombstones as written, unfragmented.
+    pub(crate) fn raw_range_tombstones(&self) -> Vec<RangeTombstone> {
+        self.lock_tombstones().raw.clone()
+    }
+
+    /// Approximate bytes held.
+    pub(crate) fn approximate_bytes(&self) -> usize {
+        self.bytes.load(AtomicOrdering::Relaxed)
+    }
+
+    /// True if nothing was ever written to it.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.map.is_empty() && self.lock_tombstones().raw.is_empty()
+    }
+
+    pub(crate) fn num_entries(&self) -> u64 {
+        self.entries.load(AtomicOrdering::Relaxed)
+    }
+
+    pub(crate) fn num_point_tombstones(&self) -> u64 {
+        self.point_tombstones.load(AtomicOrdering::Relaxed)
+    }
+
+    pub(crate) fn num_range_tombstones(&self) -> u64 {
+        self.lock_tombstones().raw.len() as u64
+    }
+
+    /// Versions of `key` visible at `snapshot`, newest first, at most `limit` of them.
+    pub(crate) fn versions(
+        &self,
+        key: &[u8],
+        snapshot: SeqNo,
+        limit: usize,
+    ) -> Vec<cairn_sstable::Entry> {
+        let start = MemKey(Bytes::from(seek_key(key, snapshot)));
+        self.map
+            .range(start..)
+            .take_while(|e| user_key(&e.key().0) == key)
+            .take(limit)
+            .filter_map(|e| {
+                let parsed = cairn_sstable::parse_internal_key(&e.key().0)?;
+                Some(cairn_sstable::Entry {
+                    user_key: Bytes::copy_from_slice(key),
+                    seqno: parsed.seqno,
+                    kind: parsed.kind,
+                    meta: e.value().meta,
+                    value: e.value().value.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// An iterator over the point entries.
+    pub(crate) fn iter(self: &Arc<Self>) -> MemtableIter {
+        MemtableIter {
+            mem: Arc::clone(self),
+            buf: Vec::new(),
+            pos: 0,
+        }
+    }
+}
+
+/// Entries fetched per skip-list search: the iterator copies small runs of `Bytes` handles so it
+/// owns no borrow of the map.
+const CHUNK: usize = 64;
+
+/// A bidirectional cursor over a memtable's point entries.
+#[derive(Debug)]
+pub(crate) struct MemtableIter {
+    mem: Arc<Memtable>,
+    /// A run of consecutive entries in ascending order; `pos` is the current one.
+    buf: Vec<(Bytes, MemValue)>,
+    pos: usize,
+}
+
+impl MemtableIter {
+    fn current(&self) -> Option<&(Bytes, MemValue)> {
+        self.buf.get(self.pos)
+    }
+
+    fn fill_forward(&mut self, from: Bound<MemKey>) {
+        self.buf.clear();
+        self.buf.extend(
+            self.mem
+                .map
+                .range((from, Bound::Unbounded))
+                .take(CHUNK)
+                .map(|e| (e.key().0.clone(), e.value().clone())),
+        );
+        self.pos = 0;
+    }
+
+    fn fill_backward(&mut self, to: Bound<MemKey>) {
+        self.buf.clear();
+        self.buf.extend(
+            self.mem
+                .map
+                .range((Bound::Unbounded, to))
+                .rev()
+                .take(CHUNK)
+                .map(|e| (e.key().0.clone(), e.value().clone())),
+        );
+        self.buf.reverse();
+        self.pos = self.buf.len().saturating_sub(1);
+    }
+}
+
+impl InternalIterator for MemtableIter {
+    fn valid(&self) -> bool {
+        self.pos < self.buf.len()
+    }
+
+    fn key(&self) -> &[u8] {
+        self.current().map(|(k, _)| k.as_ref()).unwrap_or_default()
+    }
+
+    fn meta(&self) -> EntryMeta {
+        self.current().map(|(_, v)| v.meta).unwrap_or_default()
+    }
+
+    fn value(&self) -> &[u8] {
+        self.current()
+            .map(|(_, v)| v.value.as_ref())
+            .unwrap_or_default()
+    }
+
+    fn value_bytes(&self) -> Bytes {
+        self.current()
+            .map(|(_, v)| v.value.clone())
+            .unwrap_or_default()
+    }
+
+    fn seek_to_first(&mut self) -> cairn_sstable::Result<()> {
+        self.fill_forward(Bound::Unbounded);
+        Ok(())
+    }
+
+    fn seek_to_last(&mut self) -> cairn_sstable::Result<()> {
+        self.fill_backward(Bound::Unbounded);
+        Ok(())
+    }
+
+    fn seek(&mut self, target: &[u8]) -> cairn_sstable::Result<()> {
+        self.fill_forward(Bound::Included(MemKey(Bytes::copy_from_slice(target))));
+        Ok(())
+    }
+
+    fn seek_for_prev(&mut self, target: &[u8]) -> cairn_sstable::Result<()> {
+        self.fill_backward(Bound::Included(MemKey(Bytes::copy_from_slice(target))));
+        Ok(())
+    }
+
+    fn next(&mut self) -> cairn_sstable::Result<()> {
+        let Some((key, _)) = self.current() else {
+            return Ok(());
+        };
+        if self.pos + 1 < self.buf.len() {
+            self.pos += 1;
+        } else {
+            let after = MemKey(key.clone());
+            self.fill_forward(Bound::Excluded(after));
+        }
+        Ok(())
+    }
+
+    fn prev(&mut self) -> cairn_sstable::Result<()> {
+        let Some((key, _)) = self.current() else {
+            return Ok(());
+        };
+        if self.pos > 0 {
+            self.pos -= 1;
+        } else {
+            let before = MemKey(key.clone());
+            self.fill_backward(Bound::Excluded(before));
+        }
+        Ok(())
+    }
+}

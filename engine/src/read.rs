@@ -1,0 +1,248 @@
+//! Point reads: the visibility rules of DESIGN §2 applied to one key.
+//!
+//! At snapshot `S`, a key's versions are walked newest first across memtables and tables. An
+//! entry newer than `S` does not exist; an entry older than a range tombstone visible at `S`
+//! that covers the key is deleted; a point tombstone ends the walk. Of the `max_versions`
+//! newest puts since the last tombstone, the newest one not expired is the value.
+
+use std::ops::ControlFlow;
+
+use bytes::Bytes;
+use cairn_sstable::{Entry, InternalIterator, Kind, SeqNo, key::user_key, seek_key};
+
+use crate::db::DbInner;
+use crate::error::Result;
+use crate::options::CfOptions;
+use crate::super_version::SuperVersion;
+
+/// One version of a value, as [`get_versions`](crate::ColumnFamily::get_versions) returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version {
+    /// The value.
+    pub value: Bytes,
+    /// The write's sequence number.
+    pub seqno: SeqNo,
+    /// When it was written, in milliseconds of the database's clock.
+    pub write_time: u64,
+}
+
+/// What decides expiry: the column family's TTL, the clock, the version limit.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Visibility {
+    pub(crate) now: u64,
+    pub(crate) cf_ttl: Option<u64>,
+    pub(crate) max_versions: u32,
+}
+
+impl Visibility {
+    pub(crate) fn new(now: u64, options: &CfOptions) -> Self {
+        Self {
+            now,
+            cf_ttl: options.ttl.map(crate::batch::millis),
+            max_versions: options.max_versions.max(1),
+        }
+    }
+
+    /// True if a put written at `write_time` with cell TTL `ttl` has expired.
+    pub(crate) fn expired(&self, meta: cairn_sstable::EntryMeta) -> bool {
+        let ttl = match (self.cf_ttl, meta.ttl) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(t), None) | (None, Some(t)) => t,
+            (None, None) => return false,
+        };
+        self.now >= meta.write_time.saturating_add(ttl)
+    }
+}
+
+/// Walks versions newest first and keeps the candidates the rules allow.
+pub(crate) struct Resolver<'a> {
+    vis: &'a Visibility,
+    candidates: u32,
+}
+
+impl<'a> Resolver<'a> {
+    pub(crate) fn new(vis: &'a Visibility) -> Self {
+        Self { vis, candidates: 0 }
+    }
+
+    /// Considers the next older version. `Break(true)` when it is a live value to return,
+    /// `Break(false)` when the walk is over with nothing more to return, `Continue` when the
+    /// version is an expired candidate and an older one may still show.
+    pub(crate) fn offer(
+        &mut self,
+        kind: Kind,
+        meta: cairn_sstable::EntryMeta,
+    ) -> ControlFlow<bool> {
+        if kind != Kind::Put {
+            return ControlFlow::Break(false);
+        }
+        self.candidates += 1;
+        if !self.vis.expired(meta) {
+            return ControlFlow::Break(true);
+        }
+        if self.candidates >= self.vis.max_versions {
+            ControlFlow::Break(false)
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
+
+    /// After a live value: may an older version still be listed by `get_versions`?
+    pub(crate) fn room_for_more(&self) -> bool {
+        self.candidates < self.vis.max_versions
+    }
+}
+
+impl DbInner {
+    /// The value of `key` at `snapshot`.
+    pub(crate) fn get(&self, cf: u32, key: &[u8], snapshot: SeqNo) -> Result<Option<Bytes>> {
+        let sv = self.super_version();
+        let vis = Visibility::new(self.options.clock.now_ms(), &sv.cf_options(cf)?);
+        let mut resolver = Resolver::new(&vis);
+        let mut found = None;
+        self.walk_versions(&sv, cf, key, snapshot, |e| {
+            match resolver.offer(e.kind, e.meta) {
+                ControlFlow::Break(true) => {
+                    found = Some(e.value);
+                    ControlFlow::Break(())
+                }
+                ControlFlow::Break(false) => ControlFlow::Break(()),
+                ControlFlow::Continue(()) => ControlFlow::Continue(()),
+            }
+        })?;
+        Ok(found)
+    }
+
+    /// Up to `limit` live versions of `key` at `snapshot`, newest first.
+    pub(crate) fn get_versions(
+        &self,
+        cf: u32,
+        key: &[u8],
+        snapshot: SeqNo,
+        limit: usize,
+    ) -> Result<Vec<Version>> {
+        let sv = self.super_version();
+        let vis = Visibility::new(self.options.clock.now_ms(), &sv.cf_options(cf)?);
+        let mut resolver = Resolver::new(&vis);
+        let mut out = Vec::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        self.walk_versions(&sv, cf, key, snapshot, |e| {
+            match resolver.offer(e.kind, e.meta) {
+                ControlFlow::Break(true) => {
+                    out.push(Version {
+                        value: e.value,
+                        seqno: e.seqno,
+                        write_time: e.meta.write_time,
+                    });
+                    if out.len() < limit && resolver.room_for_more() {
+                        ControlFlow::Continue(())
+                    } else {
+                        ControlFlow::Break(())
+                    }
+                }
+                ControlFlow::Break(false) => ControlFlow::Break(()),
+                ControlFlow::Continue(()) => ControlFlow::Continue(()),
+            }
+        })?;
+        Ok(out)
+    }
+
+    /// The newest seqno of any write touching `key` (a version or a covering range tombstone),
+    /// for transaction conflict checks.
+    pub(crate) fn latest_seqno(&self, cf: u32, key: &[u8]) -> Result<SeqNo> {
+        let sv = self.super_version();
+        let snapshot = cairn_sstable::MAX_SEQNO;
+        let mut newest = self.covering_seqno(&sv, cf, key, snapshot)?;
+        self.walk_versions(&sv, cf, key, snapshot, |e| {
+            newest = newest.max(e.seqno);
+            ControlFlow::Break(())
+        })?;
+        Ok(newest)
+    }
+
+    /// The largest seqno at or below `snapshot` of a range tombstone covering `key`; 0 if none.
+    fn covering_seqno(
+        &self,
+        sv: &SuperVersion,
+        cf: u32,
+        key: &[u8],
+        snapshot: SeqNo,
+    ) -> Result<SeqNo> {
+        let mut cover = 0;
+        for mem in sv.memtables(cf) {
+            cover = cover.max(
+                mem.range_tombstones()
+                    .covering_seqno(key, snapshot)
+                    .unwrap_or(0),
+            );
+        }
+        if let Some(files) = sv.version.cf(cf) {
+            for (_, file) in files.all_files() {
+                if file.num_range_tombstones > 0 && file.may_contain_key(key) {
+                    let table = self.tables.get(file.number)?;
+                    cover = cover.max(
+                        table
+                            .range_tombstones()
+                            .covering_seqno(key, snapshot)
+                            .unwrap_or(0),
+                    );
+                }
+            }
+        }
+        Ok(cover)
+    }
+
+    /// Calls `visit` with each version of `key` visible at `snapshot` and not hidden by a range
+    /// tombstone, newest first, until it breaks.
+    fn walk_versions(
+        &self,
+        sv: &SuperVersion,
+        cf: u32,
+        key: &[u8],
+        snapshot: SeqNo,
+        mut visit: impl FnMut(Entry) -> ControlFlow<()>,
+    ) -> Result<()> {
+        let cover = self.covering_seqno(sv, cf, key, snapshot)?;
+        let mut offer = |e: Entry| {
+            if e.seqno < cover {
+                return ControlFlow::Break(());
+            }
+            visit(e)
+        };
+        let limit = usize::try_from(sv.cf_options(cf)?.max_versions)
+            .unwrap_or(1)
+            .max(1);
+        for mem in sv.memtables(cf) {
+            for e in mem.versions(key, snapshot, limit) {
+                if offer(e).is_break() {
+                    return Ok(());
+                }
+            }
+        }
+        let Some(files) = sv.version.cf(cf) else {
+            return Ok(());
+        };
+        for (_, file) in files.all_files() {
+            if !file.may_contain_key(key) {
+                continue;
+            }
+            let table = self.tables.get(file.number)?;
+            if !table.may_contain(key) {
+                continue;
+            }
+            let mut iter = table.iter();
+            iter.seek(&seek_key(key, snapshot))?;
+            while iter.valid() && user_key(iter.key()) == key {
+                if let Some(e) = Entry::current(&iter)
+                    && offer(e).is_break()
+                {
+                    return Ok(());
+                }
+                iter.next()?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,193 @@
+//! Opening a database: lock the directory, read the MANIFEST, replay the logs it has not
+//! absorbed into memtables, flush them to level 0, and start a fresh MANIFEST and log.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use cairn_fs::FileSystem;
+use cairn_wal::{LogReader, LogWriter, RecoveryMode};
+
+use crate::batch::decode_record;
+use crate::db::{DbInner, OpenedParts};
+use crate::error::{Error, Result};
+use crate::filename::{self, FileKind};
+use crate::manifest::{self, ManifestState, ManifestWriter};
+use crate::memtable::Memtable;
+use crate::options::Options;
+use crate::super_version::MemSet;
+use crate::write::apply_ops;
+
+/// Opens the database in `dir`.
+pub(crate) fn open(dir: &Path, options: Options) -> Result<DbInner> {
+    let fs = Arc::clone(&options.fs);
+    prepare_directory(fs.as_ref(), dir, &options)?;
+    let lock = fs.lock(&filename::lock_path(dir))?;
+    let mut meta = match manifest::read_current(fs.as_ref(), dir)? {
+        Some(name) if options.error_if_exists => {
+            return Err(Error::invalid(format!(
+                "{} already holds a database ({name})",
+                dir.display()
+            )));
+        }
+        Some(name) => manifest::load(fs.as_ref(), dir, &name)?,
+        None if options.create_if_missing => ManifestState::new_database(),
+        None => {
+            return Err(Error::invalid(format!(
+                "{} holds no Cairn database",
+                dir.display()
+            )));
+        }
+    };
+    let names = fs.list(dir)?;
+    // Numbers are never reused, even for files a crash left behind unrecorded.
+    let highest = names
+        .iter()
+        .filter_map(|n| file_number(n))
+        .max()
+        .unwrap_or(0);
+    meta.next_file_number = meta.next_file_number.max(highest + 1);
+
+    let recovered = replay_logs(fs.as_ref(), dir, &names, &meta, options.recovery_mode)?;
+    meta.last_seqno = meta.last_seqno.max(recovered.last_seqno);
+    let inner_parts = finish_open(fs.as_ref(), dir, &options, meta, &recovered, lock)?;
+    let inner = DbInner::new(dir.to_path_buf(), options, inner_parts);
+    inner.delete_obsolete_files();
+    Ok(inner)
+}
+
+/// Creates a missing directory (when allowed) and refuses one holding foreign files.
+fn prepare_directory(fs: &dyn FileSystem, dir: &Path, options: &Options) -> Result<()> {
+    if !fs.exists(dir) {
+        if !options.create_if_missing {
+            return Err(Error::invalid(format!("{} does not exist", dir.display())));
+        }
+        fs.create_dir_all(dir)?;
+        return Ok(());
+    }
+    let names = fs.list(dir).map_err(|e| match e {
+        cairn_fs::Error::Io { source, .. }
+            if source.kind() == std::io::ErrorKind::NotADirectory =>
+        {
+            Error::invalid(format!("{} is not a directory", dir.display()))
+        }
+        other => Error::Io(other),
+    })?;
+    let has_current = names.iter().any(|n| n == "CURRENT");
+    if let Some(foreign) = names.iter().find(|n| filename::parse(n).is_none()) {
+        if !has_current {
+            return Err(Error::invalid(format!(
+                "{} is not a Cairn database (it holds {foreign:?} and no CURRENT)",
+                dir.display()
+            )));
+        }
+        tracing::debug!(file = %foreign, "ignoring a file that is not the engine's");
+    }
+    Ok(())
+}
+
+fn file_number(name: &str) -> Option<u64> {
+    match filename::parse(name)? {
+        FileKind::Log(n) | FileKind::Table(n) | FileKind::TempTable(n) | FileKind::Manifest(n) => {
+            Some(n)
+        }
+        _ => None,
+    }
+}
+
+/// Memtables rebuilt from the logs.
+struct Recovered {
+    memtables: BTreeMap<u32, Arc<Memtable>>,
+    last_seqno: u64,
+}
+
+/// Replays every log at or after the MANIFEST's log number, oldest first.
+fn replay_logs(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    names: &[String],
+    meta: &ManifestState,
+    mode: RecoveryMode,
+) -> Result<Recovered> {
+    let mut logs: Vec<u64> = names
+        .iter()
+        .filter_map(|n| match filename::parse(n) {
+            Some(FileKind::Log(number)) if number >= meta.log_number => Some(number),
+            _ => None,
+        })
+        .collect();
+    logs.sort_unstable();
+    let memset = MemSet::new(0, meta.cfs.keys().copied());
+    let mut last_seqno = meta.last_seqno;
+    for number in logs {
+        let path = filename::log_path(dir, number);
+        let mut reader = LogReader::open(fs, &path, mode)?;
+        while let Some((offset, bytes)) = reader.next_record()? {
+            let Some(record) = decode_record(&bytes) else {
+                let damage = Error::corruption(&path, offset, "malformed write batch in log");
+                match mode {
+                    RecoveryMode::SkipCorrupted => {
+                        tracing::warn!(error = %damage, "skipping a malformed log record");
+                        continue;
+                    }
+                    _ => return Err(damage),
+                }
+            };
+            let count = record.ops.len() as u64;
+            apply_ops(
+                &memset,
+                record.first_seqno,
+                record.write_time,
+                record.ops.iter(),
+            );
+            last_seqno = last_seqno.max(record.first_seqno + count.saturating_sub(1));
+        }
+        if let Some(damage) = reader.stopped_at() {
+            // Point-in-time recovery: nothing after the first damage is replayed, in any log.
+            tracing::warn!(file = %damage.file.display(), offset = damage.offset, "log replay stopped at damage");
+            break;
+        }
+    }
+    Ok(Recovered {
+        memtables: memset.tables,
+        last_seqno,
+    })
+}
+
+/// Flushes recovered memtables, writes a fresh MANIFEST and opens a new log.
+fn finish_open(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    options: &Options,
+    mut meta: ManifestState,
+    recovered: &Recovered,
+    lock: cairn_fs::FileLock,
+) -> Result<OpenedParts> {
+    let mut edit = crate::version_edit::VersionEdit::default();
+    for (cf, mem) in &recovered.memtables {
+        if mem.is_empty() {
+            continue;
+        }
+        let number = meta.next_file_number;
+        meta.next_file_number += 1;
+        let file = crate::flush::write_table(fs, dir, &options.table, mem, number)?;
+        edit.new_files.push((*cf, 0, file));
+    }
+    let log_number = meta.next_file_number;
+    let manifest_number = log_number + 1;
+    meta.next_file_number = manifest_number + 1;
+    edit.log_number = Some(log_number);
+    let path = dir.join(filename::manifest_name(manifest_number));
+    meta.apply(&edit, &path)?;
+    let wal = LogWriter::new(fs.create(&filename::log_path(dir, log_number))?);
+    fs.sync_dir(dir)?;
+    let manifest = ManifestWriter::create(fs, dir, manifest_number, &meta)?;
+    let mem = Arc::new(MemSet::new(log_number, meta.cfs.keys().copied()));
+    Ok(OpenedParts {
+        lock,
+        manifest,
+        meta,
+        mem,
+        wal,
+    })
+}

@@ -1,0 +1,115 @@
+//! Versions: the immutable set of tables each column family reads, swapped atomically.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::version_edit::{FileMeta, VersionEdit};
+
+/// Levels per column family.
+pub(crate) const NUM_LEVELS: usize = 7;
+
+/// One column family's tables by level. Level 0 is ordered newest first; deeper levels are
+/// sorted by smallest key and do not overlap.
+#[derive(Debug, Clone)]
+pub(crate) struct CfVersion {
+    pub(crate) levels: Vec<Vec<Arc<FileMeta>>>,
+}
+
+impl Default for CfVersion {
+    fn default() -> Self {
+        Self {
+            levels: vec![Vec::new(); NUM_LEVELS],
+        }
+    }
+}
+
+impl CfVersion {
+    /// Every table, level by level, newest first within level 0.
+    pub(crate) fn all_files(&self) -> impl Iterator<Item = (usize, &Arc<FileMeta>)> {
+        self.levels
+            .iter()
+            .enumerate()
+            .flat_map(|(level, files)| files.iter().map(move |f| (level, f)))
+    }
+
+    fn sort(&mut self) {
+        if let Some(l0) = self.levels.first_mut() {
+            l0.sort_by(|a, b| {
+                b.largest_seqno
+                    .cmp(&a.largest_seqno)
+                    .then(b.number.cmp(&a.number))
+            });
+        }
+        for level in self.levels.iter_mut().skip(1) {
+            level.sort_by(|a, b| a.smallest.cmp(&b.smallest));
+        }
+    }
+}
+
+/// The tables of every column family at one moment.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Version {
+    pub(crate) cfs: BTreeMap<u32, CfVersion>,
+}
+
+impl Version {
+    /// The column family's tables (empty if it has none).
+    pub(crate) fn cf(&self, cf: u32) -> Option<&CfVersion> {
+        self.cfs.get(&cf)
+    }
+
+    /// The version after `edit`.
+    ///
+    /// # Errors
+    /// `Corruption` (attributed to `manifest`) if the edit removes a table that is not there
+    /// or puts one on a level that does not exist.
+    pub(crate) fn apply(&self, edit: &VersionEdit, manifest: &std::path::Path) -> Result<Self> {
+        let mut next = self.clone();
+        let bad = |why: String| Error::corruption(manifest, 0, why);
+        for (id, _, _) in &edit.added_cfs {
+            next.cfs.entry(*id).or_default();
+        }
+        for (cf, level, number) in &edit.deleted_files {
+            let files = next
+                .cfs
+                .get_mut(cf)
+                .and_then(|v| v.levels.get_mut(*level))
+                .ok_or_else(|| {
+                    bad(format!(
+                        "edit deletes from missing level {level} of cf {cf}"
+                    ))
+                })?;
+            let before = files.len();
+            files.retain(|f| f.number != *number);
+            if files.len() == before {
+                return Err(bad(format!(
+                    "edit deletes table {number} not in level {level}"
+                )));
+            }
+        }
+        for (cf, level, file) in &edit.new_files {
+            let files = next
+                .cfs
+                .get_mut(cf)
+                .and_then(|v| v.levels.get_mut(*level))
+                .ok_or_else(|| bad(format!("edit adds to missing level {level} of cf {cf}")))?;
+            files.push(Arc::new(file.clone()));
+        }
+        for id in &edit.dropped_cfs {
+            next.cfs.remove(id);
+        }
+        for cf in next.cfs.values_mut() {
+            cf.sort();
+        }
+        Ok(next)
+    }
+
+    /// Every table number in the version.
+    pub(crate) fn live_files(&self) -> std::collections::HashSet<u64> {
+        self.cfs
+            .values()
+            .flat_map(|cf| cf.all_files().map(|(_, f)| f.number))
+            .collect()
+    }
+}

@@ -1,0 +1,233 @@
+//! Version edits: the records of the MANIFEST (see `engine/MANIFEST.md`).
+
+use bytes::Bytes;
+
+use crate::batch::{Reader, put_varint};
+use crate::options::CfOptions;
+
+/// One table in a version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FileMeta {
+    pub(crate) number: u64,
+    pub(crate) file_size: u64,
+    /// The smallest user key of any entry or range tombstone.
+    pub(crate) smallest: Bytes,
+    /// The largest user key of any entry, or the end of the last range tombstone (whose end is
+    /// exclusive, so this bound may be one key too generous).
+    pub(crate) largest: Bytes,
+    pub(crate) smallest_seqno: u64,
+    pub(crate) largest_seqno: u64,
+    pub(crate) num_entries: u64,
+    pub(crate) num_point_tombstones: u64,
+    pub(crate) num_range_tombstones: u64,
+}
+
+impl FileMeta {
+    /// True if the table may hold `user_key`.
+    pub(crate) fn may_contain_key(&self, user_key: &[u8]) -> bool {
+        self.smallest.as_ref() <= user_key && user_key <= self.largest.as_ref()
+    }
+
+    /// True if the table may hold keys in `[start, end)` (`end` `None`: unbounded).
+    pub(crate) fn overlaps(&self, start: &[u8], end: Option<&[u8]>) -> bool {
+        self.largest.as_ref() >= start && end.is_none_or(|end| self.smallest.as_ref() < end)
+    }
+}
+
+/// A change to the set of tables and column families.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct VersionEdit {
+    pub(crate) log_number: Option<u64>,
+    pub(crate) next_file_number: Option<u64>,
+    pub(crate) last_seqno: Option<u64>,
+    pub(crate) next_cf_id: Option<u32>,
+    pub(crate) added_cfs: Vec<(u32, String, CfOptions)>,
+    pub(crate) dropped_cfs: Vec<u32>,
+    pub(crate) new_files: Vec<(u32, usize, FileMeta)>,
+    pub(crate) deleted_files: Vec<(u32, usize, u64)>,
+}
+
+const TAG_LOG_NUMBER: u8 = 1;
+const TAG_NEXT_FILE: u8 = 2;
+const TAG_LAST_SEQNO: u8 = 3;
+const TAG_NEXT_CF_ID: u8 = 4;
+const TAG_ADD_CF: u8 = 5;
+const TAG_DROP_CF: u8 = 6;
+const TAG_NEW_FILE: u8 = 7;
+const TAG_DELETED_FILE: u8 = 8;
+
+impl VersionEdit {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (tag, value) in [
+            (TAG_LOG_NUMBER, self.log_number),
+            (TAG_NEXT_FILE, self.next_file_number),
+            (TAG_LAST_SEQNO, self.last_seqno),
+            (TAG_NEXT_CF_ID, self.next_cf_id.map(u64::from)),
+        ] {
+            if let Some(v) = value {
+                out.push(tag);
+                put_varint(&mut out, v);
+            }
+        }
+        for (id, name, options) in &self.added_cfs {
+            out.push(TAG_ADD_CF);
+            put_varint(&mut out, u64::from(*id));
+            put_bytes(&mut out, name.as_bytes());
+            put_varint(
+                &mut out,
+                options
+                    .ttl
+                    .map_or(0, |t| crate::batch::millis(t).saturating_add(1)),
+            );
+            put_varint(&mut out, u64::from(options.max_versions));
+            put_varint(&mut out, crate::batch::millis(options.tombstone_grace));
+        }
+        for id in &self.dropped_cfs {
+            out.push(TAG_DROP_CF);
+            put_varint(&mut out, u64::from(*id));
+        }
+        for (cf, level, f) in &self.new_files {
+            out.push(TAG_NEW_FILE);
+            put_varint(&mut out, u64::from(*cf));
+            put_varint(&mut out, *level as u64);
+            for v in [f.number, f.file_size] {
+                put_varint(&mut out, v);
+            }
+            put_bytes(&mut out, &f.smallest);
+            put_bytes(&mut out, &f.largest);
+            for v in [
+                f.smallest_seqno,
+                f.largest_seqno,
+                f.num_entries,
+                f.num_point_tombstones,
+                f.num_range_tombstones,
+            ] {
+                put_varint(&mut out, v);
+            }
+        }
+        for (cf, level, number) in &self.deleted_files {
+            out.push(TAG_DELETED_FILE);
+            put_varint(&mut out, u64::from(*cf));
+            put_varint(&mut out, *level as u64);
+            put_varint(&mut out, *number);
+        }
+        out
+    }
+
+    /// Decodes an edit; `None` if malformed.
+    pub(crate) fn decode(record: &[u8]) -> Option<Self> {
+        let mut r = Reader {
+            input: Bytes::copy_from_slice(record),
+            pos: 0,
+        };
+        let mut edit = Self::default();
+        while !r.is_empty() {
+            match r.byte()? {
+                TAG_LOG_NUMBER => edit.log_number = Some(r.varint()?),
+                TAG_NEXT_FILE => edit.next_file_number = Some(r.varint()?),
+                TAG_LAST_SEQNO => edit.last_seqno = Some(r.varint()?),
+                TAG_NEXT_CF_ID => edit.next_cf_id = Some(u32::try_from(r.varint()?).ok()?),
+                TAG_ADD_CF => edit.added_cfs.push(decode_cf(&mut r)?),
+                TAG_DROP_CF => edit.dropped_cfs.push(u32::try_from(r.varint()?).ok()?),
+                TAG_NEW_FILE => edit.new_files.push(decode_file(&mut r)?),
+                TAG_DELETED_FILE => {
+                    let cf = u32::try_from(r.varint()?).ok()?;
+                    let level = usize::try_from(r.varint()?).ok()?;
+                    edit.deleted_files.push((cf, level, r.varint()?));
+                }
+                _ => return None,
+            }
+        }
+        Some(edit)
+    }
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    put_varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+fn decode_cf(r: &mut Reader) -> Option<(u32, String, CfOptions)> {
+    let id = u32::try_from(r.varint()?).ok()?;
+    let name = String::from_utf8(r.length_prefixed()?.to_vec()).ok()?;
+    let ttl = r.varint()?;
+    let mut options = CfOptions::default()
+        .max_versions(u32::try_from(r.varint()?).ok()?)
+        .tombstone_grace(std::time::Duration::from_millis(r.varint()?));
+    if ttl > 0 {
+        options = options.ttl(std::time::Duration::from_millis(ttl - 1));
+    }
+    Some((id, name, options))
+}
+
+fn decode_file(r: &mut Reader) -> Option<(u32, usize, FileMeta)> {
+    let cf = u32::try_from(r.varint()?).ok()?;
+    let level = usize::try_from(r.varint()?).ok()?;
+    let number = r.varint()?;
+    let file_size = r.varint()?;
+    let smallest = r.length_prefixed()?;
+    let largest = r.length_prefixed()?;
+    Some((
+        cf,
+        level,
+        FileMeta {
+            number,
+            file_size,
+            smallest,
+            largest,
+            smallest_seqno: r.varint()?,
+            largest_seqno: r.varint()?,
+            num_entries: r.varint()?,
+            num_point_tombstones: r.varint()?,
+            num_range_tombstones: r.varint()?,
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edits_round_trip_and_malformed_ones_fail() {
+        let edit = VersionEdit {
+            log_number: Some(7),
+            next_file_number: Some(12),
+            last_seqno: Some(99),
+            next_cf_id: Some(3),
+            added_cfs: vec![(
+                2,
+                "users".into(),
+                CfOptions::default()
+                    .max_versions(3)
+                    .ttl(std::time::Duration::from_secs(5)),
+            )],
+            dropped_cfs: vec![1],
+            new_files: vec![(
+                0,
+                0,
+                FileMeta {
+                    number: 9,
+                    file_size: 4096,
+                    smallest: Bytes::from_static(b"a"),
+                    largest: Bytes::from_static(b"z"),
+                    smallest_seqno: 1,
+                    largest_seqno: 50,
+                    num_entries: 40,
+                    num_point_tombstones: 3,
+                    num_range_tombstones: 1,
+                },
+            )],
+            deleted_files: vec![(0, 1, 4)],
+        };
+        let bytes = edit.encode();
+        assert_eq!(VersionEdit::decode(&bytes), Some(edit));
+        assert_eq!(VersionEdit::decode(&[0x77]), None, "unknown tag");
+        assert_eq!(
+            VersionEdit::decode(&[TAG_NEW_FILE, 0]),
+            None,
+            "truncated file"
+        );
+    }
+}
