@@ -190,3 +190,49 @@ fn damage_in_a_data_block_is_reported_by_the_read_that_meets_it() -> cairn_sstab
     assert!(table.get(&last, cairn_sstable::MAX_SEQNO)?.is_some());
     Ok(())
 }
+
+#[test]
+fn keys_out_of_order_under_a_valid_checksum_are_corruption() -> cairn_sstable::Result<()> {
+    let entries: Vec<ModelEntry> = [b"a", b"b", b"c"]
+        .iter()
+        .map(|k| ModelEntry::new(*k, 1, Kind::Put, EntryMeta::at(1), b"v"))
+        .collect();
+    let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+    let options = TableOptions::default()
+        .compression(None)
+        .restart_interval(16);
+    let table = common::write_table(dir.path(), NAME, 1, &entries, &[], options)?;
+    let mut bytes = std::fs::read(table.path()).map_err(cairn_fs::Error::from)?;
+    // The data block starts at 0 and ends where the filter block (the footer's second handle)
+    // begins, less its 5-byte trailer. Swap the user keys "a" and "c", then fix the checksum.
+    let footer = bytes.len() - 80;
+    let filter_at = bytes
+        .get(footer + 16..footer + 24)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes)
+        .and_then(|o| usize::try_from(o).ok())
+        .unwrap_or_default();
+    let size = filter_at - 5;
+    let positions: Vec<usize> = (0..size)
+        .filter(|&i| matches!(bytes.get(i), Some(b'a' | b'c')))
+        .collect();
+    for i in &positions {
+        if let Some(b) = bytes.get_mut(*i) {
+            *b = if *b == b'a' { b'c' } else { b'a' };
+        }
+    }
+    let crc = crc32fast::hash(bytes.get(..=size).unwrap_or_default());
+    if let Some(slot) = bytes.get_mut(size + 1..size + 5) {
+        slot.copy_from_slice(&crc.to_le_bytes());
+    }
+    let table = Table::from_bytes(Bytes::from(bytes), Path::new(NAME), 1, None)?;
+    let mut iter = table.iter();
+    let forward = scan_forward(&mut iter);
+    let backward = scan_backward(&mut iter);
+    assert!(
+        matches!(forward, Err(Error::Corruption { .. }))
+            || matches!(backward, Err(Error::Corruption { .. })),
+        "out-of-order keys were served: {forward:?} / {backward:?}"
+    );
+    Ok(())
+}

@@ -127,16 +127,22 @@ fn decompress(contents: &[u8], at: &Origin) -> Result<Bytes> {
         .filter(|&len| len <= MAX_BLOCK_LEN)
         .ok_or_else(|| at.corruption(0, "bad uncompressed length"))?;
     let frame = contents.get(cursor.pos()..).unwrap_or_default();
-    let out = DECOMPRESSOR.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        if slot.is_none() {
-            *slot = Some(zstd::bulk::Decompressor::new()?);
+    // The writer always records the content size in the frame; a disagreement is damage, and
+    // checking it first keeps a crafted length from buying a large allocation.
+    match zstd::zstd_safe::get_frame_content_size(frame) {
+        Ok(Some(size)) if size == len as u64 => {}
+        _ => {
+            return Err(at.corruption(
+                cursor.pos(),
+                "zstd frame size disagrees with the block length",
+            ));
         }
-        match slot.as_mut() {
-            Some(d) => d.decompress(frame, len),
-            None => Err(std::io::Error::other("no decompressor")),
-        }
-    });
+    }
+    let out = if len <= DIRECT_DECOMPRESS_LIMIT {
+        decompress_direct(frame, len)
+    } else {
+        decompress_streaming(frame, len)
+    };
     match out {
         Ok(out) if out.len() == len => Ok(Bytes::from(out)),
         Ok(out) => Err(at.corruption(
@@ -145,6 +151,32 @@ fn decompress(contents: &[u8], at: &Origin) -> Result<Bytes> {
         )),
         Err(e) => Err(at.corruption(0, format!("zstd: {e}"))),
     }
+}
+
+/// Blocks up to this size decompress into a buffer allocated up front; larger ones (blocks
+/// holding a huge value) grow their buffer only as output actually arrives.
+const DIRECT_DECOMPRESS_LIMIT: usize = 1 << 20;
+
+fn decompress_direct(frame: &[u8], len: usize) -> std::io::Result<Vec<u8>> {
+    DECOMPRESSOR.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(zstd::bulk::Decompressor::new()?);
+        }
+        match slot.as_mut() {
+            Some(d) => d.decompress(frame, len),
+            None => Err(std::io::Error::other("no decompressor")),
+        }
+    })
+}
+
+fn decompress_streaming(frame: &[u8], len: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::with_capacity(DIRECT_DECOMPRESS_LIMIT);
+    zstd::stream::Decoder::new(frame)?
+        .take(len as u64 + 1)
+        .read_to_end(&mut out)?;
+    Ok(out)
 }
 
 /// Decodes a varint block handle stored as an index value.

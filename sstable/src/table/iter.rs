@@ -20,6 +20,8 @@ pub struct TableIter {
     meta: EntryMeta,
     /// Where the user value starts inside the block entry's value (after the metadata).
     value_start: usize,
+    /// The key before the last step, to check that steps keep the table's order.
+    last_key: Vec<u8>,
 }
 
 impl TableIter {
@@ -30,6 +32,7 @@ impl TableIter {
             data: None,
             meta: EntryMeta::default(),
             value_start: 0,
+            last_key: Vec::new(),
         }
     }
 
@@ -109,6 +112,28 @@ impl TableIter {
 
     fn data_mut(&mut self) -> Option<&mut BlockIter> {
         self.data.as_mut()
+    }
+
+    /// Remembers the current key before a step.
+    fn note_key(&mut self) {
+        self.last_key.clear();
+        if let Some(data) = self.data.as_ref() {
+            self.last_key.extend_from_slice(data.key());
+        }
+    }
+
+    /// After a step: a damaged table whose checksums still match must not hand out keys out of
+    /// order (the merging iterator above relies on the order).
+    fn check_order(&mut self, want: std::cmp::Ordering) -> Result<()> {
+        let Some(data) = self.data.as_ref().filter(|d| d.valid()) else {
+            return Ok(());
+        };
+        if compare_internal_keys(data.key(), &self.last_key) == want {
+            return Ok(());
+        }
+        let err = data.corruption_here("keys out of order");
+        self.data = None;
+        Err(err)
     }
 }
 
@@ -193,21 +218,25 @@ impl InternalIterator for TableIter {
     }
 
     fn next(&mut self) -> Result<()> {
+        self.note_key();
         let result = (|| {
             if let Some(data) = self.data_mut() {
                 data.next()?;
             }
-            self.settle_forward()
+            self.settle_forward()?;
+            self.check_order(std::cmp::Ordering::Greater)
         })();
         self.guard(result)
     }
 
     fn prev(&mut self) -> Result<()> {
+        self.note_key();
         let result = (|| {
             if let Some(data) = self.data_mut() {
                 data.prev()?;
             }
-            self.settle_backward()
+            self.settle_backward()?;
+            self.check_order(std::cmp::Ordering::Less)
         })();
         self.guard(result)
     }
