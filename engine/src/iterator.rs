@@ -292,12 +292,14 @@ impl DbIterator {
                 return Ok(None);
             }
             let mut resolver = Resolver::new(&vis);
+            let mut decided = false;
             let mut value = None;
             while merged.valid() && user_key(merged.key()) == key.as_ref() {
-                if value.is_none() {
+                if !decided {
                     let kind = parse_internal_key(merged.key()).map_or(Kind::Delete, |k| k.kind);
-                    if let ControlFlow::Break(true) = resolver.offer(kind, merged.meta()) {
-                        value = Some(merged.value_bytes());
+                    if let ControlFlow::Break(live) = resolver.offer(kind, merged.meta()) {
+                        decided = true;
+                        value = live.then(|| merged.value_bytes());
                     }
                 }
                 merged.next()?;

@@ -1,0 +1,335 @@
+//! The engine against a `BTreeMap` model: random puts, deletes, single deletes, range deletes,
+//! batches, snapshots (taken, read, released), flushes, column families and reopens, with the
+//! same answers from point reads and from forward and backward scans at every step.
+//!
+//! Runs `CAIRN_SEEDS` seeds (default 24); `CAIRN_SEED=n` replays one. A failure names its seed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+
+use cairn::{CfOptions, ColumnFamily, Db, Options, Snapshot, WriteBatch};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+type Map = BTreeMap<Vec<u8>, Vec<u8>>;
+
+const CFS: [&str; 2] = ["default", "other"];
+
+struct Model {
+    cfs: [Map; 2],
+    /// Puts since the last delete, per (cf, key): single delete is legal only at exactly one.
+    puts_since_delete: HashMap<(usize, Vec<u8>), u32>,
+}
+
+enum Write {
+    Put(usize, Vec<u8>, Vec<u8>),
+    Delete(usize, Vec<u8>),
+    SingleDelete(usize, Vec<u8>),
+    DeleteRange(usize, Vec<u8>, Vec<u8>),
+}
+
+impl Model {
+    fn apply(&mut self, w: &Write) {
+        match w {
+            Write::Put(cf, k, v) => {
+                self.cfs[*cf].insert(k.clone(), v.clone());
+                *self.puts_since_delete.entry((*cf, k.clone())).or_insert(0) += 1;
+            }
+            Write::Delete(cf, k) | Write::SingleDelete(cf, k) => {
+                self.cfs[*cf].remove(k);
+                self.puts_since_delete.insert((*cf, k.clone()), 0);
+            }
+            Write::DeleteRange(cf, a, b) => {
+                let doomed: Vec<Vec<u8>> = self.cfs[*cf].range(a.clone()..b.clone()).map(|(k, _)| k.clone()).collect();
+                for k in doomed {
+                    self.cfs[*cf].remove(&k);
+                }
+                self.puts_since_delete.retain(|(c, k), _| !(*c == *cf && k >= a && k < b));
+            }
+        }
+    }
+}
+
+fn describe(w: &Write) -> String {
+    let k = |k: &[u8]| String::from_utf8_lossy(k).into_owned();
+    match w {
+        Write::Put(c, key, v) => format!("put cf{c} {:?} ({} bytes)", k(key), v.len()),
+        Write::Delete(c, key) => format!("delete cf{c} {:?}", k(key)),
+        Write::SingleDelete(c, key) => format!("single_delete cf{c} {:?}", k(key)),
+        Write::DeleteRange(c, a, b) => format!("delete_range cf{c} {:?}..{:?}", k(a), k(b)),
+    }
+}
+
+struct Harness {
+    dir: tempfile::TempDir,
+    db: Option<Db>,
+    other: Option<ColumnFamily>,
+    rng: SmallRng,
+    model: Model,
+    snapshots: Vec<(Snapshot, [Map; 2])>,
+    seed: u64,
+    step: usize,
+}
+
+fn key(rng: &mut SmallRng) -> Vec<u8> {
+    match rng.random_range(0..20) {
+        0 => Vec::new(),
+        1 => vec![0xff; rng.random_range(1..4)],
+        _ => format!("k{:03}", rng.random_range(0..150)).into_bytes(),
+    }
+}
+
+fn value(rng: &mut SmallRng) -> Vec<u8> {
+    let len = if rng.random_ratio(1, 30) { rng.random_range(1000..5000) } else { rng.random_range(0..40) };
+    (0..len).map(|_| rng.random::<u8>()).collect()
+}
+
+fn options() -> Options {
+    Options::default().memtable_size(16 * 1024).max_immutable_memtables(2)
+}
+
+fn collect(iter: cairn::DbIterator) -> Vec<(Vec<u8>, Vec<u8>)> {
+    iter.map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).expect("scan failed")).collect()
+}
+
+fn collect_back(iter: cairn::DbIterator) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out: Vec<_> = iter.rev().map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).expect("scan failed")).collect();
+    out.reverse();
+    out
+}
+
+fn model_range(map: &Map, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    // BTreeMap panics on empty or reversed bounds; the engine yields nothing for them.
+    if let (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) = (lo, hi)
+        && (a > b || (a == b && !matches!((lo, hi), (Bound::Included(_), Bound::Included(_)))))
+    {
+        return Vec::new();
+    }
+    map.range((lo.clone(), hi.clone())).map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+impl Harness {
+    fn new(seed: u64) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = Db::open(dir.path(), options()).expect("open");
+        let other = db.create_column_family("other", CfOptions::default()).expect("create cf");
+        Self {
+            dir,
+            db: Some(db),
+            other: Some(other),
+            rng: SmallRng::seed_from_u64(seed),
+            model: Model { cfs: [Map::new(), Map::new()], puts_since_delete: HashMap::new() },
+            snapshots: Vec::new(),
+            seed,
+            step: 0,
+        }
+    }
+
+    fn db(&self) -> &Db {
+        self.db.as_ref().expect("db is open")
+    }
+
+    fn cf(&self, cf: usize) -> ColumnFamily {
+        if cf == 0 {
+            self.db().column_family("default").expect("default cf")
+        } else {
+            self.other.clone().expect("other cf")
+        }
+    }
+
+    fn random_write(&mut self) -> Write {
+        let cf = self.rng.random_range(0..2);
+        match self.rng.random_range(0..20) {
+            0..=9 => Write::Put(cf, key(&mut self.rng), value(&mut self.rng)),
+            10..=13 => Write::Delete(cf, key(&mut self.rng)),
+            14..=16 => {
+                // Single delete only where it is legal: a key put exactly once since its delete.
+                let legal: Vec<Vec<u8>> = self
+                    .model
+                    .puts_since_delete
+                    .iter()
+                    .filter(|((c, _), n)| *c == cf && **n == 1)
+                    .map(|((_, k), _)| k.clone())
+                    .collect();
+                match legal.get(self.rng.random_range(0..legal.len().max(1))) {
+                    Some(k) => Write::SingleDelete(cf, k.clone()),
+                    None => Write::Delete(cf, key(&mut self.rng)),
+                }
+            }
+            _ => {
+                let (a, b) = (key(&mut self.rng), key(&mut self.rng));
+                let (a, b) = if a <= b { (a, b) } else { (b, a) };
+                Write::DeleteRange(cf, a, b)
+            }
+        }
+    }
+
+    fn add_to_batch(&self, batch: &mut WriteBatch, w: &Write) {
+        let cf = |i: usize| self.cf(i);
+        match w {
+            Write::Put(c, k, v) => batch.put_cf(&cf(*c), k, v),
+            Write::Delete(c, k) => batch.delete_cf(&cf(*c), k),
+            Write::SingleDelete(c, k) => batch.single_delete_cf(&cf(*c), k),
+            Write::DeleteRange(c, a, b) => batch.delete_range_cf(&cf(*c), a, b),
+        }
+    }
+
+    fn step(&mut self) {
+        self.step += 1;
+        match self.rng.random_range(0..100) {
+            0..=59 => {
+                let w = self.random_write();
+                if std::env::var_os("CAIRN_TRACE").is_some() {
+                    eprintln!("step {}: {}", self.step, describe(&w));
+                }
+                let cf = self.cf(match &w {
+                    Write::Put(c, ..) | Write::Delete(c, _) | Write::SingleDelete(c, _) | Write::DeleteRange(c, ..) => *c,
+                });
+                match &w {
+                    Write::Put(_, k, v) => cf.put(k, v),
+                    Write::Delete(_, k) => cf.delete(k),
+                    Write::SingleDelete(_, k) => cf.single_delete(k),
+                    Write::DeleteRange(_, a, b) => cf.delete_range(a, b),
+                }
+                .expect("write");
+                self.model.apply(&w);
+            }
+            60..=69 => {
+                let n = self.rng.random_range(1..8);
+                let writes: Vec<Write> = (0..n).map(|_| self.random_write()).collect();
+                let mut batch = WriteBatch::new();
+                if std::env::var_os("CAIRN_TRACE").is_some() {
+                    eprintln!("step {}: batch [{}]", self.step, writes.iter().map(describe).collect::<Vec<_>>().join(", "));
+                }
+                for w in &writes {
+                    self.add_to_batch(&mut batch, w);
+                }
+                self.db().write(batch).expect("batch");
+                for w in &writes {
+                    self.model.apply(w);
+                }
+            }
+            70..=74 => {
+                let snap = self.db().snapshot();
+                self.snapshots.push((snap, self.model.cfs.clone()));
+            }
+            75..=78 => {
+                if !self.snapshots.is_empty() {
+                    let i = self.rng.random_range(0..self.snapshots.len());
+                    self.check_snapshot(i);
+                    self.snapshots.swap_remove(i);
+                }
+            }
+            79..=81 => self.db().flush().expect("flush"),
+            82 => self.reopen(),
+            _ => self.check_reads(),
+        }
+    }
+
+    fn reopen(&mut self) {
+        self.snapshots.clear();
+        self.other = None;
+        self.db.take().expect("open").close().expect("close");
+        let db = Db::open(self.dir.path(), options()).expect("reopen");
+        self.other = Some(db.column_family("other").expect("other survives reopen"));
+        assert_eq!(db.list_column_families(), CFS.to_vec(), "seed {} step {}", self.seed, self.step);
+        self.db = Some(db);
+    }
+
+    fn random_bounds(&mut self) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+        let bound = |rng: &mut SmallRng| match rng.random_range(0..3) {
+            0 => Bound::Unbounded,
+            1 => Bound::Included(key(rng)),
+            _ => Bound::Excluded(key(rng)),
+        };
+        let lo = bound(&mut self.rng);
+        let hi = bound(&mut self.rng);
+        (lo, hi)
+    }
+
+    fn check_reads(&mut self) {
+        let ctx = format!("seed {} step {}", self.seed, self.step);
+        for cf in 0..2 {
+            let handle = self.cf(cf);
+            for _ in 0..5 {
+                let k = key(&mut self.rng);
+                let got = handle.get(&k).expect("get").map(|v| v.to_vec());
+                assert_eq!(got.as_ref(), self.model.cfs[cf].get(&k), "{ctx}: get {k:?} in {}", CFS[cf]);
+            }
+            let (lo, hi) = self.random_bounds();
+            let want = model_range(&self.model.cfs[cf], &lo, &hi);
+            let range = (lo.clone(), hi.clone());
+            assert_eq!(collect(handle.range(range.clone()).expect("range")), want, "{ctx}: forward {range:?}");
+            assert_eq!(collect_back(handle.range(range.clone()).expect("range")), want, "{ctx}: backward {range:?}");
+            assert_eq!(collect(handle.iter().expect("iter")), model_range(&self.model.cfs[cf], &Bound::Unbounded, &Bound::Unbounded), "{ctx}: full scan");
+            self.check_double_ended(&handle, cf);
+        }
+    }
+
+    /// Alternating `next` and `next_back` meets in the middle without losing or repeating keys.
+    fn check_double_ended(&mut self, handle: &ColumnFamily, cf: usize) {
+        let want = model_range(&self.model.cfs[cf], &Bound::Unbounded, &Bound::Unbounded);
+        let mut iter = handle.iter().expect("iter");
+        let (mut front, mut back) = (Vec::new(), Vec::new());
+        loop {
+            let (item, side) = if self.rng.random_bool(0.5) {
+                (iter.next(), &mut front)
+            } else {
+                (iter.next_back(), &mut back)
+            };
+            match item {
+                None => break,
+                Some(item) => {
+                    let (k, v) = item.expect("double-ended scan");
+                    side.push((k.to_vec(), v.to_vec()));
+                }
+            }
+        }
+        back.reverse();
+        front.extend(back);
+        assert_eq!(front, want, "seed {} step {}: double-ended scan", self.seed, self.step);
+    }
+
+    fn check_snapshot(&mut self, i: usize) {
+        let ctx = format!("seed {} step {}", self.seed, self.step);
+        let (snap, maps) = &self.snapshots[i];
+        let other = self.other.clone().expect("other cf");
+        for k in (0..150).map(|i| format!("k{i:03}").into_bytes()).step_by(7) {
+            assert_eq!(snap.get(&k).expect("snapshot get").map(|v| v.to_vec()).as_ref(), maps[0].get(&k), "{ctx}: snapshot get {k:?}");
+            assert_eq!(snap.get_cf(&other, &k).expect("snapshot get").map(|v| v.to_vec()).as_ref(), maps[1].get(&k), "{ctx}: snapshot get_cf {k:?}");
+        }
+        let all = |m: &Map| model_range(m, &Bound::Unbounded, &Bound::Unbounded);
+        assert_eq!(collect(snap.iter().expect("iter")), all(&maps[0]), "{ctx}: snapshot scan");
+        assert_eq!(collect_back(snap.range_cf::<&[u8]>(&other, ..).expect("iter")), all(&maps[1]), "{ctx}: snapshot scan back");
+    }
+}
+
+fn run_seed(seed: u64, steps: usize) {
+    let mut h = Harness::new(seed);
+    for _ in 0..steps {
+        h.step();
+    }
+    h.check_reads();
+    for i in 0..h.snapshots.len() {
+        h.check_snapshot(i);
+    }
+}
+
+fn seeds() -> Vec<u64> {
+    if let Ok(seed) = std::env::var("CAIRN_SEED") {
+        return vec![seed.parse().expect("CAIRN_SEED is a number")];
+    }
+    let n: u64 = std::env::var("CAIRN_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(24);
+    (0..n).collect()
+}
+
+#[test]
+fn engine_matches_btreemap_model() {
+    for seed in seeds() {
+        let result = std::panic::catch_unwind(|| run_seed(seed, 400));
+        if let Err(panic) = result {
+            eprintln!("model test failed with seed {seed}; replay with CAIRN_SEED={seed}");
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
