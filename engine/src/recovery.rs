@@ -22,6 +22,13 @@ use crate::write::apply_ops;
 pub(crate) fn open(dir: &Path, options: Options) -> Result<DbInner> {
     let fs = Arc::clone(&options.fs);
     prepare_directory(fs.as_ref(), dir, &options)?;
+    if !options.create_if_missing && !fs.exists(&filename::current_path(dir)) {
+        // Refuse before taking the lock, which would leave a LOCK file behind.
+        return Err(Error::invalid(format!(
+            "{} holds no Cairn database",
+            dir.display()
+        )));
+    }
     let lock = fs.lock(&filename::lock_path(dir))?;
     let mut meta = match manifest::read_current(fs.as_ref(), dir)? {
         Some(name) if options.error_if_exists => {

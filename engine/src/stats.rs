@@ -75,6 +75,9 @@ pub struct Stats {
     pub wal_bytes: u64,
     /// Entries in memtables.
     pub memtable_entries: u64,
+    /// Data blocks fetched (from the block cache or the file) from the tables now live: the
+    /// cost of reads, for tests and tuning.
+    pub data_blocks_read: u64,
 }
 
 /// Running counters, updated without locks.
@@ -132,6 +135,14 @@ impl crate::db::DbInner {
                 tombstones_pending += mem.num_point_tombstones() + mem.num_range_tombstones();
             }
         }
+        let mut data_blocks_read = 0;
+        for cf in sv.version.cfs.values() {
+            for (_, file) in cf.all_files() {
+                if let Ok(table) = self.tables.get(file.number) {
+                    data_blocks_read += table.blocks_read();
+                }
+            }
+        }
         let c = &self.stats;
         let wal_bytes = c.wal_bytes.load(Ordering::Relaxed);
         let bytes_written = c.table_bytes_written.load(Ordering::Relaxed);
@@ -149,6 +160,7 @@ impl crate::db::DbInner {
             writes: c.writes.load(Ordering::Relaxed),
             wal_bytes,
             memtable_entries,
+            data_blocks_read,
             ..Stats::default()
         }
     }

@@ -4,6 +4,11 @@
 //!
 //! Runs `CAIRN_SEEDS` seeds (default 24); `CAIRN_SEED=n` replays one. A failure names its seed.
 
+#![allow(
+    clippy::indexing_slicing,
+    reason = "in a test, a panic is the failure report"
+)]
+
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 
@@ -40,23 +45,29 @@ impl Model {
                 self.puts_since_delete.insert((*cf, k.clone()), 0);
             }
             Write::DeleteRange(cf, a, b) => {
-                let doomed: Vec<Vec<u8>> = self.cfs[*cf].range(a.clone()..b.clone()).map(|(k, _)| k.clone()).collect();
+                let doomed: Vec<Vec<u8>> = self.cfs[*cf]
+                    .range(a.clone()..b.clone())
+                    .map(|(k, _)| k.clone())
+                    .collect();
                 for k in doomed {
                     self.cfs[*cf].remove(&k);
                 }
-                self.puts_since_delete.retain(|(c, k), _| !(*c == *cf && k >= a && k < b));
+                self.puts_since_delete
+                    .retain(|(c, k), _| !(*c == *cf && k >= a && k < b));
             }
         }
     }
 }
 
 fn describe(w: &Write) -> String {
-    let k = |k: &[u8]| String::from_utf8_lossy(k).into_owned();
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
     match w {
-        Write::Put(c, key, v) => format!("put cf{c} {:?} ({} bytes)", k(key), v.len()),
-        Write::Delete(c, key) => format!("delete cf{c} {:?}", k(key)),
-        Write::SingleDelete(c, key) => format!("single_delete cf{c} {:?}", k(key)),
-        Write::DeleteRange(c, a, b) => format!("delete_range cf{c} {:?}..{:?}", k(a), k(b)),
+        Write::Put(cf, key, value) => format!("put cf{cf} {:?} ({} bytes)", text(key), value.len()),
+        Write::Delete(cf, key) => format!("delete cf{cf} {:?}", text(key)),
+        Write::SingleDelete(cf, key) => format!("single_delete cf{cf} {:?}", text(key)),
+        Write::DeleteRange(cf, start, end) => {
+            format!("delete_range cf{cf} {:?}..{:?}", text(start), text(end))
+        }
     }
 }
 
@@ -80,45 +91,69 @@ fn key(rng: &mut SmallRng) -> Vec<u8> {
 }
 
 fn value(rng: &mut SmallRng) -> Vec<u8> {
-    let len = if rng.random_ratio(1, 30) { rng.random_range(1000..5000) } else { rng.random_range(0..40) };
+    let len = if rng.random_ratio(1, 30) {
+        rng.random_range(1000..5000)
+    } else {
+        rng.random_range(0..40)
+    };
     (0..len).map(|_| rng.random::<u8>()).collect()
 }
 
 fn options() -> Options {
-    Options::default().memtable_size(16 * 1024).max_immutable_memtables(2)
+    Options::default()
+        .memtable_size(16 * 1024)
+        .max_immutable_memtables(2)
 }
 
 fn collect(iter: cairn::DbIterator) -> Vec<(Vec<u8>, Vec<u8>)> {
-    iter.map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).expect("scan failed")).collect()
+    iter.map(|r| {
+        r.map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .expect("scan failed")
+    })
+    .collect()
 }
 
 fn collect_back(iter: cairn::DbIterator) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let mut out: Vec<_> = iter.rev().map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).expect("scan failed")).collect();
+    let mut out: Vec<_> = iter
+        .rev()
+        .map(|r| {
+            r.map(|(k, v)| (k.to_vec(), v.to_vec()))
+                .expect("scan failed")
+        })
+        .collect();
     out.reverse();
     out
 }
 
 fn model_range(map: &Map, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> Vec<(Vec<u8>, Vec<u8>)> {
     // BTreeMap panics on empty or reversed bounds; the engine yields nothing for them.
-    if let (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) = (lo, hi)
+    if let (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) =
+        (lo, hi)
         && (a > b || (a == b && !matches!((lo, hi), (Bound::Included(_), Bound::Included(_)))))
     {
         return Vec::new();
     }
-    map.range((lo.clone(), hi.clone())).map(|(k, v)| (k.clone(), v.clone())).collect()
+    map.range((lo.clone(), hi.clone()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 impl Harness {
     fn new(seed: u64) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = Db::open(dir.path(), options()).expect("open");
-        let other = db.create_column_family("other", CfOptions::default()).expect("create cf");
+        let other = db
+            .create_column_family("other", CfOptions::default())
+            .expect("create cf");
         Self {
             dir,
             db: Some(db),
             other: Some(other),
             rng: SmallRng::seed_from_u64(seed),
-            model: Model { cfs: [Map::new(), Map::new()], puts_since_delete: HashMap::new() },
+            model: Model {
+                cfs: [Map::new(), Map::new()],
+                puts_since_delete: HashMap::new(),
+            },
             snapshots: Vec::new(),
             seed,
             step: 0,
@@ -183,7 +218,10 @@ impl Harness {
                     eprintln!("step {}: {}", self.step, describe(&w));
                 }
                 let cf = self.cf(match &w {
-                    Write::Put(c, ..) | Write::Delete(c, _) | Write::SingleDelete(c, _) | Write::DeleteRange(c, ..) => *c,
+                    Write::Put(c, ..)
+                    | Write::Delete(c, _)
+                    | Write::SingleDelete(c, _)
+                    | Write::DeleteRange(c, ..) => *c,
                 });
                 match &w {
                     Write::Put(_, k, v) => cf.put(k, v),
@@ -199,7 +237,11 @@ impl Harness {
                 let writes: Vec<Write> = (0..n).map(|_| self.random_write()).collect();
                 let mut batch = WriteBatch::new();
                 if std::env::var_os("CAIRN_TRACE").is_some() {
-                    eprintln!("step {}: batch [{}]", self.step, writes.iter().map(describe).collect::<Vec<_>>().join(", "));
+                    eprintln!(
+                        "step {}: batch [{}]",
+                        self.step,
+                        writes.iter().map(describe).collect::<Vec<_>>().join(", ")
+                    );
                 }
                 for w in &writes {
                     self.add_to_batch(&mut batch, w);
@@ -232,7 +274,13 @@ impl Harness {
         self.db.take().expect("open").close().expect("close");
         let db = Db::open(self.dir.path(), options()).expect("reopen");
         self.other = Some(db.column_family("other").expect("other survives reopen"));
-        assert_eq!(db.list_column_families(), CFS.to_vec(), "seed {} step {}", self.seed, self.step);
+        assert_eq!(
+            db.list_column_families(),
+            CFS.to_vec(),
+            "seed {} step {}",
+            self.seed,
+            self.step
+        );
         self.db = Some(db);
     }
 
@@ -249,19 +297,35 @@ impl Harness {
 
     fn check_reads(&mut self) {
         let ctx = format!("seed {} step {}", self.seed, self.step);
-        for cf in 0..2 {
+        for (cf, cf_name) in CFS.iter().enumerate() {
             let handle = self.cf(cf);
             for _ in 0..5 {
                 let k = key(&mut self.rng);
                 let got = handle.get(&k).expect("get").map(|v| v.to_vec());
-                assert_eq!(got.as_ref(), self.model.cfs[cf].get(&k), "{ctx}: get {k:?} in {}", CFS[cf]);
+                assert_eq!(
+                    got.as_ref(),
+                    self.model.cfs[cf].get(&k),
+                    "{ctx}: get {k:?} in {cf_name}"
+                );
             }
             let (lo, hi) = self.random_bounds();
             let want = model_range(&self.model.cfs[cf], &lo, &hi);
             let range = (lo.clone(), hi.clone());
-            assert_eq!(collect(handle.range(range.clone()).expect("range")), want, "{ctx}: forward {range:?}");
-            assert_eq!(collect_back(handle.range(range.clone()).expect("range")), want, "{ctx}: backward {range:?}");
-            assert_eq!(collect(handle.iter().expect("iter")), model_range(&self.model.cfs[cf], &Bound::Unbounded, &Bound::Unbounded), "{ctx}: full scan");
+            assert_eq!(
+                collect(handle.range(range.clone()).expect("range")),
+                want,
+                "{ctx}: forward {range:?}"
+            );
+            assert_eq!(
+                collect_back(handle.range(range.clone()).expect("range")),
+                want,
+                "{ctx}: backward {range:?}"
+            );
+            assert_eq!(
+                collect(handle.iter().expect("iter")),
+                model_range(&self.model.cfs[cf], &Bound::Unbounded, &Bound::Unbounded),
+                "{ctx}: full scan"
+            );
             self.check_double_ended(&handle, cf);
         }
     }
@@ -287,7 +351,11 @@ impl Harness {
         }
         back.reverse();
         front.extend(back);
-        assert_eq!(front, want, "seed {} step {}: double-ended scan", self.seed, self.step);
+        assert_eq!(
+            front, want,
+            "seed {} step {}: double-ended scan",
+            self.seed, self.step
+        );
     }
 
     fn check_snapshot(&mut self, i: usize) {
@@ -295,12 +363,34 @@ impl Harness {
         let (snap, maps) = &self.snapshots[i];
         let other = self.other.clone().expect("other cf");
         for k in (0..150).map(|i| format!("k{i:03}").into_bytes()).step_by(7) {
-            assert_eq!(snap.get(&k).expect("snapshot get").map(|v| v.to_vec()).as_ref(), maps[0].get(&k), "{ctx}: snapshot get {k:?}");
-            assert_eq!(snap.get_cf(&other, &k).expect("snapshot get").map(|v| v.to_vec()).as_ref(), maps[1].get(&k), "{ctx}: snapshot get_cf {k:?}");
+            assert_eq!(
+                snap.get(&k)
+                    .expect("snapshot get")
+                    .map(|v| v.to_vec())
+                    .as_ref(),
+                maps[0].get(&k),
+                "{ctx}: snapshot get {k:?}"
+            );
+            assert_eq!(
+                snap.get_cf(&other, &k)
+                    .expect("snapshot get")
+                    .map(|v| v.to_vec())
+                    .as_ref(),
+                maps[1].get(&k),
+                "{ctx}: snapshot get_cf {k:?}"
+            );
         }
         let all = |m: &Map| model_range(m, &Bound::Unbounded, &Bound::Unbounded);
-        assert_eq!(collect(snap.iter().expect("iter")), all(&maps[0]), "{ctx}: snapshot scan");
-        assert_eq!(collect_back(snap.range_cf::<&[u8]>(&other, ..).expect("iter")), all(&maps[1]), "{ctx}: snapshot scan back");
+        assert_eq!(
+            collect(snap.iter().expect("iter")),
+            all(&maps[0]),
+            "{ctx}: snapshot scan"
+        );
+        assert_eq!(
+            collect_back(snap.range_cf::<&[u8]>(&other, ..).expect("iter")),
+            all(&maps[1]),
+            "{ctx}: snapshot scan back"
+        );
     }
 }
 
@@ -319,7 +409,10 @@ fn seeds() -> Vec<u64> {
     if let Ok(seed) = std::env::var("CAIRN_SEED") {
         return vec![seed.parse().expect("CAIRN_SEED is a number")];
     }
-    let n: u64 = std::env::var("CAIRN_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(24);
+    let n: u64 = std::env::var("CAIRN_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(24);
     (0..n).collect()
 }
 
