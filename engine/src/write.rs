@@ -287,6 +287,11 @@ impl DbInner {
             }
             Ok(0)
         }))?;
+        self.wait_for_flushes()
+    }
+
+    /// Waits until every frozen memtable is flushed.
+    pub(crate) fn wait_for_flushes(&self) -> Result<()> {
         let mut state = self.lock_state();
         while !state.imm.is_empty() {
             state.check_running()?;
