@@ -1,0 +1,172 @@
+//! `LogWriter`: frames logical records into blocks and appends them to a file.
+
+use std::path::Path;
+
+use cairn_fs::WritableFile;
+
+use crate::format::{
+    BLOCK_SIZE, FragmentType, HEADER_SIZE, Header, MAX_RECORD_LEN, offset_in_block,
+};
+use crate::{Error, Result};
+
+/// A buffer that grew past this for one huge record is dropped afterwards, so a single large
+/// write batch does not pin its memory for the life of the log.
+const KEEP_BUFFER_CAPACITY: usize = 1 << 20;
+
+/// Appends logical records to a log file in `LevelDB`'s block framing.
+///
+/// Each [`add_record`](Self::add_record) frames the whole record (fragments, headers and any
+/// block-trailer padding) in memory and hands it to the file in **one** `append`, so once it returns
+/// the bytes are in the operating system and a process crash loses nothing. Only
+/// [`sync`](Self::sync) makes them survive power loss.
+///
+/// # Examples
+///
+/// ```
+/// use cairn_fs::{FileSystem, RealFs};
+/// use cairn_wal::LogWriter;
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// let fs = RealFs::new();
+/// let mut log = LogWriter::new(fs.create(&dir.path().join("000001.log"))?);
+/// assert_eq!(log.add_record(b"first")?, 0);
+/// assert_eq!(log.add_record(b"second")?, 7 + 5);
+/// log.sync()?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct LogWriter {
+    file: Box<dyn WritableFile>,
+    /// Bytes in the log, counting every successful append.
+    len: u64,
+    /// Reused across records so framing does not allocate per write.
+    buf: Vec<u8>,
+    /// Set when an append fails: the file may then end in a partial record at an unknown block
+    /// position, and appending more would put valid records after garbage.
+    failed: bool,
+}
+
+impl LogWriter {
+    /// A writer appending to `file`, which holds `file.len()` bytes of log already (zero for a
+    /// new file).
+    pub fn new(file: Box<dyn WritableFile>) -> Self {
+        let len = file.len();
+        Self::with_offset(file, len)
+    }
+
+    /// A writer continuing a log that already holds `len` bytes, appending to `file` at its end.
+    ///
+    /// `len` fixes the block position of the next record and the offsets
+    /// [`add_record`](Self::add_record) returns, so it must be the file's real length.
+    pub fn with_offset(file: Box<dyn WritableFile>, len: u64) -> Self {
+        Self {
+            file,
+            len,
+            buf: Vec::new(),
+            failed: false,
+        }
+    }
+
+    /// Appends one logical record and returns the offset of its first header.
+    ///
+    /// # Errors
+    /// `Error::InvalidArgument` if `payload` is longer than [`MAX_RECORD_LEN`];
+    /// `Error::Io` if the append fails, after which every further call returns
+    /// `Error::WriterFailed`.
+    pub fn add_record(&mut self, payload: &[u8]) -> Result<u64> {
+        if self.failed {
+            return Err(Error::WriterFailed {
+                file: self.path().to_path_buf(),
+            });
+        }
+        if payload.len() > MAX_RECORD_LEN {
+            return Err(Error::InvalidArgument {
+                file: self.path().to_path_buf(),
+                reason: format!(
+                    "record of {} bytes is over the limit of {MAX_RECORD_LEN}",
+                    payload.len()
+                ),
+            });
+        }
+        self.buf.clear();
+        let start = self.frame(payload)?;
+        if let Err(e) = self.file.append(&self.buf) {
+            self.failed = true;
+            return Err(e.into());
+        }
+        self.len += self.buf.len() as u64;
+        if self.buf.capacity() > KEEP_BUFFER_CAPACITY {
+            self.buf = Vec::new();
+        }
+        Ok(start)
+    }
+
+    /// Frames `payload` into `self.buf` as it will lie after the current end of the log, and
+    /// returns the offset of its first header.
+    fn frame(&mut self, payload: &[u8]) -> Result<u64> {
+        let mut rest = payload;
+        let mut is_first = true;
+        let mut start = self.len;
+        loop {
+            let end = self.len + self.buf.len() as u64;
+            let mut left_in_block = BLOCK_SIZE - offset_in_block(end);
+            if left_in_block < HEADER_SIZE {
+                // Too small for a header: the trailer is zero-filled and readers skip it.
+                self.buf.resize(self.buf.len() + left_in_block, 0);
+                left_in_block = BLOCK_SIZE;
+            }
+            if is_first {
+                start = self.len + self.buf.len() as u64;
+            }
+            let (fragment, tail) = rest.split_at(rest.len().min(left_in_block - HEADER_SIZE));
+            let fragment_type = FragmentType::for_position(is_first, tail.is_empty());
+            self.push_fragment(fragment_type, fragment)?;
+            if tail.is_empty() {
+                return Ok(start);
+            }
+            rest = tail;
+            is_first = false;
+        }
+    }
+
+    fn push_fragment(&mut self, fragment_type: FragmentType, fragment: &[u8]) -> Result<()> {
+        let header = Header::for_fragment(fragment_type, fragment).ok_or_else(|| {
+            Error::InvalidArgument {
+                file: self.path().to_path_buf(),
+                reason: format!("fragment of {} bytes does not fit a block", fragment.len()),
+            }
+        })?;
+        self.buf.extend_from_slice(&header.encode());
+        self.buf.extend_from_slice(fragment);
+        Ok(())
+    }
+
+    /// Makes every record added so far durable.
+    ///
+    /// # Errors
+    /// `Error::Io` if the sync fails; whether the records are durable is then unknown.
+    pub fn sync(&mut self) -> Result<()> {
+        Ok(self.file.sync()?)
+    }
+
+    /// The number of bytes in the log: the offset the next record's framing starts at.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True if the log holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The log file's path.
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    /// The underlying file, e.g. to close it explicitly.
+    pub fn into_file(self) -> Box<dyn WritableFile> {
+        self.file
+    }
+}

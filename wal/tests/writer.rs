@@ -1,0 +1,85 @@
+//! What `LogWriter` promises beyond the bytes: one append per record, continuing an existing
+//! log, its limits, and refusing to write after a failed append.
+
+mod common;
+
+use cairn_fs::{FileSystem, RealFs};
+use cairn_wal::{BLOCK_SIZE, Error, LogReader, LogWriter, MAX_RECORD_LEN, RecoveryMode};
+use common::{MemLog, payload};
+
+#[test]
+fn each_record_is_one_append_even_when_it_spans_blocks() {
+    let file = MemLog::default();
+    let mut writer = LogWriter::new(file.handle());
+    writer
+        .add_record(&payload(1, BLOCK_SIZE - 10))
+        .expect("append");
+    writer
+        .add_record(&payload(2, 3 * BLOCK_SIZE))
+        .expect("append");
+    writer.add_record(b"").expect("append");
+    assert_eq!(file.appends(), 3);
+}
+
+#[test]
+fn reopened_log_continues_at_its_block_position() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let fs = RealFs::new();
+    let path = dir.path().join("000003.log");
+    // Ends 3 bytes before the first block end, so the next record must pad the trailer first.
+    let first = payload(1, BLOCK_SIZE - 7 - 3);
+    let mut writer = LogWriter::new(fs.create(&path)?);
+    writer.add_record(&first)?;
+    writer.sync()?;
+    drop(writer);
+
+    let len = fs.file_size(&path)?;
+    let mut writer = LogWriter::with_offset(fs.open_append(&path)?, len);
+    assert_eq!(writer.add_record(b"second")?, BLOCK_SIZE as u64);
+    let mut writer = LogWriter::new(writer.into_file());
+    assert_eq!(writer.add_record(b"third")?, BLOCK_SIZE as u64 + 7 + 6);
+    assert_eq!(writer.path(), path);
+    drop(writer);
+
+    let reader = LogReader::open(&fs, &path, RecoveryMode::AbsoluteConsistency)?;
+    let records = reader.collect::<Result<Vec<_>, _>>()?;
+    let expected = vec![
+        (0, first),
+        (BLOCK_SIZE as u64, b"second".to_vec()),
+        (BLOCK_SIZE as u64 + 13, b"third".to_vec()),
+    ];
+    assert_eq!(records, expected);
+    Ok(())
+}
+
+#[test]
+fn record_over_the_limit_is_an_invalid_argument_and_writes_nothing() {
+    let file = MemLog::default();
+    let mut writer = LogWriter::new(file.handle());
+    // Zeroed allocations are lazy, so this costs no real memory: the length is checked first.
+    let huge = vec![0u8; MAX_RECORD_LEN + 1];
+    let result = writer.add_record(&huge);
+    assert!(
+        matches!(result, Err(Error::InvalidArgument { .. })),
+        "{result:?}"
+    );
+    assert_eq!((file.appends(), writer.len()), (0, 0));
+    assert_eq!(writer.add_record(b"still usable").ok(), Some(0));
+}
+
+#[test]
+fn failed_append_makes_the_writer_refuse_further_records() {
+    let file = MemLog::default();
+    let mut writer = LogWriter::new(file.handle());
+    writer.add_record(b"durable").expect("append");
+    file.fail_appends();
+    let failed = writer.add_record(&payload(1, 1000));
+    assert!(matches!(failed, Err(Error::Io(_))), "{failed:?}");
+    let refused = writer.add_record(b"after");
+    assert!(
+        matches!(refused, Err(Error::WriterFailed { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(file.appends(), 2, "a refused record never reaches the file");
+    assert_eq!(writer.len(), 14, "the failed record is not counted");
+}

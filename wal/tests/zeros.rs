@@ -1,0 +1,127 @@
+//! Zero bytes: the tail of a preallocated or zero-extended file is no damage in any mode, while
+//! zeros where a record's bytes belong are.
+
+mod common;
+
+use cairn_fs::{FileSystem, RealFs};
+use cairn_wal::{BLOCK_SIZE, DamageKind, HEADER_SIZE, LogReader, LogWriter, RecoveryMode};
+use common::{ALL_MODES, TestLog, corruption_offset, len_leaving, payload, read_all};
+
+fn with_zeros(log: &TestLog, zeros: usize) -> Vec<u8> {
+    let mut bytes = log.bytes.to_vec();
+    bytes.resize(bytes.len() + zeros, 0);
+    bytes
+}
+
+#[test]
+fn zeros_after_the_last_record_are_not_damage_in_any_mode() {
+    let small = TestLog::write(vec![payload(1, 10), Vec::new(), payload(2, 3000)]);
+    let near_block_end = {
+        let first = payload(3, len_leaving(0, 3));
+        TestLog::write(vec![first])
+    };
+    for log in [&small, &near_block_end] {
+        for zeros in [1, 3, 6, 7, 8, 100, BLOCK_SIZE, 2 * BLOCK_SIZE + 5] {
+            let bytes = with_zeros(log, zeros);
+            for mode in ALL_MODES {
+                let outcome = read_all(&bytes, mode);
+                assert!(
+                    outcome.error.is_none(),
+                    "{zeros} zeros, {mode:?}: {:?}",
+                    outcome.error
+                );
+                assert_eq!(outcome.records, log.expected(), "{zeros} zeros, {mode:?}");
+                assert!(outcome.skipped.is_empty() && outcome.stopped_at.is_none());
+            }
+        }
+    }
+}
+
+#[test]
+fn preallocated_file_with_no_records_is_an_empty_log() {
+    for mode in ALL_MODES {
+        let outcome = read_all(&vec![0; 3 * BLOCK_SIZE], mode);
+        assert!(
+            outcome.error.is_none() && outcome.records.is_empty(),
+            "{mode:?}"
+        );
+    }
+}
+
+#[test]
+fn zero_extended_real_file_reads_back_its_records() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let fs = RealFs::new();
+    let path = dir.path().join("000009.log");
+    let mut writer = LogWriter::new(fs.create(&path)?);
+    writer.add_record(b"before the crash")?;
+    writer.sync()?;
+    // What a file system can leave after a crash that extended the file but wrote no data.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)?
+        .set_len(writer.len() + 4096)?;
+    let reader = LogReader::open(&fs, &path, RecoveryMode::AbsoluteConsistency)?;
+    let records = reader.collect::<Result<Vec<_>, _>>()?;
+    assert_eq!(records, vec![(0, b"before the crash".to_vec())]);
+    Ok(())
+}
+
+#[test]
+fn zeros_where_a_fragment_belongs_are_a_torn_tail() {
+    // The second record's first fragment is in block 0, its last fragment (zeroed) in block 1.
+    let log = TestLog::write(vec![payload(1, 100), payload(2, BLOCK_SIZE)]);
+    let mut bytes = log.bytes.to_vec();
+    if let Some(second_block) = bytes.get_mut(BLOCK_SIZE..) {
+        second_block.fill(0);
+    }
+    let tolerate = read_all(&bytes, RecoveryMode::TolerateCorruptedTail);
+    assert!(tolerate.error.is_none(), "{:?}", tolerate.error);
+    assert_eq!(
+        tolerate.records,
+        log.expected().get(..1).unwrap_or_default()
+    );
+    let stopped = tolerate.stopped_at.expect("torn tail reported");
+    assert_eq!(stopped.kind, DamageKind::UnfinishedRecordAtEnd);
+    let absolute = read_all(&bytes, RecoveryMode::AbsoluteConsistency);
+    assert_eq!(
+        absolute.error.as_ref().and_then(corruption_offset),
+        log.spans.get(1).map(|s| s.start)
+    );
+}
+
+#[test]
+fn zeroed_record_before_valid_records_is_mid_log_corruption() {
+    let log = TestLog::write(vec![
+        payload(1, 100),
+        payload(2, 200),
+        payload(3, len_leaving((100 + 200 + 2 * HEADER_SIZE) as u64, 0)),
+        payload(4, 50),
+    ]);
+    let zeroed = log.spans.get(1).cloned().unwrap_or_default();
+    let mut bytes = log.bytes.to_vec();
+    if let Some(record) = bytes.get_mut(common::index(zeroed.start)..common::index(zeroed.end)) {
+        record.fill(0);
+    }
+    let tolerate = read_all(&bytes, RecoveryMode::TolerateCorruptedTail);
+    assert_eq!(
+        tolerate.error.as_ref().and_then(corruption_offset),
+        Some(zeroed.start)
+    );
+
+    let skip = read_all(&bytes, RecoveryMode::SkipCorrupted);
+    let expected = log.expected();
+    let kept: Vec<_> = [0, 3]
+        .iter()
+        .filter_map(|&i| expected.get(i).cloned())
+        .collect();
+    assert_eq!(
+        skip.records, kept,
+        "the rest of block 0 is dropped, block 1 is read"
+    );
+    let damage = skip.skipped.first().expect("zeroed region reported");
+    assert_eq!(
+        (damage.offset, damage.kind),
+        (zeroed.start, DamageKind::ZeroedHeader)
+    );
+}
