@@ -124,6 +124,8 @@ fn replay_logs(
         })
         .collect();
     logs.sort_unstable();
+    let last_log = logs.last().copied();
+    let last_log = last_log.as_ref();
     let memset = MemSet::new(0, meta.cfs.keys().copied());
     let mut last_seqno = meta.last_seqno;
     for number in logs {
@@ -150,9 +152,19 @@ fn replay_logs(
             last_seqno = last_seqno.max(record.first_seqno + count.saturating_sub(1));
         }
         if let Some(damage) = reader.stopped_at() {
-            // Point-in-time recovery: nothing after the first damage is replayed, in any log.
-            tracing::warn!(file = %damage.file.display(), offset = damage.offset, "log replay stopped at damage");
-            break;
+            if mode == RecoveryMode::PointInTime {
+                // Nothing after the first damage is replayed, in any log.
+                tracing::warn!(file = %damage.file.display(), offset = damage.offset, "log replay stopped at damage");
+                break;
+            }
+            if Some(&number) != last_log {
+                // Older logs are synced before a new one starts: damage there is no torn tail.
+                return Err(Error::corruption(
+                    &damage.file,
+                    damage.offset,
+                    format!("damaged log before the last one: {}", damage.kind),
+                ));
+            }
         }
     }
     Ok(Recovered {
