@@ -1,0 +1,1 @@
+//! Compaction jobs (being written).

@@ -1,0 +1,27 @@
+//! Cairn's compaction: deciding what lives and what dies, choosing what to compact, and doing it.
+//!
+//! - [`compaction_iter`]: the garbage-collection rules of DESIGN.md §3, applied to a sorted
+//!   stream of versions with the live snapshots, the clock, the grace period and a
+//!   [`BelowOracle`] that says whether older data may lie below the output level;
+//! - [`picker`]: leveled compaction with dynamic level sizes, and the deletion-aware triggers in
+//!   priority order (delete persistence deadline, tombstone density, read-triggered, TTL,
+//!   snapshot release);
+//! - [`job`]: merges input tables, applies the rules, and writes output tables cut at a target
+//!   size and at grandparent overlap, each holding its share of the surviving range tombstones.
+//!
+//! It knows nothing of the engine's version set, logs or threads: it is handed tables, a
+//! snapshot list, a clock reading and an oracle, and returns tables and counts.
+
+pub mod compaction_iter;
+mod error;
+mod filter;
+pub mod job;
+pub mod picker;
+mod stats;
+
+pub use compaction_iter::{
+    BelowOracle, CompactionIter, GcContext, NothingBelow, OutputEntry, Version,
+};
+pub use error::{Error, Result};
+pub use filter::{CompactionFilter, Decision};
+pub use stats::DropCounts;

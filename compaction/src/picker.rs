@@ -1,0 +1,1 @@
+//! The picker (being written).
