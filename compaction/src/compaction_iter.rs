@@ -72,10 +72,10 @@
 //! `max_versions`, as they do for reads, so results never depend on whether compaction ran.
 //!
 //! **filter** — a user [`CompactionFilter`] is asked about the newest version of a key only, and
-//! only when that version is a put older than every live snapshot (stripe 0): a version a
-//! snapshot can read is never shown to it. `Remove` drops the put when nothing older can lie
-//! below; otherwise the put becomes a `Delete` so nothing older shows through. `ChangeValue`
-//! rewrites the value in place.
+//! only when no live snapshot can read it (it is newer than every snapshot: the top stripe), so a
+//! filter never changes what a snapshot sees. `Remove` drops the put when nothing older survives
+//! or can lie below; otherwise the put becomes a `Delete` so nothing older shows through to new
+//! readers. `ChangeValue` rewrites the value in place.
 
 use std::collections::VecDeque;
 
@@ -420,7 +420,8 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
             }
             return PutFate::Keep(tombstone_for(v.seqno, expiry));
         }
-        let Some((filter, cf)) = self.ctx.filter.filter(|_| newest && stripe == 0) else {
+        let top_stripe = stripe == self.ctx.snapshots.len();
+        let Some((filter, cf)) = self.ctx.filter.filter(|_| newest && top_stripe) else {
             return PutFate::Keep(v);
         };
         match filter.filter(cf, key, &v.value) {
@@ -428,10 +429,10 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
             Decision::ChangeValue(value) => PutFate::Keep(Version { value, ..v }),
             Decision::Remove => {
                 self.drops.filter += 1;
-                if below.get(&self.ctx) {
-                    PutFate::Keep(tombstone_for(v.seqno, self.ctx.now))
-                } else {
+                if rest_in_stripe && !below.get(&self.ctx) {
                     PutFate::Drop { hides_older: true }
+                } else {
+                    PutFate::Keep(tombstone_for(v.seqno, self.ctx.now))
                 }
             }
         }
