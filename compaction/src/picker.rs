@@ -1,1 +1,467 @@
-//! The picker (being written).
+//! Choosing the next compaction.
+//!
+//! Leveled compaction with dynamic level sizes (as `RocksDB`'s
+//! `level_compaction_dynamic_level_bytes`): the last level holds most of the data, each level above
+//! it targets a tenth of the one below, and level 0 compacts straight into the highest level whose
+//! target is at least `level_base_bytes` (the base level). When nothing is over its target, the
+//! deletion-aware triggers of DESIGN.md §3 are tried in priority order:
+//!
+//! 1. level-0 file count and level sizes;
+//! 2. the **delete persistence deadline** (Lethe's FADE): a tombstone whose grace is over must be
+//!    gone within `D`. The deadline is split evenly over the stages a tombstone passes (the
+//!    memtable, then each level down to the bottom, then the bottom compaction that drops it): a
+//!    table at level `l` whose oldest tombstone became droppable more than
+//!    `D × (l + 2) / (levels + 1)` ago is pushed down (or, at the bottom, rewritten);
+//! 3. **tombstone density**: a table with at least `density_trigger` point tombstones in some 128
+//!    consecutive entries is compacted on its own;
+//! 4. **read-triggered**: key ranges where scans stepped over many tombstones;
+//! 5. **TTL**: tables holding values whose cell TTL has passed, or, above the bottom, data older
+//!    than the column family's TTL;
+//! 6. **droppable tombstones at the bottom**, which is what a snapshot release or the end of a
+//!    grace period leaves behind.
+//!
+//! A bottom-level table is only rewritten in place when some tombstone in it can be dropped now
+//! (no snapshot older than it, grace over), so a pinned tombstone never makes the picker loop.
+
+use bytes::Bytes;
+use cairn_sstable::SeqNo;
+
+/// What the picker knows about one table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileInfo {
+    /// The table's file number.
+    pub number: u64,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its smallest user key (entries and range tombstones).
+    pub smallest: Bytes,
+    /// Its largest user key (or range tombstone end).
+    pub largest: Bytes,
+    /// The smallest seqno in it.
+    pub smallest_seqno: SeqNo,
+    /// The largest seqno in it.
+    pub largest_seqno: SeqNo,
+    /// Point tombstones plus range tombstone pieces.
+    pub num_tombstones: u64,
+    /// The oldest deletion time of a tombstone in it, in ms.
+    pub oldest_tombstone_time: Option<u64>,
+    /// The smallest seqno of a tombstone in it.
+    pub smallest_tombstone_seqno: Option<SeqNo>,
+    /// The most point tombstones in any 128 consecutive entries.
+    pub max_tombstones_in_window: u32,
+    /// The earliest `write_time + cell ttl` of a put in it.
+    pub earliest_expiry: Option<u64>,
+    /// The oldest write time of anything in it.
+    pub oldest_write_time: Option<u64>,
+    /// True while a running compaction holds it.
+    pub being_compacted: bool,
+}
+
+impl FileInfo {
+    fn overlaps(&self, start: &[u8], end: &[u8]) -> bool {
+        self.smallest.as_ref() <= end && self.largest.as_ref() >= start
+    }
+}
+
+/// Why a compaction was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Reason {
+    /// Too many level-0 tables.
+    Level0,
+    /// A level is over its target size.
+    LevelSize,
+    /// The delete persistence deadline.
+    Deadline,
+    /// A table dense with tombstones.
+    TombstoneDensity,
+    /// Scans stepped over many tombstones in a range.
+    ReadTriggered,
+    /// Values have expired.
+    Ttl,
+    /// Tombstones at the bottom became droppable (a snapshot went away, a grace period ended).
+    DroppableTombstones,
+    /// `compact_range`.
+    Manual,
+}
+
+/// A chosen compaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pick {
+    /// Why.
+    pub reason: Reason,
+    /// The level the inputs come from.
+    pub input_level: usize,
+    /// The level the outputs go to (the same level for a rewrite in place).
+    pub output_level: usize,
+    /// Input tables from `input_level`.
+    pub inputs: Vec<u64>,
+    /// Input tables from `output_level` that overlap them (empty for a rewrite in place).
+    pub output_level_inputs: Vec<u64>,
+}
+
+impl Pick {
+    /// Every input table.
+    pub fn all_inputs(&self) -> impl Iterator<Item = u64> + '_ {
+        self.inputs.iter().chain(&self.output_level_inputs).copied()
+    }
+}
+
+/// What the picker is told besides the tables.
+#[derive(Debug, Clone)]
+pub struct PickerConfig<'a> {
+    /// Level-0 tables that trigger a compaction (default 4).
+    pub l0_trigger: usize,
+    /// The base level's target size (default 256 MiB).
+    pub level_base_bytes: u64,
+    /// Size ratio between adjacent levels (default 10).
+    pub fan_out: u64,
+    /// Point tombstones in 128 consecutive entries that make a table dense (default 64).
+    pub density_trigger: u32,
+    /// The delete persistence deadline in ms.
+    pub deadline_ms: Option<u64>,
+    /// The column family's tombstone grace in ms.
+    pub grace_ms: u64,
+    /// The column family's TTL in ms.
+    pub cf_ttl_ms: Option<u64>,
+    /// The clock reading in ms.
+    pub now: u64,
+    /// The oldest live snapshot.
+    pub oldest_snapshot: Option<SeqNo>,
+    /// Ranges `[start, end]` where scans met many tombstones.
+    pub read_triggered: &'a [(Bytes, Bytes)],
+}
+
+impl Default for PickerConfig<'_> {
+    fn default() -> Self {
+        Self {
+            l0_trigger: 4,
+            level_base_bytes: 256 << 20,
+            fan_out: 10,
+            density_trigger: 64,
+            deadline_ms: None,
+            grace_ms: 0,
+            cf_ttl_ms: None,
+            now: 0,
+            oldest_snapshot: None,
+            read_triggered: &[],
+        }
+    }
+}
+
+/// The levels of one column family. Level 0 newest first; deeper levels sorted, disjoint.
+#[derive(Debug, Clone)]
+pub struct LevelsView {
+    /// Tables per level.
+    pub levels: Vec<Vec<FileInfo>>,
+}
+
+impl LevelsView {
+    /// The deepest level.
+    pub fn last_level(&self) -> usize {
+        self.levels.len().saturating_sub(1)
+    }
+
+    fn level(&self, level: usize) -> &[FileInfo] {
+        self.levels.get(level).map_or(&[], Vec::as_slice)
+    }
+
+    fn size(&self, level: usize) -> u64 {
+        self.level(level).iter().map(|f| f.size).sum()
+    }
+
+    /// The level level 0 compacts into, and each level's target size (0 above the base level).
+    pub fn targets(&self, config: &PickerConfig<'_>) -> (usize, Vec<u64>) {
+        let last = self.last_level();
+        let fan_out = config.fan_out.max(2);
+        let mut base_level = last;
+        let mut cur = self.size(last).max(config.level_base_bytes);
+        while base_level > 1 && cur / fan_out >= config.level_base_bytes {
+            cur /= fan_out;
+            base_level -= 1;
+        }
+        let mut targets = vec![0; self.levels.len()];
+        let mut target = cur;
+        for slot in targets.iter_mut().take(last + 1).skip(base_level) {
+            *slot = target;
+            target = target.saturating_mul(fan_out);
+        }
+        (base_level, targets)
+    }
+
+    /// The next compaction to run, if any.
+    pub fn pick(&self, config: &PickerConfig<'_>) -> Option<Pick> {
+        self.pick_by_size(config)
+            .or_else(|| self.pick_deadline(config))
+            .or_else(|| self.pick_dense(config))
+            .or_else(|| self.pick_read_triggered(config))
+            .or_else(|| self.pick_ttl(config))
+            .or_else(|| self.pick_bottom_droppable(config))
+    }
+
+    fn pick_by_size(&self, config: &PickerConfig<'_>) -> Option<Pick> {
+        let (base_level, targets) = self.targets(config);
+        let last = self.last_level();
+        let l0 = self.level(0).len();
+        let mut best: Option<(f64, usize)> = None;
+        if l0 >= config.l0_trigger.max(1) {
+            best = Some((ratio(l0 as u64, config.l0_trigger as u64), 0));
+        }
+        for level in 1..last {
+            let size = self.size(level);
+            if size == 0 {
+                continue;
+            }
+            let target = targets.get(level).copied().unwrap_or(0);
+            // Levels above the base level should be empty: anything there moves down.
+            let score = if level < base_level || target == 0 {
+                f64::MAX
+            } else {
+                ratio(size, target)
+            };
+            if score >= 1.0 && best.is_none_or(|(b, _)| score > b) {
+                best = Some((score, level));
+            }
+        }
+        let (_, level) = best?;
+        if level == 0 {
+            return self.whole_level0(Reason::Level0, base_level);
+        }
+        let file = self.least_overlapping_file(level)?;
+        self.push_down(Reason::LevelSize, level, &file)
+    }
+
+    /// Every level-0 table into the base level, unless level 0 is already being compacted.
+    fn whole_level0(&self, reason: Reason, base_level: usize) -> Option<Pick> {
+        let l0 = self.level(0);
+        if l0.is_empty() || l0.iter().any(|f| f.being_compacted) {
+            return None;
+        }
+        let start = l0.iter().map(|f| f.smallest.clone()).min()?;
+        let end = l0.iter().map(|f| f.largest.clone()).max()?;
+        let overlapping = self.overlapping(base_level, &start, &end)?;
+        Some(Pick {
+            reason,
+            input_level: 0,
+            output_level: base_level,
+            inputs: l0.iter().map(|f| f.number).collect(),
+            output_level_inputs: overlapping,
+        })
+    }
+
+    /// Numbers of the tables at `level` overlapping `[start, end]`; `None` if one is busy.
+    fn overlapping(&self, level: usize, start: &[u8], end: &[u8]) -> Option<Vec<u64>> {
+        let files: Vec<&FileInfo> = self
+            .level(level)
+            .iter()
+            .filter(|f| f.overlaps(start, end))
+            .collect();
+        if files.iter().any(|f| f.being_compacted) {
+            return None;
+        }
+        Some(files.iter().map(|f| f.number).collect())
+    }
+
+    /// The table at `level` whose overlap with the level below is smallest for its size.
+    fn least_overlapping_file(&self, level: usize) -> Option<FileInfo> {
+        self.level(level)
+            .iter()
+            .filter(|f| !f.being_compacted)
+            .min_by_key(|f| {
+                let below: u64 = self
+                    .level(level + 1)
+                    .iter()
+                    .filter(|g| g.overlaps(&f.smallest, &f.largest))
+                    .map(|g| g.size)
+                    .sum();
+                below.saturating_mul(1024) / f.size.max(1)
+            })
+            .cloned()
+    }
+
+    /// Moves `file` from `level` to the next level down, or rewrites it in place at the bottom.
+    fn push_down(&self, reason: Reason, level: usize, file: &FileInfo) -> Option<Pick> {
+        if file.being_compacted || level == 0 {
+            return None;
+        }
+        if level >= self.last_level() {
+            return Some(Pick {
+                reason,
+                input_level: level,
+                output_level: level,
+                inputs: vec![file.number],
+                output_level_inputs: Vec::new(),
+            });
+        }
+        let output_level_inputs = self.overlapping(level + 1, &file.smallest, &file.largest)?;
+        Some(Pick {
+            reason,
+            input_level: level,
+            output_level: level + 1,
+            inputs: vec![file.number],
+            output_level_inputs,
+        })
+    }
+
+    /// Pushes `file` at `level` on, level 0 going to the base level as a whole.
+    fn advance(
+        &self,
+        reason: Reason,
+        level: usize,
+        file: &FileInfo,
+        config: &PickerConfig<'_>,
+    ) -> Option<Pick> {
+        if level == 0 {
+            let (base_level, _) = self.targets(config);
+            return self.whole_level0(reason, base_level);
+        }
+        if level == self.last_level() && !bottom_droppable(file, config) {
+            return None;
+        }
+        self.push_down(reason, level, file)
+    }
+
+    /// Every (level, table) pair, top down.
+    fn files(&self) -> impl Iterator<Item = (usize, &FileInfo)> {
+        self.levels
+            .iter()
+            .enumerate()
+            .flat_map(|(level, files)| files.iter().map(move |f| (level, f)))
+    }
+
+    fn pick_deadline(&self, config: &PickerConfig<'_>) -> Option<Pick> {
+        let deadline = config.deadline_ms?;
+        let stages = self.levels.len() as u64 + 1;
+        self.files().find_map(|(level, file)| {
+            let droppable_since = file.oldest_tombstone_time?.saturating_add(config.grace_ms);
+            let budget = deadline.saturating_mul(level as u64 + 2) / stages;
+            let due = config.now >= droppable_since.saturating_add(budget) && !pinned(file, config);
+            if due {
+                self.advance(Reason::Deadline, level, file, config)
+            } else {
+                None
+            }
+        })
+    }
+
+    fn pick_dense(&self, config: &PickerConfig<'_>) -> Option<Pick> {
+        self.files().find_map(|(level, file)| {
+            if file.max_tombstones_in_window >= config.density_trigger.max(1) {
+                self.advance(Reason::TombstoneDensity, level, file, config)
+            } else {
+                None
+            }
+        })
+    }
+
+    fn pick_read_triggered(&self, config: &PickerConfig<'_>) -> Option<Pick> {
+        config.read_triggered.iter().find_map(|(start, end)| {
+            self.files().find_map(|(level, file)| {
+                if file.num_tombstones > 0 && file.overlaps(start, end) {
+                    self.advance(Reason::ReadTriggered, level, file, config)
+                } else {
+                    None
+                }
+            })
+        })
+    }
+
+    fn pick_ttl(&self, config: &PickerConfig<'_>) -> Option<Pick> {
+        self.files().find_map(|(level, file)| {
+            let cell_expired = file.earliest_expiry.is_some_and(|e| config.now >= e);
+            // The family TTL is judged by the oldest write, which a tombstone left in place of an
+            // expired value keeps old: at the bottom only cell expiry (gone once rewritten) counts,
+            // so a rewrite can never be picked again for the same reason.
+            let cf_expired = level < self.last_level()
+                && config
+                    .cf_ttl_ms
+                    .zip(file.oldest_write_time)
+                    .is_some_and(|(ttl, written)| config.now >= written.saturating_add(ttl));
+            if !cell_expired && !cf_expired {
+                return None;
+            }
+            if level == self.last_level() {
+                return self.push_down(Reason::Ttl, level, file);
+            }
+            self.advance(Reason::Ttl, level, file, config)
+        })
+    }
+
+    fn pick_bottom_droppable(&self, config: &PickerConfig<'_>) -> Option<Pick> {
+        let last = self.last_level();
+        self.level(last)
+            .iter()
+            .find(|f| bottom_droppable(f, config))
+            .and_then(|f| self.push_down(Reason::DroppableTombstones, last, f))
+    }
+
+    /// The compaction `compact_range` runs at `level` for `[start, end]`: the overlapping tables
+    /// into the next level, or rewritten in place at the last level. `None` if none overlap.
+    pub fn pick_manual(
+        &self,
+        level: usize,
+        start: &[u8],
+        end: &[u8],
+        config: &PickerConfig<'_>,
+    ) -> Option<Pick> {
+        let files: Vec<&FileInfo> = self
+            .level(level)
+            .iter()
+            .filter(|f| f.overlaps(start, end))
+            .collect();
+        if files.is_empty() || files.iter().any(|f| f.being_compacted) {
+            return None;
+        }
+        let last = self.last_level();
+        let (base_level, _) = self.targets(config);
+        let output_level = match level {
+            0 => base_level,
+            l if l >= last => last,
+            l => l + 1,
+        };
+        let (inputs, output_level_inputs) = if level == 0 {
+            // Level-0 tables overlap each other: take them all so no older version stays above.
+            let pick = self.whole_level0(Reason::Manual, base_level)?;
+            (pick.inputs, pick.output_level_inputs)
+        } else if output_level == level {
+            (files.iter().map(|f| f.number).collect(), Vec::new())
+        } else {
+            let lo = files.iter().map(|f| f.smallest.clone()).min()?;
+            let hi = files.iter().map(|f| f.largest.clone()).max()?;
+            (
+                files.iter().map(|f| f.number).collect(),
+                self.overlapping(output_level, &lo, &hi)?,
+            )
+        };
+        Some(Pick {
+            reason: Reason::Manual,
+            input_level: level,
+            output_level,
+            inputs,
+            output_level_inputs,
+        })
+    }
+}
+
+/// True if every tombstone in the table is newer than some live snapshot.
+fn pinned(file: &FileInfo, config: &PickerConfig<'_>) -> bool {
+    match (config.oldest_snapshot, file.smallest_tombstone_seqno) {
+        (Some(oldest), Some(seqno)) => seqno > oldest,
+        _ => false,
+    }
+}
+
+/// True if rewriting the bottom-level table now would drop at least one tombstone.
+fn bottom_droppable(file: &FileInfo, config: &PickerConfig<'_>) -> bool {
+    file.num_tombstones > 0
+        && !pinned(file, config)
+        && file
+            .oldest_tombstone_time
+            .is_some_and(|t| config.now >= t.saturating_add(config.grace_ms))
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    #[expect(clippy::cast_precision_loss, reason = "sizes are far below 2^52")]
+    let r = a as f64 / b.max(1) as f64;
+    r
+}

@@ -211,18 +211,28 @@ impl Db {
     ///
     /// # Errors
     /// `Unsupported` in this build.
-    pub fn compact_range<K: AsRef<[u8]>>(&self, range: impl std::ops::RangeBounds<K>) -> Result<()> {
+    pub fn compact_range<K: AsRef<[u8]>>(
+        &self,
+        range: impl std::ops::RangeBounds<K>,
+    ) -> Result<()> {
         let _ = range;
-        Err(Error::Unsupported("compact_range: compaction arrives with issue 4"))
+        Err(Error::Unsupported(
+            "compact_range: compaction arrives with issue 4",
+        ))
     }
 
     /// Says why each tombstone in `range` is still on disk. Arrives with compaction (issue 4).
     ///
     /// # Errors
     /// `Unsupported` in this build.
-    pub fn explain_tombstones<K: AsRef<[u8]>>(&self, range: impl std::ops::RangeBounds<K>) -> Result<()> {
+    pub fn explain_tombstones<K: AsRef<[u8]>>(
+        &self,
+        range: impl std::ops::RangeBounds<K>,
+    ) -> Result<()> {
         let _ = range;
-        Err(Error::Unsupported("explain_tombstones: arrives with compaction (issue 4)"))
+        Err(Error::Unsupported(
+            "explain_tombstones: arrives with compaction (issue 4)",
+        ))
     }
 
     /// Lists every place on disk that still holds a version of `key`. Arrives with compaction
@@ -232,7 +242,9 @@ impl Db {
     /// `Unsupported` in this build.
     pub fn audit_key(&self, key: impl AsRef<[u8]>) -> Result<()> {
         let _ = key;
-        Err(Error::Unsupported("audit_key: arrives with compaction (issue 4)"))
+        Err(Error::Unsupported(
+            "audit_key: arrives with compaction (issue 4)",
+        ))
     }
 }
 

@@ -230,5 +230,10 @@ pub(crate) fn file_meta(number: u64, summary: &TableSummary) -> FileMeta {
         num_entries: props.num_entries,
         num_point_tombstones: props.num_point_tombstones(),
         num_range_tombstones: props.num_range_tombstones,
+        oldest_tombstone_time: props.oldest_tombstone_time,
+        smallest_tombstone_seqno: props.smallest_tombstone_seqno,
+        max_tombstones_in_window: props.max_tombstones_in_window,
+        earliest_expiry: props.earliest_expiry,
+        oldest_write_time: props.oldest_write_time,
     }
 }

@@ -20,6 +20,12 @@ pub(crate) struct FileMeta {
     pub(crate) num_entries: u64,
     pub(crate) num_point_tombstones: u64,
     pub(crate) num_range_tombstones: u64,
+    /// What the picker reads: see `cairn_compaction::picker::FileInfo`.
+    pub(crate) oldest_tombstone_time: Option<u64>,
+    pub(crate) smallest_tombstone_seqno: Option<u64>,
+    pub(crate) max_tombstones_in_window: u32,
+    pub(crate) earliest_expiry: Option<u64>,
+    pub(crate) oldest_write_time: Option<u64>,
 }
 
 impl FileMeta {
@@ -105,6 +111,13 @@ impl VersionEdit {
             ] {
                 put_varint(&mut out, v);
             }
+            for v in [f.oldest_tombstone_time, f.smallest_tombstone_seqno] {
+                put_varint(&mut out, optional(v));
+            }
+            put_varint(&mut out, u64::from(f.max_tombstones_in_window));
+            for v in [f.earliest_expiry, f.oldest_write_time] {
+                put_varint(&mut out, optional(v));
+            }
         }
         for (cf, level, number) in &self.deleted_files {
             out.push(TAG_DELETED_FILE);
@@ -141,6 +154,16 @@ impl VersionEdit {
         }
         Some(edit)
     }
+}
+
+/// `None` as 0, `Some(v)` as `v + 1` (times and seqnos stay far below `u64::MAX`).
+fn optional(v: Option<u64>) -> u64 {
+    v.map_or(0, |v| v.saturating_add(1))
+}
+
+/// The encoded optional read back (0 → `None`); `Err` if the input ends.
+fn read_optional(r: &mut Reader) -> Result<Option<u64>, ()> {
+    r.varint().map(|v| v.checked_sub(1)).ok_or(())
 }
 
 fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
@@ -181,6 +204,11 @@ fn decode_file(r: &mut Reader) -> Option<(u32, usize, FileMeta)> {
             num_entries: r.varint()?,
             num_point_tombstones: r.varint()?,
             num_range_tombstones: r.varint()?,
+            oldest_tombstone_time: read_optional(r).ok()?,
+            smallest_tombstone_seqno: read_optional(r).ok()?,
+            max_tombstones_in_window: u32::try_from(r.varint()?).ok()?,
+            earliest_expiry: read_optional(r).ok()?,
+            oldest_write_time: read_optional(r).ok()?,
         },
     ))
 }
@@ -217,6 +245,11 @@ mod tests {
                     num_entries: 40,
                     num_point_tombstones: 3,
                     num_range_tombstones: 1,
+                    oldest_tombstone_time: Some(0),
+                    smallest_tombstone_seqno: None,
+                    max_tombstones_in_window: 3,
+                    earliest_expiry: Some(77),
+                    oldest_write_time: Some(5),
                 },
             )],
             deleted_files: vec![(0, 1, 4)],

@@ -41,6 +41,8 @@ pub struct TableProperties {
     pub newest_write_time: Option<u64>,
     /// The oldest deletion time of any point or range tombstone, in ms.
     pub oldest_tombstone_time: Option<u64>,
+    /// The smallest seqno of any point or range tombstone.
+    pub smallest_tombstone_seqno: Option<SeqNo>,
     /// The earliest `write_time + ttl` of any `Put` with a cell TTL, in ms.
     pub earliest_expiry: Option<u64>,
     /// Bytes of user keys (without trailers) across point entries.
@@ -83,7 +85,7 @@ impl TableProperties {
         self.raw_value_bytes += value_len as u64;
         self.note_seqno(seqno, meta.write_time);
         if kind.is_tombstone() {
-            self.note_tombstone_time(meta.write_time);
+            self.note_tombstone(seqno, meta.write_time);
         }
         if let Some(expiry) = meta.expiry().filter(|_| kind == Kind::Put) {
             self.earliest_expiry = Some(self.earliest_expiry.map_or(expiry, |e| e.min(expiry)));
@@ -94,7 +96,7 @@ impl TableProperties {
     pub(crate) fn add_range_tombstone(&mut self, seqno: SeqNo, write_time: u64) {
         self.num_range_tombstones += 1;
         self.note_seqno(seqno, write_time);
-        self.note_tombstone_time(write_time);
+        self.note_tombstone(seqno, write_time);
     }
 
     fn note_seqno(&mut self, seqno: SeqNo, write_time: u64) {
@@ -113,8 +115,12 @@ impl TableProperties {
         );
     }
 
-    fn note_tombstone_time(&mut self, time: u64) {
+    fn note_tombstone(&mut self, seqno: SeqNo, time: u64) {
         self.oldest_tombstone_time = Some(self.oldest_tombstone_time.map_or(time, |t| t.min(time)));
+        self.smallest_tombstone_seqno = Some(
+            self.smallest_tombstone_seqno
+                .map_or(seqno, |s| s.min(seqno)),
+        );
     }
 
     pub(crate) fn encode(&self) -> Vec<u8> {
@@ -140,6 +146,7 @@ impl TableProperties {
             ("newest_write_time", self.newest_write_time),
             ("oldest_tombstone_time", self.oldest_tombstone_time),
             ("oldest_write_time", self.oldest_write_time),
+            ("smallest_tombstone_seqno", self.smallest_tombstone_seqno),
         ];
         numbers.extend(optional.iter().filter_map(|(n, v)| v.map(|v| (*n, v))));
         let mut entries: Vec<(&str, Vec<u8>)> = numbers
@@ -222,6 +229,7 @@ impl TableProperties {
             b"raw_key_bytes" => self.raw_key_bytes = v,
             b"raw_value_bytes" => self.raw_value_bytes = v,
             b"smallest_seqno" => self.smallest_seqno = v,
+            b"smallest_tombstone_seqno" => self.smallest_tombstone_seqno = Some(v),
             _ => {} // A property from a newer writer: skipped.
         }
         Some(())
