@@ -18,7 +18,7 @@ pub enum Decision {
 /// It is asked only about the newest version of a key, and only when no live snapshot can read
 /// that version: a filter never changes what a snapshot sees. It runs on background threads and
 /// must be quick and deterministic.
-pub trait CompactionFilter: Send + Sync {
+pub trait CompactionFilter: Send + Sync + std::fmt::Debug {
     /// Decides about `key`'s value `value` in the column family named `cf`.
     fn filter(&self, cf: &str, key: &[u8], value: &[u8]) -> Decision;
 }

@@ -542,6 +542,7 @@ fn expired_versions_are_dropped_and_still_count_with_several_versions() {
 
 // --- filter ---
 
+#[derive(Debug)]
 struct RemoveAll;
 impl CompactionFilter for RemoveAll {
     fn filter(&self, _: &str, _: &[u8], _: &[u8]) -> Decision {
@@ -549,6 +550,7 @@ impl CompactionFilter for RemoveAll {
     }
 }
 
+#[derive(Debug)]
 struct Upper;
 impl CompactionFilter for Upper {
     fn filter(&self, _: &str, _: &[u8], value: &[u8]) -> Decision {

@@ -131,6 +131,16 @@ impl ColumnFamily {
     pub fn iter(&self) -> Result<DbIterator> {
         self.range::<&[u8]>(..)
     }
+
+    /// Compacts the tables overlapping `range` down to the last level (flushing the memtables
+    /// first) and rewrites the last level's overlapping tables, so every version and tombstone
+    /// the garbage-collection rules allow to go is gone when this returns.
+    ///
+    /// # Errors
+    /// The error of a failed flush or compaction.
+    pub fn compact_range<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Result<()> {
+        self.db.compact_range(self.id, owned_bounds(&range))
+    }
 }
 
 /// A frozen view of the database: its reads never change, and the versions it can see are
@@ -227,6 +237,8 @@ impl Snapshot {
 impl Drop for Snapshot {
     fn drop(&mut self) {
         self.db.snapshots.release(self.seqno);
+        // Tombstones it pinned may be droppable now.
+        self.db.state_changed.notify_all();
     }
 }
 

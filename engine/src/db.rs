@@ -79,6 +79,10 @@ pub(crate) struct DbState {
     pub(crate) pending_outputs: std::collections::BTreeSet<u64>,
     /// Every version published to readers; tables of those still alive are not deleted.
     pub(crate) versions: Vec<std::sync::Weak<crate::version::Version>>,
+    /// Compactions picked and not yet installed.
+    pub(crate) compacting: Vec<crate::compact::Running>,
+    /// Per column family, key ranges where scans stepped over many tombstones.
+    pub(crate) read_triggered: std::collections::BTreeMap<u32, Vec<(bytes::Bytes, bytes::Bytes)>>,
 }
 
 impl DbState {
@@ -110,6 +114,14 @@ impl Db {
             .spawn(move || flusher.run_flush_thread())
             .map_err(|e| Error::Io(cairn_fs::Error::from(e)))?;
         inner.lock_threads().push(handle);
+        for i in 0..inner.options.background_threads {
+            let compactor = Arc::clone(&inner);
+            let handle = std::thread::Builder::new()
+                .name(format!("cairn-compact-{i}"))
+                .spawn(move || compactor.run_compaction_thread())
+                .map_err(|e| Error::Io(cairn_fs::Error::from(e)))?;
+            inner.lock_threads().push(handle);
+        }
         let default_cf = ColumnFamily {
             db: Arc::clone(&inner),
             id: DEFAULT_CF,
@@ -199,40 +211,25 @@ impl Db {
         self.inner.flush()
     }
 
-    /// Waits until no background work is pending: every frozen memtable is flushed.
+    /// Waits until no background work is pending: every frozen memtable is flushed and no
+    /// compaction is running or due.
     ///
     /// # Errors
-    /// The error of a failed flush.
+    /// The error of a failed flush or compaction.
     pub fn wait_for_background_work(&self) -> Result<()> {
-        self.inner.wait_for_flushes()
+        self.inner.wait_for_background_work()
     }
 
-    /// Compacts the tables overlapping `range`. Compaction arrives with issue 4.
+    /// Compacts the default family's tables overlapping `range` down to the last level, dropping
+    /// everything the garbage-collection rules allow. See [`ColumnFamily::compact_range`].
     ///
     /// # Errors
-    /// `Unsupported` in this build.
+    /// The error of a failed flush or compaction.
     pub fn compact_range<K: AsRef<[u8]>>(
         &self,
         range: impl std::ops::RangeBounds<K>,
     ) -> Result<()> {
-        let _ = range;
-        Err(Error::Unsupported(
-            "compact_range: compaction arrives with issue 4",
-        ))
-    }
-
-    /// Says why each tombstone in `range` is still on disk. Arrives with compaction (issue 4).
-    ///
-    /// # Errors
-    /// `Unsupported` in this build.
-    pub fn explain_tombstones<K: AsRef<[u8]>>(
-        &self,
-        range: impl std::ops::RangeBounds<K>,
-    ) -> Result<()> {
-        let _ = range;
-        Err(Error::Unsupported(
-            "explain_tombstones: arrives with compaction (issue 4)",
-        ))
+        self.default_cf.compact_range(range)
     }
 
     /// Lists every place on disk that still holds a version of `key`. Arrives with compaction
@@ -267,6 +264,7 @@ impl DbInner {
             cfs: parts.meta.cfs.clone(),
         };
         let last_seqno = parts.meta.last_seqno;
+        let initial_version = Arc::clone(&parts.meta.version);
         Self {
             tables: TableCache::new(Arc::clone(&fs), dir.clone(), cache),
             dir,
@@ -280,7 +278,10 @@ impl DbInner {
                 error: None,
                 shutting_down: false,
                 pending_outputs: std::collections::BTreeSet::new(),
-                versions: Vec::new(),
+                // The first read view's tables must outlive compactions like any other's.
+                versions: vec![Arc::downgrade(&initial_version)],
+                compacting: Vec::new(),
+                read_triggered: std::collections::BTreeMap::new(),
             }),
             state_changed: Condvar::new(),
             super_version: RwLock::new(Arc::new(sv)),

@@ -61,6 +61,16 @@ impl From<cairn_sstable::Error> for Error {
     }
 }
 
+impl From<cairn_compaction::Error> for Error {
+    fn from(e: cairn_compaction::Error) -> Self {
+        match e {
+            cairn_compaction::Error::Table(e) => e.into(),
+            cairn_compaction::Error::Io(e) => Self::Io(e),
+            other => Self::Stopped(other.to_string()),
+        }
+    }
+}
+
 impl From<cairn_wal::Error> for Error {
     fn from(e: cairn_wal::Error) -> Self {
         match e {

@@ -44,6 +44,8 @@ pub(crate) struct SourceIter {
     own: Tombstones,
     /// Range tombstones of every newer source that has any.
     newer: Arc<Vec<Tombstones>>,
+    /// Entries stepped over one by one because a range tombstone of this source hid them.
+    hidden: u64,
 }
 
 impl SourceIter {
@@ -78,6 +80,9 @@ impl SourceIter {
             if parsed.seqno <= self.snapshot && !self.hidden_by_own(parsed.user_key, parsed.seqno) {
                 return Ok(());
             }
+            if parsed.seqno <= self.snapshot {
+                self.hidden += 1;
+            }
             self.inner.next()?;
         }
         Ok(())
@@ -96,6 +101,9 @@ impl SourceIter {
             }
             if parsed.seqno <= self.snapshot && !self.hidden_by_own(parsed.user_key, parsed.seqno) {
                 return Ok(());
+            }
+            if parsed.seqno <= self.snapshot {
+                self.hidden += 1;
             }
             self.inner.prev()?;
         }
@@ -170,6 +178,7 @@ fn sources(
                 inner,
                 snapshot,
                 own: own.clone(),
+                hidden: 0,
                 newer: Arc::new(newer.clone()),
             });
             if has_tombstones {
@@ -216,6 +225,40 @@ pub struct DbIterator {
     front_last: Option<Bytes>,
     back_last: Option<Bytes>,
     failed: bool,
+    trigger: ReadTrigger,
+}
+
+/// Counts the tombstones a scan steps over and reports the range once they pass the threshold.
+struct ReadTrigger {
+    db: Arc<crate::db::DbInner>,
+    cf: u32,
+    threshold: u64,
+    /// Deleted keys stepped over by the resolver (range-deleted ones are counted by sources).
+    deleted_keys: u64,
+    first_key: Option<Bytes>,
+    reported: bool,
+}
+
+impl ReadTrigger {
+    /// Notes the key a step reached and reports once the scan has stepped over too many
+    /// tombstones on its way.
+    fn note(&mut self, key: &Bytes, hidden_by_sources: u64) {
+        let first = self.first_key.get_or_insert_with(|| key.clone()).clone();
+        let stepped = self.deleted_keys + hidden_by_sources;
+        if !self.reported && stepped >= self.threshold {
+            self.reported = true;
+            let (start, end) = if first <= *key {
+                (first, key.clone())
+            } else {
+                (key.clone(), first)
+            };
+            self.db.report_tombstone_scan(self.cf, start, end, stepped);
+        }
+    }
+}
+
+fn hidden(merged: Option<&MergingIter<SourceIter>>) -> u64 {
+    merged.map_or(0, |m| m.children().iter().map(|c| c.hidden).sum())
 }
 
 impl std::fmt::Debug for DbIterator {
@@ -236,6 +279,14 @@ impl DbIterator {
         let sv = db.super_version();
         let vis = Visibility::new(db.options.clock.now_ms(), &sv.cf_options(cf)?);
         let bounds = range.clone();
+        let trigger = ReadTrigger {
+            db: Arc::clone(&db),
+            cf,
+            threshold: db.options.compaction.read_trigger,
+            deleted_keys: 0,
+            first_key: None,
+            reported: false,
+        };
         let make = Box::new(move || -> Result<MergingIter<SourceIter>> {
             Ok(MergingIter::new(sources(&db, &sv, cf, snapshot, &bounds)?))
         });
@@ -248,6 +299,7 @@ impl DbIterator {
             front_last: None,
             back_last: None,
             failed: false,
+            trigger,
         })
     }
 }
@@ -294,9 +346,11 @@ impl DbIterator {
             let mut resolver = Resolver::new(&vis);
             let mut decided = false;
             let mut value = None;
+            let mut deleted = false;
             while merged.valid() && user_key(merged.key()) == key.as_ref() {
                 if !decided {
                     let kind = parse_internal_key(merged.key()).map_or(Kind::Delete, |k| k.kind);
+                    deleted = kind.is_tombstone();
                     if let ControlFlow::Break(live) = resolver.offer(kind, merged.meta()) {
                         decided = true;
                         value = live.then(|| merged.value_bytes());
@@ -304,6 +358,11 @@ impl DbIterator {
                 }
                 merged.next()?;
             }
+            self.trigger.deleted_keys += u64::from(deleted);
+            self.trigger.note(
+                &key,
+                hidden(self.front.as_ref()) + hidden(self.back.as_ref()),
+            );
             if let Some(value) = value.filter(|_| above_lower(&self.range, &key)) {
                 self.front_last = Some(key.clone());
                 return Ok(Some((key, value)));
@@ -342,6 +401,14 @@ impl DbIterator {
                 versions.push((kind, merged.meta(), merged.value_bytes()));
                 merged.prev()?;
             }
+            let deleted = versions
+                .last()
+                .is_some_and(|(kind, _, _)| kind.is_tombstone());
+            self.trigger.deleted_keys += u64::from(deleted);
+            self.trigger.note(
+                &key,
+                hidden(self.front.as_ref()) + hidden(self.back.as_ref()),
+            );
             let mut resolver = Resolver::new(&vis);
             let value = versions.into_iter().rev().find_map(|(kind, meta, value)| {
                 match resolver.offer(kind, meta) {

@@ -33,6 +33,7 @@ mod api;
 mod batch;
 mod clock;
 mod column_family;
+mod compact;
 mod db;
 mod error;
 mod filename;

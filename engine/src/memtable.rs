@@ -49,6 +49,8 @@ pub(crate) struct Memtable {
     bytes: AtomicUsize,
     entries: AtomicU64,
     point_tombstones: AtomicU64,
+    /// The oldest deletion time of a tombstone in it; `u64::MAX` when it holds none.
+    oldest_tombstone_time: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -65,6 +67,7 @@ impl Memtable {
             bytes: AtomicUsize::new(0),
             entries: AtomicU64::new(0),
             point_tombstones: AtomicU64::new(0),
+            oldest_tombstone_time: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -85,6 +88,8 @@ impl Memtable {
         self.entries.fetch_add(1, AtomicOrdering::Relaxed);
         if kind.is_point_tombstone() {
             self.point_tombstones.fetch_add(1, AtomicOrdering::Relaxed);
+            self.oldest_tombstone_time
+                .fetch_min(meta.write_time, AtomicOrdering::Relaxed);
         }
         self.map.insert(MemKey(ikey), MemValue { meta, value });
     }
@@ -101,6 +106,8 @@ impl Memtable {
             start.len() + end.len() + ENTRY_OVERHEAD,
             AtomicOrdering::Relaxed,
         );
+        self.oldest_tombstone_time
+            .fetch_min(write_time, AtomicOrdering::Relaxed);
         let mut tombstones = self.lock_tombstones();
         tombstones.raw.push(RangeTombstone {
             start,
@@ -143,6 +150,11 @@ impl Memtable {
     /// True if nothing was ever written to it.
     pub(crate) fn is_empty(&self) -> bool {
         self.map.is_empty() && self.lock_tombstones().raw.is_empty()
+    }
+
+    /// The oldest deletion time of a tombstone in it.
+    pub(crate) fn oldest_tombstone_time(&self) -> Option<u64> {
+        Some(self.oldest_tombstone_time.load(AtomicOrdering::Relaxed)).filter(|&t| t != u64::MAX)
     }
 
     pub(crate) fn num_entries(&self) -> u64 {

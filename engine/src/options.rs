@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use cairn_compaction::CompactionFilter;
 use cairn_fs::{FileSystem, RealFs};
 use cairn_sstable::TableOptions;
 use cairn_wal::RecoveryMode;
@@ -29,6 +30,34 @@ pub struct Options {
     pub(crate) table: TableOptions,
     pub(crate) background_threads: usize,
     pub(crate) delete_persistence_deadline: Option<Duration>,
+    pub(crate) compaction: CompactionOptions,
+    pub(crate) compaction_filter: Option<Arc<dyn CompactionFilter>>,
+}
+
+/// How compaction is scheduled.
+#[derive(Debug, Clone)]
+pub(crate) struct CompactionOptions {
+    pub(crate) l0_trigger: usize,
+    pub(crate) l0_slowdown: usize,
+    pub(crate) l0_stop: usize,
+    pub(crate) level_base_bytes: u64,
+    pub(crate) target_file_size: u64,
+    pub(crate) density_trigger: u32,
+    pub(crate) read_trigger: u64,
+}
+
+impl Default for CompactionOptions {
+    fn default() -> Self {
+        Self {
+            l0_trigger: 4,
+            l0_slowdown: 20,
+            l0_stop: 36,
+            level_base_bytes: 256 << 20,
+            target_file_size: 64 << 20,
+            density_trigger: 64,
+            read_trigger: 1000,
+        }
+    }
 }
 
 impl Default for Options {
@@ -45,6 +74,8 @@ impl Default for Options {
             table: TableOptions::default(),
             background_threads: 2,
             delete_persistence_deadline: None,
+            compaction: CompactionOptions::default(),
+            compaction_filter: None,
         }
     }
 }
@@ -122,11 +153,60 @@ impl Options {
         self
     }
 
-    /// The delete persistence deadline: a droppable tombstone is erased, with what it shadows,
-    /// within this long (default none). Takes effect with compaction (issue 4).
+    /// The delete persistence deadline (default none): once a tombstone's grace period is over
+    /// and no snapshot pins it, it is erased — with every version it shadows, from every table
+    /// and log — within this long, provided background work keeps up.
     #[must_use]
     pub fn delete_persistence_deadline(mut self, deadline: Duration) -> Self {
         self.delete_persistence_deadline = Some(deadline);
+        self
+    }
+
+    /// Level-0 tables that start a compaction (default 4), slow writes down (default 20) and
+    /// stop them until compaction catches up (default 36).
+    #[must_use]
+    pub fn level0_triggers(mut self, compact: usize, slowdown: usize, stop: usize) -> Self {
+        self.compaction.l0_trigger = compact.max(1);
+        self.compaction.l0_slowdown = slowdown.max(self.compaction.l0_trigger);
+        self.compaction.l0_stop = stop.max(self.compaction.l0_slowdown);
+        self
+    }
+
+    /// The target size of the base level, the first level below level 0 (default 256 MiB); each
+    /// level below targets ten times the one above, sized from the last level down.
+    #[must_use]
+    pub fn level_base_bytes(mut self, bytes: u64) -> Self {
+        self.compaction.level_base_bytes = bytes.max(4096);
+        self
+    }
+
+    /// The size at which compaction cuts an output table (default 64 MiB).
+    #[must_use]
+    pub fn target_file_size(mut self, bytes: u64) -> Self {
+        self.compaction.target_file_size = bytes.max(4096);
+        self
+    }
+
+    /// Point tombstones in 128 consecutive entries that make a table compact on its own
+    /// (default 64, half the window).
+    #[must_use]
+    pub fn tombstone_density_trigger(mut self, tombstones: u32) -> Self {
+        self.compaction.density_trigger = tombstones.clamp(1, 128);
+        self
+    }
+
+    /// Tombstones one scan may step over in a range before it reports the range for compaction
+    /// and logs a warning (default 1000, Cassandra's `tombstone_warn_threshold`).
+    #[must_use]
+    pub fn read_trigger_tombstones(mut self, tombstones: u64) -> Self {
+        self.compaction.read_trigger = tombstones.max(1);
+        self
+    }
+
+    /// A filter compaction consults about values no snapshot can read (default none).
+    #[must_use]
+    pub fn compaction_filter(mut self, filter: Arc<dyn CompactionFilter>) -> Self {
+        self.compaction_filter = Some(filter);
         self
     }
 }
@@ -167,7 +247,8 @@ impl CfOptions {
     }
 
     /// How long a tombstone is kept after its deletion before compaction may drop it (default
-    /// zero). Takes effect with compaction (issue 4).
+    /// zero, as in `RocksDB`): for consumers that must observe a delete before it vanishes, as
+    /// with Cassandra's `gc_grace_seconds`.
     #[must_use]
     pub fn tombstone_grace(mut self, grace: Duration) -> Self {
         self.tombstone_grace = grace;

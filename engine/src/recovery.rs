@@ -124,7 +124,15 @@ fn replay_logs(
         })
         .collect();
     logs.sort_unstable();
-    let last_log = logs.last().copied();
+    // Empty logs after the last one with records do not make its tail a middle.
+    let last_log = logs
+        .iter()
+        .rev()
+        .find(|&&n| {
+            fs.file_size(&filename::log_path(dir, n))
+                .map_or(true, |size| size > 0)
+        })
+        .copied();
     let last_log = last_log.as_ref();
     let memset = MemSet::new(0, meta.cfs.keys().copied());
     let mut last_seqno = meta.last_seqno;
@@ -198,9 +206,11 @@ fn finish_open(
     edit.log_number = Some(log_number);
     let path = dir.join(filename::manifest_name(manifest_number));
     meta.apply(&edit, &path)?;
+    // The MANIFEST goes first: until CURRENT names it, a crash replays the old logs again, and
+    // no new log stands after a torn one.
+    let manifest = ManifestWriter::create(fs, dir, manifest_number, &meta)?;
     let wal = LogWriter::new(fs.create(&filename::log_path(dir, log_number))?);
     fs.sync_dir(dir)?;
-    let manifest = ManifestWriter::create(fs, dir, manifest_number, &meta)?;
     let mem = Arc::new(MemSet::new(log_number, meta.cfs.keys().copied()));
     Ok(OpenedParts {
         lock,

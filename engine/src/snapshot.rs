@@ -33,6 +33,11 @@ impl SnapshotList {
         }
     }
 
+    /// The live snapshot seqnos, ascending, each once.
+    pub(crate) fn list(&self) -> Vec<SeqNo> {
+        self.lock().keys().copied().collect()
+    }
+
     /// How many snapshots are live.
     pub(crate) fn count(&self) -> usize {
         self.lock().values().sum()

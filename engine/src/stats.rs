@@ -1,11 +1,13 @@
 //! Statistics: what the engine holds and what it has done.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+pub use cairn_compaction::DropCounts;
 use cairn_sstable::SeqNo;
 
-/// Per-level figures of one column family's tables.
+/// Per-level figures of the tables, summed over column families.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LevelStats {
     /// Tables on the level.
@@ -20,25 +22,7 @@ pub struct LevelStats {
     pub range_tombstones: u64,
 }
 
-/// Tombstones and versions dropped by compaction, by the rule that dropped them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DropCounts {
-    /// Versions hidden by newer ones in the same snapshot stripe.
-    pub shadowed: u64,
-    /// Point tombstones with nothing left to delete.
-    pub obsolete_tombstone: u64,
-    /// `SingleDelete` and `Put` pairs that cancelled.
-    pub single_delete: u64,
-    /// Range tombstones and what they covered.
-    pub range: u64,
-    /// Expired values.
-    pub expired: u64,
-    /// Entries a compaction filter removed.
-    pub filter: u64,
-}
-
-/// A snapshot of the engine's statistics. Compaction figures stay zero until compaction lands
-/// (issue 4).
+/// A snapshot of the engine's statistics.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Stats {
     /// Tables per level, summed over column families.
@@ -49,26 +33,33 @@ pub struct Stats {
     pub oldest_snapshot_seqno: Option<SeqNo>,
     /// Point and range tombstones still in memtables or tables.
     pub tombstones_pending: u64,
-    /// Of those, the ones the GC rules would drop now.
+    /// Of those in tables, the ones a compaction would drop now: in tables no snapshot pins,
+    /// whose grace is over, with nothing below them. An estimate per table.
     pub tombstones_droppable: u64,
-    /// The age of the oldest droppable tombstone.
+    /// How long the oldest of those has been droppable.
     pub oldest_droppable_tombstone_age: Option<Duration>,
     /// Compactions run.
     pub compactions: u64,
     /// Bytes read by compactions.
     pub bytes_read: u64,
-    /// Bytes written by flushes and compactions.
+    /// Bytes written to tables by flushes and compactions.
     pub bytes_written: u64,
-    /// Entries dropped, by rule.
+    /// Entries dropped by compaction, by rule.
     pub dropped: DropCounts,
+    /// `SingleDelete`s compaction found covering more than one put.
+    pub single_delete_misuse: u64,
     /// Bytes written to tables per byte written to the log.
     pub write_amp: f64,
-    /// Bytes in tables per byte of live data (1.0 until compaction can tell them apart).
+    /// Bytes in tables per byte in the last level (1.0 when everything is in the last level).
     pub space_amp: f64,
     /// Flushes completed.
     pub flushes: u64,
-    /// Times a write waited for a flush because too many memtables were frozen.
+    /// Times a write waited because too many memtables were frozen or level 0 was full.
     pub write_stalls: u64,
+    /// Times a write was slowed because level 0 was filling up.
+    pub write_slowdowns: u64,
+    /// Scans that reported a range for stepping over too many tombstones.
+    pub read_triggers: u64,
     /// Writes applied.
     pub writes: u64,
     /// Bytes written to the log.
@@ -80,14 +71,20 @@ pub struct Stats {
     pub data_blocks_read: u64,
 }
 
-/// Running counters, updated without locks.
+/// Running counters.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     writes: AtomicU64,
     wal_bytes: AtomicU64,
     flushes: AtomicU64,
     stalls: AtomicU64,
+    slowdowns: AtomicU64,
+    read_triggers: AtomicU64,
     table_bytes_written: AtomicU64,
+    compactions: AtomicU64,
+    compaction_bytes_read: AtomicU64,
+    single_delete_misuse: AtomicU64,
+    drops: Mutex<DropCounts>,
 }
 
 impl Counters {
@@ -104,8 +101,29 @@ impl Counters {
         self.stalls.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn note_slowdown(&self) {
+        self.slowdowns.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn note_read_trigger(&self) {
+        self.read_triggers.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn note_table_written(&self, bytes: u64) {
         self.table_bytes_written.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn note_compaction(&self, job: &cairn_compaction::job::JobOutput) {
+        self.compactions.fetch_add(1, Ordering::Relaxed);
+        self.compaction_bytes_read
+            .fetch_add(job.bytes_read, Ordering::Relaxed);
+        self.note_table_written(job.bytes_written);
+        self.single_delete_misuse
+            .fetch_add(job.single_delete_misuse, Ordering::Relaxed);
+        self.drops
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .add(&job.drops);
     }
 }
 
@@ -113,6 +131,7 @@ impl crate::db::DbInner {
     pub(crate) fn stats(&self) -> Stats {
         let sv = self.super_version();
         let mut levels = vec![LevelStats::default(); crate::version::NUM_LEVELS];
+        let mut data_blocks_read = 0;
         for cf in sv.version.cfs.values() {
             for (level, file) in cf.all_files() {
                 if let Some(l) = levels.get_mut(level) {
@@ -121,6 +140,9 @@ impl crate::db::DbInner {
                     l.entries += file.num_entries;
                     l.point_tombstones += file.num_point_tombstones;
                     l.range_tombstones += file.num_range_tombstones;
+                }
+                if let Ok(table) = self.tables.get(file.number) {
+                    data_blocks_read += table.blocks_read();
                 }
             }
         }
@@ -135,34 +157,82 @@ impl crate::db::DbInner {
                 tombstones_pending += mem.num_point_tombstones() + mem.num_range_tombstones();
             }
         }
-        let mut data_blocks_read = 0;
-        for cf in sv.version.cfs.values() {
-            for (_, file) in cf.all_files() {
-                if let Ok(table) = self.tables.get(file.number) {
-                    data_blocks_read += table.blocks_read();
-                }
-            }
-        }
+        let (tombstones_droppable, oldest_droppable_tombstone_age) = self.droppable(&sv);
         let c = &self.stats;
         let wal_bytes = c.wal_bytes.load(Ordering::Relaxed);
         let bytes_written = c.table_bytes_written.load(Ordering::Relaxed);
+        let total: u64 = levels.iter().map(|l| l.bytes).sum();
+        let last = levels
+            .iter()
+            .rev()
+            .map(|l| l.bytes)
+            .find(|&b| b > 0)
+            .unwrap_or(0);
         Stats {
-            levels,
             snapshots: self.snapshots.count(),
             oldest_snapshot_seqno: self.snapshots.oldest(),
             tombstones_pending,
-            compactions: 0,
+            tombstones_droppable,
+            oldest_droppable_tombstone_age,
+            compactions: c.compactions.load(Ordering::Relaxed),
+            bytes_read: c.compaction_bytes_read.load(Ordering::Relaxed),
             bytes_written,
+            dropped: *c
+                .drops
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            single_delete_misuse: c.single_delete_misuse.load(Ordering::Relaxed),
             write_amp: ratio(bytes_written, wal_bytes),
-            space_amp: 1.0,
+            space_amp: if last == 0 { 1.0 } else { ratio(total, last) },
             flushes: c.flushes.load(Ordering::Relaxed),
             write_stalls: c.stalls.load(Ordering::Relaxed),
+            write_slowdowns: c.slowdowns.load(Ordering::Relaxed),
+            read_triggers: c.read_triggers.load(Ordering::Relaxed),
             writes: c.writes.load(Ordering::Relaxed),
             wal_bytes,
             memtable_entries,
             data_blocks_read,
-            ..Stats::default()
+            levels,
         }
+    }
+
+    /// Tombstones in tables that a compaction would drop now, judged per table, and the age of
+    /// the oldest of them.
+    fn droppable(&self, sv: &crate::super_version::SuperVersion) -> (u64, Option<Duration>) {
+        let now = self.options.clock.now_ms();
+        let oldest_snapshot = self.snapshots.oldest();
+        let mut count = 0;
+        let mut oldest: Option<u64> = None;
+        for (cf, version) in &sv.version.cfs {
+            let grace = sv
+                .cfs
+                .get(cf)
+                .map_or(0, |(_, o)| crate::batch::millis(o.tombstone_grace));
+            for (level, file) in version.all_files() {
+                let (Some(time), Some(seqno)) =
+                    (file.oldest_tombstone_time, file.smallest_tombstone_seqno)
+                else {
+                    continue;
+                };
+                let pinned = oldest_snapshot.is_some_and(|s| seqno > s);
+                let grace_over = now >= time.saturating_add(grace);
+                let below = version
+                    .levels
+                    .iter()
+                    .skip(level + 1)
+                    .flatten()
+                    .any(|g| g.smallest <= file.largest && g.largest >= file.smallest);
+                if !pinned && grace_over && !below {
+                    count += file.num_point_tombstones + file.num_range_tombstones;
+                    let since = time.saturating_add(grace);
+                    oldest = Some(oldest.map_or(since, |o| o.min(since)));
+                }
+            }
+        }
+        (
+            count,
+            oldest.map(|since| Duration::from_millis(now.saturating_sub(since))),
+        )
     }
 }
 
@@ -170,7 +240,6 @@ fn ratio(a: u64, b: u64) -> f64 {
     if b == 0 {
         return 0.0;
     }
-    // Counters stay far below 2^52, where the conversion is exact.
     #[expect(
         clippy::cast_precision_loss,
         reason = "byte counters are far below 2^52"

@@ -228,21 +228,46 @@ impl DbInner {
     /// Waits for room in the active memtables, freezing them if full; returns them.
     fn make_room(&self) -> Result<Arc<MemSet>> {
         let mut state = self.lock_state();
+        let mut slowed = false;
         loop {
             state.check_running()?;
+            let l0 = level0_files(&state);
+            let c = &self.options.compaction;
+            if l0 >= c.l0_stop {
+                // Compaction is far behind: stop writes until it catches up.
+                self.stats.note_stall();
+                state = self.wait_state(state);
+                continue;
+            }
+            if l0 >= c.l0_slowdown && !slowed {
+                // Falling behind: give compaction a little room, once per write.
+                slowed = true;
+                self.stats.note_slowdown();
+                drop(state);
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                state = self.lock_state();
+                continue;
+            }
             if state.mem.approximate_bytes() < self.options.memtable_size {
                 return Ok(Arc::clone(&state.mem));
             }
             if state.imm.len() >= self.options.max_immutable_memtables {
                 self.stats.note_stall();
-                state = self
-                    .state_changed
-                    .wait(state)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                state = self.wait_state(state);
                 continue;
             }
             self.switch_memtable(&mut state)?;
         }
+    }
+
+    /// Waits for the state to change (a flush or compaction finished), at most a little while.
+    fn wait_state<'a>(
+        &self,
+        state: std::sync::MutexGuard<'a, DbState>,
+    ) -> std::sync::MutexGuard<'a, DbState> {
+        self.state_changed
+            .wait_timeout(state, std::time::Duration::from_millis(100))
+            .map_or_else(|e| e.into_inner().0, |(guard, _)| guard)
     }
 
     /// Freezes the active memtables and starts a new log. Called by the leader with the state
@@ -373,6 +398,18 @@ impl DbInner {
         let path = state.manifest.path().to_path_buf();
         state.meta.apply(&edit, &path)
     }
+}
+
+/// The most level-0 tables any column family has.
+fn level0_files(state: &DbState) -> usize {
+    state
+        .meta
+        .version
+        .cfs
+        .values()
+        .map(|v| v.levels.first().map_or(0, Vec::len))
+        .max()
+        .unwrap_or(0)
 }
 
 /// The queued writers a leader serves: itself, then batches behind it up to the byte limit. An

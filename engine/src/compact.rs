@@ -1,0 +1,550 @@
+//! Background compaction: pick with `cairn-compaction`'s picker, run a job, install its result.
+//!
+//! Up to `background_threads` compactions run at once. A running compaction holds its input
+//! tables and the key range it writes at its output level; a pick that would touch either waits.
+//! Outputs are written under temporary names, synced, renamed, and added by one MANIFEST edit that
+//! also removes the inputs; the inputs' files are deleted once no reader's version holds them.
+
+use std::ops::Bound;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use cairn_compaction::job::{Grandparent, JobOutput, JobSpec, OutputFiles};
+use cairn_compaction::picker::{FileInfo, LevelsView, Pick, PickerConfig, Reason};
+use cairn_compaction::{BelowOracle, GcContext};
+use cairn_fs::WritableFile;
+
+use crate::db::{DbInner, DbState};
+use crate::error::{Error, Result};
+use crate::filename;
+use crate::version::Version;
+use crate::version_edit::{FileMeta, VersionEdit};
+
+/// How long an idle compaction thread sleeps before looking again (grace periods and deadlines
+/// end with time, not with an event).
+const IDLE_POLL: Duration = Duration::from_millis(500);
+
+/// A compaction that has been picked and not yet installed.
+#[derive(Debug, Clone)]
+pub(crate) struct Running {
+    pub(crate) cf: u32,
+    pub(crate) pick: Pick,
+    /// The user-key range `[start, end]` it writes at its output level.
+    pub(crate) start: Bytes,
+    pub(crate) end: Bytes,
+}
+
+impl Running {
+    fn conflicts(&self, other: &Running) -> bool {
+        let shares_file = self
+            .pick
+            .all_inputs()
+            .any(|n| other.pick.all_inputs().any(|m| m == n));
+        let same_output = self.cf == other.cf && self.pick.output_level == other.pick.output_level;
+        shares_file || (same_output && self.start <= other.end && other.start <= self.end)
+    }
+}
+
+impl DbInner {
+    /// The loop of one compaction thread.
+    pub(crate) fn run_compaction_thread(&self) {
+        loop {
+            let task = {
+                let mut state = self.lock_state();
+                loop {
+                    if state.shutting_down {
+                        return;
+                    }
+                    if state.error.is_none() {
+                        if self.memtable_deadline_due(&state) {
+                            break Task::FlushMemtable;
+                        }
+                        if let Some(running) = self.pick_compaction(&mut state) {
+                            break Task::Compact(running);
+                        }
+                    }
+                    state = self
+                        .state_changed
+                        .wait_timeout(state, IDLE_POLL)
+                        .map_or_else(|e| e.into_inner().0, |(guard, _)| guard);
+                }
+            };
+            let result = match task {
+                Task::FlushMemtable => self.freeze_memtable(),
+                Task::Compact(running) => self.run_compaction(&running),
+            };
+            if let Err(e) = result {
+                self.stop_with(&e);
+            }
+        }
+    }
+
+    /// Chooses a compaction for some column family and registers it as running.
+    fn pick_compaction(&self, state: &mut DbState) -> Option<Running> {
+        let cfs: Vec<u32> = state.meta.cfs.keys().copied().collect();
+        for cf in cfs {
+            let view = state.levels_view(cf);
+            let read_triggered = state.read_triggered.get(&cf).cloned().unwrap_or_default();
+            let config = self.picker_config(state, cf, &read_triggered);
+            let pick = view.pick(&config);
+            if !matches!(
+                pick.as_ref().map(|p| p.reason),
+                Some(
+                    Reason::ReadTriggered
+                        | Reason::Level0
+                        | Reason::LevelSize
+                        | Reason::Deadline
+                        | Reason::TombstoneDensity
+                )
+            ) {
+                // Nothing read-triggered is left to do for this family.
+                state.read_triggered.remove(&cf);
+            }
+            let Some(pick) = pick else {
+                continue;
+            };
+            if let Some(running) = state.register(cf, pick) {
+                return Some(running);
+            }
+        }
+        None
+    }
+
+    pub(crate) fn picker_config<'a>(
+        &self,
+        state: &DbState,
+        cf: u32,
+        read_triggered: &'a [(Bytes, Bytes)],
+    ) -> PickerConfig<'a> {
+        let options = state
+            .meta
+            .cfs
+            .get(&cf)
+            .map(|(_, o)| o.clone())
+            .unwrap_or_default();
+        let c = &self.options.compaction;
+        PickerConfig {
+            l0_trigger: c.l0_trigger,
+            level_base_bytes: c.level_base_bytes,
+            fan_out: 10,
+            density_trigger: c.density_trigger,
+            deadline_ms: self
+                .options
+                .delete_persistence_deadline
+                .map(crate::batch::millis),
+            grace_ms: crate::batch::millis(options.tombstone_grace),
+            cf_ttl_ms: options.ttl.map(crate::batch::millis),
+            now: self.options.clock.now_ms(),
+            oldest_snapshot: self.snapshots.oldest(),
+            read_triggered,
+        }
+    }
+
+    /// True if the active memtables hold a tombstone that must reach a table now to meet the
+    /// delete persistence deadline (its first stage, as the picker splits the deadline).
+    fn memtable_deadline_due(&self, state: &DbState) -> bool {
+        let Some(deadline) = self
+            .options
+            .delete_persistence_deadline
+            .map(crate::batch::millis)
+        else {
+            return false;
+        };
+        let now = self.options.clock.now_ms();
+        let stages = crate::version::NUM_LEVELS as u64 + 1;
+        state.mem.tables.iter().any(|(cf, mem)| {
+            let grace = state
+                .meta
+                .cfs
+                .get(cf)
+                .map_or(0, |(_, o)| crate::batch::millis(o.tombstone_grace));
+            mem.oldest_tombstone_time()
+                .is_some_and(|t| now >= t.saturating_add(grace).saturating_add(deadline / stages))
+        })
+    }
+
+    /// Freezes the active memtables so the flush thread writes them out.
+    fn freeze_memtable(&self) -> Result<()> {
+        self.run_exclusive(Box::new(|db: &DbInner| {
+            let mut state = db.lock_state();
+            state.check_running()?;
+            if !state.mem.is_empty() {
+                db.switch_memtable(&mut state)?;
+            }
+            Ok(0)
+        }))
+        .map(drop)
+    }
+
+    /// Runs a registered compaction to the end, installing it or cleaning up after it.
+    pub(crate) fn run_compaction(&self, running: &Running) -> Result<()> {
+        let mut outputs = Outputs {
+            db: self,
+            numbers: Vec::new(),
+        };
+        let result = self
+            .compaction_job(running, &mut outputs)
+            .and_then(|output| self.install_compaction(running, &outputs.numbers, &output));
+        if result.is_err() {
+            for &n in &outputs.numbers {
+                let _ = self.fs.remove(&filename::temp_table_path(&self.dir, n));
+            }
+        }
+        {
+            let mut state = self.lock_state();
+            state
+                .compacting
+                .retain(|r| !(r.cf == running.cf && r.pick == running.pick));
+        }
+        self.release_outputs(outputs.numbers.iter().copied());
+        self.state_changed.notify_all();
+        if result.is_ok() {
+            self.delete_obsolete_files();
+        }
+        result
+    }
+
+    fn compaction_job(&self, running: &Running, outputs: &mut Outputs<'_>) -> Result<JobOutput> {
+        let sv = self.super_version();
+        let cf_options = sv.cf_options(running.cf)?;
+        let inputs = running
+            .pick
+            .all_inputs()
+            .map(|n| self.tables.get(n))
+            .collect::<Result<Vec<_>>>()?;
+        let snapshots = self.snapshots.list();
+        let below = Below {
+            db: self,
+            version: Arc::clone(&sv.version),
+            cf: running.cf,
+            output_level: running.pick.output_level,
+        };
+        let grandparents: Vec<Grandparent> = sv
+            .version
+            .cf(running.cf)
+            .and_then(|v| v.levels.get(running.pick.output_level + 1))
+            .map(|files| {
+                files
+                    .iter()
+                    .map(|f| Grandparent {
+                        smallest: f.smallest.clone(),
+                        largest: f.largest.clone(),
+                        size: f.file_size,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let cf_name = sv
+            .cfs
+            .get(&running.cf)
+            .map(|(n, _)| n.clone())
+            .unwrap_or_default();
+        let ctx = GcContext {
+            snapshots: &snapshots,
+            now: self.options.clock.now_ms(),
+            grace_ms: crate::batch::millis(cf_options.tombstone_grace),
+            max_versions: cf_options.max_versions,
+            cf_ttl_ms: cf_options.ttl.map(crate::batch::millis),
+            below: &below,
+            filter: self
+                .options
+                .compaction_filter
+                .as_deref()
+                .map(|f| (f, cf_name.as_str())),
+        };
+        let target = self.options.compaction.target_file_size;
+        let spec = JobSpec {
+            inputs,
+            ctx,
+            table_options: self.options.table.clone(),
+            target_file_size: target,
+            grandparents: &grandparents,
+            max_grandparent_overlap: target.saturating_mul(10),
+        };
+        let output = cairn_compaction::job::run(spec, outputs).map_err(Error::from)?;
+        tracing::debug!(
+            reason = ?running.pick.reason,
+            from = running.pick.input_level,
+            to = running.pick.output_level,
+            inputs = running.pick.all_inputs().count(),
+            outputs = output.tables.len(),
+            dropped = output.drops.total(),
+            "compaction finished"
+        );
+        Ok(output)
+    }
+
+    /// Renames the outputs into place and swaps them for the inputs in one MANIFEST edit.
+    fn install_compaction(
+        &self,
+        running: &Running,
+        numbers: &[u64],
+        output: &JobOutput,
+    ) -> Result<()> {
+        let mut new_files = Vec::with_capacity(output.tables.len());
+        for (summary, &number) in output.tables.iter().zip(numbers) {
+            self.fs
+                .rename(&summary.path, &filename::table_path(&self.dir, number))?;
+            new_files.push((
+                running.cf,
+                running.pick.output_level,
+                crate::flush::file_meta(number, summary),
+            ));
+        }
+        if !new_files.is_empty() {
+            self.fs.sync_dir(&self.dir)?;
+        }
+        let pick = &running.pick;
+        let mut deleted_files: Vec<(u32, usize, u64)> = pick
+            .inputs
+            .iter()
+            .map(|&n| (running.cf, pick.input_level, n))
+            .collect();
+        deleted_files.extend(
+            pick.output_level_inputs
+                .iter()
+                .map(|&n| (running.cf, pick.output_level, n)),
+        );
+        let mut state = self.lock_state();
+        if !state.meta.cfs.contains_key(&running.cf) {
+            return Ok(()); // The family was dropped meanwhile; its tables go with it.
+        }
+        let edit = VersionEdit {
+            new_files,
+            deleted_files,
+            ..VersionEdit::default()
+        };
+        self.log_and_apply(&mut state, &edit)?;
+        self.install_super_version(&mut state);
+        self.stats.note_compaction(output);
+        Ok(())
+    }
+
+    /// Compacts every table of `cf` overlapping `range` down to the last level, and rewrites the
+    /// last level's overlapping tables in place so every tombstone that can go does.
+    pub(crate) fn compact_range(&self, cf: u32, range: (Bound<Bytes>, Bound<Bytes>)) -> Result<()> {
+        self.flush()?;
+        let last = crate::version::NUM_LEVELS - 1;
+        for level in 0..=last {
+            loop {
+                let mut state = self.lock_state();
+                state.check_running()?;
+                let view = state.levels_view(cf);
+                let Some((start, end)) = bounds_in(&view, &range) else {
+                    break;
+                };
+                let config = self.picker_config(&state, cf, &[]);
+                let overlapping = view.levels.get(level).is_some_and(|files| {
+                    files
+                        .iter()
+                        .any(|f| f.smallest <= end && f.largest >= start)
+                });
+                if !overlapping {
+                    break;
+                }
+                let running = view
+                    .pick_manual(level, &start, &end, &config)
+                    .and_then(|pick| state.register(cf, pick));
+                let Some(running) = running else {
+                    // Busy with another compaction: wait for it.
+                    drop(self.state_changed.wait_timeout(state, IDLE_POLL));
+                    continue;
+                };
+                drop(state);
+                self.run_compaction(&running)?;
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until flushes are done and no compaction is running or would be picked.
+    pub(crate) fn wait_for_background_work(&self) -> Result<()> {
+        loop {
+            self.wait_for_flushes()?;
+            self.state_changed.notify_all();
+            let state = self.lock_state();
+            state.check_running()?;
+            let idle = state.imm.is_empty()
+                && state.compacting.is_empty()
+                && !self.memtable_deadline_due(&state)
+                && state.meta.cfs.keys().all(|&cf| {
+                    let read_triggered = state.read_triggered.get(&cf).cloned().unwrap_or_default();
+                    state
+                        .levels_view(cf)
+                        .pick(&self.picker_config(&state, cf, &read_triggered))
+                        .is_none()
+                });
+            if idle {
+                return Ok(());
+            }
+            drop(
+                self.state_changed
+                    .wait_timeout(state, Duration::from_millis(50)),
+            );
+        }
+    }
+
+    /// Notes a key range where a scan stepped over `tombstones` tombstones.
+    pub(crate) fn report_tombstone_scan(&self, cf: u32, start: Bytes, end: Bytes, tombstones: u64) {
+        tracing::warn!(
+            cf,
+            start = ?String::from_utf8_lossy(&start),
+            end = ?String::from_utf8_lossy(&end),
+            tombstones,
+            "a scan stepped over many tombstones; compacting the range"
+        );
+        self.stats.note_read_trigger();
+        let mut state = self.lock_state();
+        let ranges = state.read_triggered.entry(cf).or_default();
+        if ranges.len() < 64 {
+            ranges.push((start, end));
+        }
+        drop(state);
+        self.state_changed.notify_all();
+    }
+}
+
+impl DbState {
+    /// Registers `pick` as running unless it conflicts with one that is.
+    fn register(&mut self, cf: u32, pick: Pick) -> Option<Running> {
+        let files: Vec<&Arc<FileMeta>> = self
+            .meta
+            .version
+            .cf(cf)?
+            .all_files()
+            .filter(|(_, f)| pick.all_inputs().any(|n| n == f.number))
+            .map(|(_, f)| f)
+            .collect();
+        let start = files.iter().map(|f| f.smallest.clone()).min()?;
+        let end = files.iter().map(|f| f.largest.clone()).max()?;
+        let running = Running {
+            cf,
+            pick,
+            start,
+            end,
+        };
+        if self.compacting.iter().any(|r| r.conflicts(&running)) {
+            return None;
+        }
+        self.compacting.push(running.clone());
+        Some(running)
+    }
+
+    /// What the picker sees of `cf`.
+    pub(crate) fn levels_view(&self, cf: u32) -> LevelsView {
+        let busy: std::collections::HashSet<u64> = self
+            .compacting
+            .iter()
+            .flat_map(|r| r.pick.all_inputs())
+            .collect();
+        let levels = self
+            .meta
+            .version
+            .cf(cf)
+            .map(|v| {
+                v.levels
+                    .iter()
+                    .map(|files| {
+                        files
+                            .iter()
+                            .map(|f| file_info(f, busy.contains(&f.number)))
+                            .collect()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        LevelsView { levels }
+    }
+}
+
+enum Task {
+    FlushMemtable,
+    Compact(Running),
+}
+
+/// The user-key bounds of `range` clipped to what the view holds: `None` if it holds nothing.
+fn bounds_in(view: &LevelsView, range: &(Bound<Bytes>, Bound<Bytes>)) -> Option<(Bytes, Bytes)> {
+    let files = view.levels.iter().flatten();
+    let lowest = files.clone().map(|f| f.smallest.clone()).min()?;
+    let highest = files.map(|f| f.largest.clone()).max()?;
+    let start = match &range.0 {
+        Bound::Included(k) | Bound::Excluded(k) => k.clone().max(lowest),
+        Bound::Unbounded => lowest,
+    };
+    let end = match &range.1 {
+        Bound::Included(k) | Bound::Excluded(k) => k.clone().min(highest),
+        Bound::Unbounded => highest,
+    };
+    (start <= end).then_some((start, end))
+}
+
+/// The picker's view of a table.
+fn file_info(f: &FileMeta, busy: bool) -> FileInfo {
+    FileInfo {
+        number: f.number,
+        size: f.file_size,
+        smallest: f.smallest.clone(),
+        largest: f.largest.clone(),
+        smallest_seqno: f.smallest_seqno,
+        largest_seqno: f.largest_seqno,
+        num_tombstones: f.num_point_tombstones + f.num_range_tombstones,
+        oldest_tombstone_time: f.oldest_tombstone_time,
+        smallest_tombstone_seqno: f.smallest_tombstone_seqno,
+        max_tombstones_in_window: f.max_tombstones_in_window,
+        earliest_expiry: f.earliest_expiry,
+        oldest_write_time: f.oldest_write_time,
+        being_compacted: busy,
+    }
+}
+
+/// What lies below a compaction's output level, from the version it started with.
+struct Below<'a> {
+    db: &'a DbInner,
+    version: Arc<Version>,
+    cf: u32,
+    output_level: usize,
+}
+
+impl Below<'_> {
+    fn deeper_files(&self) -> impl Iterator<Item = &Arc<FileMeta>> {
+        let output_level = self.output_level;
+        self.version
+            .cf(self.cf)
+            .into_iter()
+            .flat_map(move |v| v.levels.iter().skip(output_level + 1).flatten())
+    }
+}
+
+impl BelowOracle for Below<'_> {
+    fn key_may_exist_below(&self, user_key: &[u8]) -> bool {
+        self.deeper_files().any(|f| {
+            f.may_contain_key(user_key)
+                // The bloom filter turns "in range" into "probably holds it"; a table that cannot
+                // be opened counts as holding it, which only keeps a tombstone longer. (A range
+                // tombstone below is no older version: nothing it could bring back.)
+                && self.db.tables.get(f.number).map_or(true, |t| t.may_contain(user_key))
+        })
+    }
+
+    fn range_may_exist_below(&self, start: &[u8], end: &[u8]) -> bool {
+        self.deeper_files().any(|f| f.overlaps(start, Some(end)))
+    }
+}
+
+/// Creates output files under temporary names with fresh numbers.
+struct Outputs<'a> {
+    db: &'a DbInner,
+    numbers: Vec<u64>,
+}
+
+impl OutputFiles for Outputs<'_> {
+    fn create(&mut self, _index: usize) -> cairn_fs::Result<Box<dyn WritableFile>> {
+        let number = self.db.new_output_number();
+        self.numbers.push(number);
+        self.db
+            .fs
+            .create(&filename::temp_table_path(&self.db.dir, number))
+    }
+}
