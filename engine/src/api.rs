@@ -13,6 +13,7 @@ use crate::batch::WriteBatch;
 use crate::column_family::ColumnFamily;
 use crate::db::{Db, DbInner};
 use crate::error::Result;
+use crate::explain::{KeyTrace, TombstoneExplanation};
 use crate::iterator::{DbIterator, owned_bounds, prefix_bounds};
 use crate::options::WriteOptions;
 use crate::read::Version;
@@ -140,6 +141,29 @@ impl ColumnFamily {
     /// The error of a failed flush or compaction.
     pub fn compact_range<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Result<()> {
         self.db.compact_range(self.id, owned_bounds(&range))
+    }
+
+    /// Every tombstone in `range` still in a memtable or table, and the garbage-collection
+    /// condition that keeps it: a snapshot older than it, its grace period, older data below,
+    /// or nothing but a compaction that has not reached it yet.
+    ///
+    /// # Errors
+    /// `Corruption` if a table on the way is damaged.
+    pub fn explain_tombstones<K: AsRef<[u8]>>(
+        &self,
+        range: impl RangeBounds<K>,
+    ) -> Result<Vec<TombstoneExplanation>> {
+        self.db.explain_tombstones(self.id, &owned_bounds(&range))
+    }
+
+    /// Every place — memtable, log file, table — that still holds a version or tombstone of
+    /// `key`, newest first, with the time the delete persistence deadline promises each deleted
+    /// one gone. An empty list means no trace anywhere.
+    ///
+    /// # Errors
+    /// `Corruption` if a table on the way is damaged.
+    pub fn audit_key(&self, key: impl AsRef<[u8]>) -> Result<Vec<KeyTrace>> {
+        self.db.audit_key(self.id, key.as_ref())
     }
 }
 

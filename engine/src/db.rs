@@ -232,16 +232,25 @@ impl Db {
         self.default_cf.compact_range(range)
     }
 
-    /// Lists every place on disk that still holds a version of `key`. Arrives with compaction
-    /// (issue 4).
+    /// Every tombstone of the default family in `range` still on disk or in a memtable, and why
+    /// it is kept. See [`ColumnFamily::explain_tombstones`].
     ///
     /// # Errors
-    /// `Unsupported` in this build.
-    pub fn audit_key(&self, key: impl AsRef<[u8]>) -> Result<()> {
-        let _ = key;
-        Err(Error::Unsupported(
-            "audit_key: arrives with compaction (issue 4)",
-        ))
+    /// `Corruption` if a table on the way is damaged.
+    pub fn explain_tombstones<K: AsRef<[u8]>>(
+        &self,
+        range: impl std::ops::RangeBounds<K>,
+    ) -> Result<Vec<crate::explain::TombstoneExplanation>> {
+        self.default_cf.explain_tombstones(range)
+    }
+
+    /// Every place that still holds a version or tombstone of `key` in the default family. See
+    /// [`ColumnFamily::audit_key`].
+    ///
+    /// # Errors
+    /// `Corruption` if a table on the way is damaged.
+    pub fn audit_key(&self, key: impl AsRef<[u8]>) -> Result<Vec<crate::explain::KeyTrace>> {
+        self.default_cf.audit_key(key)
     }
 }
 

@@ -24,10 +24,12 @@
 //! # }
 //! ```
 //!
-//! Not in this crate yet: compaction and its garbage collection (`compact_range`,
-//! `explain_tombstones`, `audit_key`, tombstone grace and the delete persistence deadline take
-//! effect with issue 4). Until then level 0 only grows, and reads stay correct however many
-//! tables it holds. Those calls return [`Error::Unsupported`].
+//! Compaction runs in the background (`Options::background_threads`) and applies the
+//! garbage-collection rules of `cairn-compaction`: a tombstone leaves only when no snapshot is
+//! older than it, nothing older lies below, and its grace period is over. Tombstones that pile up
+//! are found by density, by scans that trip over them, and by the delete persistence deadline;
+//! [`Db::explain_tombstones`] says why one is still there and [`Db::audit_key`] finds every trace
+//! of a key.
 
 mod api;
 mod batch;
@@ -36,6 +38,7 @@ mod column_family;
 mod compact;
 mod db;
 mod error;
+mod explain;
 mod filename;
 mod flush;
 mod iterator;
@@ -55,12 +58,15 @@ mod write;
 
 pub use api::Snapshot;
 pub use batch::WriteBatch;
+pub use cairn_compaction::{CompactionFilter, Decision};
+pub use cairn_sstable::Kind;
 pub use cairn_sstable::SeqNo;
 pub use cairn_wal::RecoveryMode;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use column_family::ColumnFamily;
 pub use db::Db;
 pub use error::{Error, Result};
+pub use explain::{KeyTrace, Location, TombstoneExplanation, TombstoneReason};
 pub use iterator::DbIterator;
 pub use options::{CfOptions, MAX_KEY_LEN, MAX_VALUE_LEN, Options, WriteOptions};
 pub use read::Version;

@@ -12,7 +12,8 @@ use crate::column_family::{ColumnFamily, DEFAULT_CF};
 use crate::db::{Db, DbInner};
 use crate::error::{Error, Result};
 
-/// A transaction: see the [module doc](self).
+/// An optimistic transaction: reads at its snapshot, buffered writes, and a commit that fails
+/// with `Conflict` if a key it read was written after the snapshot.
 ///
 /// ```
 /// # fn main() -> cairn::Result<()> {
