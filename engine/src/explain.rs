@@ -202,8 +202,7 @@ impl DbInner {
         }
         if let Some(files) = sv.version.cf(cf) {
             for (level, file) in files.all_files() {
-                let (start, end) = bytes_bounds(range);
-                if !file.overlaps(start, end) {
+                if !overlaps(range, &file.smallest, &file.largest) {
                     continue;
                 }
                 let table = self.tables.get(file.number)?;
@@ -262,6 +261,20 @@ fn bytes_bounds(range: &(Bound<Bytes>, Bound<Bytes>)) -> (&[u8], Option<&[u8]>) 
         Bound::Unbounded => None,
     };
     (start, end)
+}
+
+/// True if `[smallest, largest]` meets the range.
+fn overlaps(range: &(Bound<Bytes>, Bound<Bytes>), smallest: &[u8], largest: &[u8]) -> bool {
+    let after_start = match &range.0 {
+        Bound::Included(s) | Bound::Excluded(s) => largest >= s.as_ref(),
+        Bound::Unbounded => true,
+    };
+    let before_end = match &range.1 {
+        Bound::Included(e) => smallest <= e.as_ref(),
+        Bound::Excluded(e) => smallest < e.as_ref(),
+        Bound::Unbounded => true,
+    };
+    after_start && before_end
 }
 
 fn in_range(range: &(Bound<Bytes>, Bound<Bytes>), key: &[u8]) -> bool {

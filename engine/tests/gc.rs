@@ -1,0 +1,422 @@
+//! The garbage-collection rules at work in the engine, each from both sides with a
+//! `ManualClock`: kept while the rule says keep, gone once it says drop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn::{CfOptions, Clock, Db, Kind, Location, ManualClock, Options, TombstoneReason};
+
+const START: u64 = 1_700_000_000_000;
+
+fn open(dir: &tempfile::TempDir, clock: &Arc<ManualClock>, options: Options) -> Db {
+    Db::open(dir.path(), options.clock(clock.clone())).expect("open")
+}
+
+fn kinds(db: &Db, key: &str) -> Vec<(Kind, bool)> {
+    db.audit_key(key)
+        .expect("audit")
+        .into_iter()
+        .filter(|t| matches!(t.location, Location::Table { .. }))
+        .map(|t| (t.kind, t.kind.is_tombstone()))
+        .collect()
+}
+
+fn on_disk(db: &Db, key: &str) -> usize {
+    kinds(db, key).len()
+}
+
+fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("tempdir")
+}
+
+#[test]
+fn tombstone_survives_while_an_older_snapshot_lives_and_goes_when_it_is_released() {
+    let dir = tempdir();
+    let clock = Arc::new(ManualClock::new(START));
+    let db = open(&dir, &clock, Options::default());
+    db.put("k", "v").expect("put");
+    let snap = db.snapshot();
+    db.delete("k").expect("delete");
+    db.compact_range::<&str>(..).expect("compact");
+    assert_eq!(
+        on_disk(&db, "k"),
+        2,
+        "the snapshot still reads the put, and the tombstone hides it"
+    );
+    assert_eq!(snap.get("k").expect("get").as_deref(), Some(&b"v"[..]));
+    let why = db.explain_tombstones::<&str>(..).expect("explain");
+    assert_eq!(why.len(), 1);
+    assert_eq!(
+        why.first().map(|w| w.reason),
+        Some(TombstoneReason::PinnedBySnapshot {
+            seqno: snap.seqno()
+        })
+    );
+    drop(snap);
+    // Releasing the snapshot is enough: background compaction finds the droppable tombstone.
+    db.wait_for_background_work().expect("settle");
+    assert_eq!(
+        on_disk(&db, "k"),
+        0,
+        "tombstone and put should be gone once nothing pins them"
+    );
+    assert!(db.audit_key("k").expect("audit").is_empty());
+    assert!(db.stats().dropped.obsolete_tombstone >= 1);
+}
+
+#[test]
+fn tombstone_is_kept_while_an_older_version_lies_below_and_dropped_at_the_bottom() {
+    let dir = tempdir();
+    let clock = Arc::new(ManualClock::new(START));
+    // Uncompressed, so 300 KB at the bottom puts the base level above it.
+    let options = Options::default()
+        .level_base_bytes(4096)
+        .level0_triggers(1, 20, 36)
+        .target_file_size(64 * 1024)
+        .table_options(cairn_sstable::TableOptions::default().compression(None));
+    let db = open(&dir, &clock, options);
+    let value = vec![b'x'; 1000];
+    for i in 0..300 {
+        db.put(format!("key{i:04}"), &value).expect("put");
+    }
+    db.compact_range::<&str>(..).expect("compact to the bottom");
+    let last = db.stats().levels.len() - 1;
+    assert!(db.stats().levels.get(last).is_some_and(|l| l.files > 0));
+    db.delete("key0100").expect("delete");
+    db.flush().expect("flush");
+    db.wait_for_background_work().expect("settle");
+    let traces = db.audit_key("key0100").expect("audit");
+    let tombstone_level = traces
+        .iter()
+        .find(|t| t.kind == Kind::Delete)
+        .and_then(|t| match t.location {
+            Location::Table { level, .. } => Some(level),
+            _ => None,
+        });
+    assert!(
+        tombstone_level.is_some_and(|l| l < last),
+        "the tombstone should sit above the bottom: {traces:?}"
+    );
+    let why = db
+        .explain_tombstones("key0100"..="key0100")
+        .expect("explain");
+    assert_eq!(
+        why.first().map(|w| w.reason),
+        Some(TombstoneReason::OlderDataBelow { level: last }),
+        "{why:?}"
+    );
+    assert_eq!(db.get("key0100").expect("get"), None);
+
+    db.compact_range::<&str>(..).expect("compact to the bottom");
+    assert!(
+        db.audit_key("key0100").expect("audit").is_empty(),
+        "at the bottom both go"
+    );
+    assert_eq!(db.get("key0099").expect("get").map(|v| v.len()), Some(1000));
+}
+
+#[test]
+fn tombstone_is_kept_one_millisecond_before_its_grace_ends_and_dropped_after() {
+    let dir = tempdir();
+    let clock = Arc::new(ManualClock::new(START));
+    let db = open(&dir, &clock, Options::default());
+    let cf = db
+        .create_column_family(
+            "graced",
+            CfOptions::default().tombstone_grace(Duration::from_secs(60)),
+        )
+        .expect("cf");
+    cf.put("k", "v").expect("put");
+    cf.delete("k").expect("delete");
+    let deleted_at = clock.now_ms();
+    clock.advance(Duration::from_millis(59_999));
+    cf.compact_range::<&str>(..).expect("compact");
+    assert_eq!(
+        cf.audit_key("k").expect("audit").len(),
+        1,
+        "the tombstone stays in its grace period; the put it shadows goes"
+    );
+    let why = cf.explain_tombstones::<&str>(..).expect("explain");
+    assert_eq!(
+        why.first().map(|w| w.reason),
+        Some(TombstoneReason::GraceUntil {
+            time: deleted_at + 60_000
+        })
+    );
+    clock.advance(Duration::from_millis(1));
+    cf.compact_range::<&str>(..).expect("compact");
+    assert!(cf.audit_key("k").expect("audit").is_empty());
+}
+
+#[test]
+fn single_delete_and_its_put_vanish_together_without_a_snapshot_between() {
+    let dir = tempdir();
+    let clock = Arc::new(ManualClock::new(START));
+    let db = open(&dir, &clock, Options::default());
+    db.put("k", "v").expect("put");
+    db.flush().expect("flush");
+    db.single_delete("k").expect("single delete");
+    db.compact_range::<&str>(..).expect("compact");
+    assert!(db.audit_key("k").expect("audit").is_empty());
+    assert_eq!(db.stats().dropped.single_delete, 2);
+    assert_eq!(db.stats().single_delete_misuse, 0);
+}
+
+#[test]
+fn single_delete_and_its_put_stay_while_a_snapshot_lies_between() {
+    let dir = tempdir();
+    let clock = Arc::new(ManualClock::new(START));
+    let db = open(&dir, &clock, Options::default());
+    db.put("k", "v").expect("put");
+    let snap = db.snapshot();
+    db.single_delete("k").expect("single delete");
+    db.compact_range::<&str>(..).expect("compact");
+    assert_eq!(on_disk(&db, "k"), 2);
+    assert_eq!(snap.get("k").expect("get").as_deref(), Some(&b"v"[..]));
+    assert_eq!(db.get("k").expect("get"), None);
+    drop(snap);
+    db.compact_range::<&str>(..).expect("compact");
+    assert!(db.audit_key("k").expect("audit").is_empty());
+}
+
+#[test]
+fn single_delete_misuse_is_counted_and_nothing_comes_back() {
+    let dir = tempdir();
+    let clock = Arc::new(ManualClock::new(START));
+    let db = open(&dir, &clock, Options::default());
+    db.put("k", "first").expect("put");
+    db.flush().expect("flush");
+    db.put("k", "second").expect("put");
+    db.single_delete("k").expect("single delete");
+    db.compact_range::<&str>(..).expect("compact");
+    assert_eq!(
+        db.get("k").expect("get"),
+        None,
+        "misuse resurrected a value"
+    );
+    assert_eq!(db.stats().single_delete_misuse, 1);
+}
+
+#[test]
+fn range_tombstones_over_several_levels_respect_the_snapshots_between() {
+    let dir = tempdir();
+    let clock = Arc::new(ManualClock::new(START));
+    let options = Options::default()
+        .level_base_bytes(4096)
+        .target_file_size(16 * 1024);
+    let db = open(&dir, &clock, options);
+    let keys: Vec<String> = (0..200).map(|i| format!("k{i:03}")).collect();
+    for k in &keys {
+        db.put(k, "v1").expect("put");
+    }
+    db.compact_range::<&str>(..).expect("compact");
+    let before = db.snapshot();
+    db.delete_range("k020", "k120").expect("delete range");
+    db.put("k050", "v2").expect("put");
+    db.flush().expect("flush");
+    let middle = db.snapshot();
+    db.delete_range("k100", "k180").expect("delete range");
+    db.flush().expect("flush");
+    db.compact_range::<&str>(..).expect("compact");
+
+    let count = |it: cairn::DbIterator| it.count();
+    assert_eq!(count(before.iter().expect("iter")), 200);
+    assert_eq!(count(middle.iter().expect("iter")), 200 - 100 + 1);
+    assert_eq!(count(db.iter().expect("iter")), 200 - 160 + 1);
+    assert_eq!(middle.get("k110").expect("get"), None);
+    assert_eq!(
+        before.get("k110").expect("get").as_deref(),
+        Some(&b"v1"[..])
+    );
+    assert_eq!(db.get("k050").expect("get").as_deref(), Some(&b"v2"[..]));
+    assert!(
+        on_disk(&db, "k030") >= 1,
+        "a pinned version must stay on disk"
+    );
+
+    drop(before);
+    drop(middle);
+    db.compact_range::<&str>(..).expect("compact");
+    for k in ["k030", "k110", "k170"] {
+        assert!(
+            db.audit_key(k).expect("audit").is_empty(),
+            "{k} still on disk"
+        );
+    }
+    assert_eq!(count(db.iter().expect("iter")), 41);
+    assert_eq!(
+        db.stats()
+            .levels
+            .iter()
+            .map(|l| l.range_tombstones)
+            .sum::<u64>(),
+        0
+    );
+}
+
+#[test]
+fn expired_values_are_reclaimed_without_resurrecting_older_ones() {
+    let dir = tempdir();
+    let clock = Arc::new(ManualClock::new(START));
+    let db = open(&dir, &clock, Options::default());
+    db.put("k", "old").expect("put");
+    db.flush().expect("flush");
+    db.put_with_ttl("k", "new", Duration::from_secs(5))
+        .expect("put");
+    db.put_with_ttl("gone", "soon", Duration::from_secs(5))
+        .expect("put");
+    clock.advance(Duration::from_secs(5));
+    db.compact_range::<&str>(..).expect("compact");
+    assert_eq!(db.get("k").expect("get"), None);
+    assert!(db.audit_key("gone").expect("audit").is_empty());
+    assert!(db.audit_key("k").expect("audit").is_empty());
+    assert!(db.stats().dropped.expired >= 2);
+}
+
+#[derive(Debug)]
+struct DropTemporary;
+
+impl cairn::CompactionFilter for DropTemporary {
+    fn filter(&self, _cf: &str, key: &[u8], _value: &[u8]) -> cairn::Decision {
+        if key.starts_with(b"tmp:") {
+            cairn::Decision::Remove
+        } else {
+            cairn::Decision::Keep
+        }
+    }
+}
+
+#[test]
+fn compaction_filter_removes_values_but_never_what_a_snapshot_reads() {
+    let dir = tempdir();
+    let clock = Arc::new(ManualClock::new(START));
+    let db = open(
+        &dir,
+        &clock,
+        Options::default().compaction_filter(Arc::new(DropTemporary)),
+    );
+    db.put("tmp:a", "1").expect("put");
+    db.put("keep", "2").expect("put");
+    let snap = db.snapshot();
+    db.compact_range::<&str>(..).expect("compact");
+    assert_eq!(
+        db.get("tmp:a").expect("get").as_deref(),
+        Some(&b"1"[..]),
+        "a snapshot reads it: not filtered"
+    );
+    drop(snap);
+    db.compact_range::<&str>(..).expect("compact");
+    assert_eq!(db.get("tmp:a").expect("get"), None);
+    assert_eq!(db.get("keep").expect("get").as_deref(), Some(&b"2"[..]));
+    assert_eq!(db.stats().dropped.filter, 1);
+}
+
+#[test]
+fn delete_persistence_deadline_erases_every_trace_of_deleted_keys() {
+    let dir = tempdir();
+    let clock = Arc::new(ManualClock::new(START));
+    let grace = Duration::from_secs(60);
+    let deadline = Duration::from_secs(3600);
+    let options = Options::default()
+        .delete_persistence_deadline(deadline)
+        .memtable_size(4 << 20);
+    let db = open(&dir, &clock, options);
+    let cf = db
+        .create_column_family("t", CfOptions::default().tombstone_grace(grace))
+        .expect("cf");
+    let n = 200_000u32;
+    let mut batch = cairn::WriteBatch::new();
+    for i in 0..n {
+        batch.put_cf(&cf, format!("key{i:08}"), "value-value-value");
+        if batch.len() == 10_000 {
+            db.write(std::mem::take(&mut batch)).expect("write");
+        }
+    }
+    db.flush().expect("flush");
+    for i in (0..n).step_by(2) {
+        batch.delete_cf(&cf, format!("key{i:08}"));
+        if batch.len() == 10_000 {
+            db.write(std::mem::take(&mut batch)).expect("write");
+        }
+    }
+    clock.advance(grace + deadline + Duration::from_secs(1));
+    db.wait_for_background_work().expect("settle");
+    for i in (0..n).step_by(997) {
+        let key = format!("key{i:08}");
+        let traces = cf.audit_key(&key).expect("audit");
+        if i % 2 == 0 {
+            assert!(traces.is_empty(), "{key} still has traces: {traces:?}");
+        } else {
+            assert_eq!(
+                cf.get(&key).expect("get").as_deref(),
+                Some(&b"value-value-value"[..])
+            );
+        }
+    }
+    // A raw decode of every table file finds no deleted key either.
+    let fs = cairn_fs::RealFs::new();
+    for entry in std::fs::read_dir(dir.path()).expect("list") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "sst") {
+            let table = cairn_sstable::Table::open(&fs, &path, 0, None).expect("open table");
+            let mut iter = table.iter();
+            cairn_sstable::InternalIterator::seek_to_first(&mut iter).expect("seek");
+            while cairn_sstable::InternalIterator::valid(&iter) {
+                let key = cairn_sstable::InternalIterator::parsed_key(&iter).expect("key");
+                let index: u32 = std::str::from_utf8(key.user_key.get(3..).unwrap_or_default())
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(1);
+                assert!(
+                    index % 2 == 1,
+                    "{} in {} after the deadline",
+                    String::from_utf8_lossy(key.user_key),
+                    path.display()
+                );
+                cairn_sstable::InternalIterator::next(&mut iter).expect("next");
+            }
+            assert!(table.range_tombstones().is_empty());
+        }
+    }
+}
+
+#[test]
+fn a_held_snapshot_keeps_tombstones_past_the_deadline_and_explain_names_it() {
+    let dir = tempdir();
+    let clock = Arc::new(ManualClock::new(START));
+    let deadline = Duration::from_secs(3600);
+    let db = open(
+        &dir,
+        &clock,
+        Options::default().delete_persistence_deadline(deadline),
+    );
+    for i in 0..1000 {
+        db.put(format!("key{i:04}"), "v").expect("put");
+    }
+    db.flush().expect("flush");
+    let snap = db.snapshot();
+    for i in (0..1000).step_by(2) {
+        db.delete(format!("key{i:04}")).expect("delete");
+    }
+    clock.advance(deadline * 2);
+    db.wait_for_background_work().expect("settle");
+    assert!(!db.audit_key("key0000").expect("audit").is_empty());
+    let why = db.explain_tombstones::<&str>(..).expect("explain");
+    assert_eq!(why.len(), 500);
+    assert!(
+        why.iter().all(|w| w.reason
+            == TombstoneReason::PinnedBySnapshot {
+                seqno: snap.seqno()
+            }),
+        "{:?}",
+        why.first()
+    );
+    drop(snap);
+    db.wait_for_background_work().expect("settle");
+    assert!(db.audit_key("key0000").expect("audit").is_empty());
+    assert!(
+        db.explain_tombstones::<&str>(..)
+            .expect("explain")
+            .is_empty()
+    );
+}
