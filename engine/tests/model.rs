@@ -1,6 +1,8 @@
 //! The engine against a `BTreeMap` model: random puts, deletes, single deletes, range deletes,
-//! batches, snapshots (taken, read, released), flushes, column families and reopens, with the
-//! same answers from point reads and from forward and backward scans at every step.
+//! batches, snapshots (taken, read, released), flushes, compactions (background and
+//! `compact_range`, with snapshots held across them and grace periods on), clock moves, column
+//! families and reopens, with the same answers from point reads and from forward and backward
+//! scans at every step: no resurrected delete, no lost write.
 //!
 //! Runs `CAIRN_SEEDS` seeds (default 24); `CAIRN_SEED=n` replays one. A failure names its seed.
 
@@ -12,7 +14,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 
-use cairn::{CfOptions, ColumnFamily, Db, Options, Snapshot, WriteBatch};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn::{CfOptions, ColumnFamily, Db, ManualClock, Options, Snapshot, WriteBatch};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -80,6 +85,7 @@ struct Harness {
     snapshots: Vec<(Snapshot, [Map; 2])>,
     seed: u64,
     step: usize,
+    clock: Arc<ManualClock>,
 }
 
 fn key(rng: &mut SmallRng) -> Vec<u8> {
@@ -99,10 +105,17 @@ fn value(rng: &mut SmallRng) -> Vec<u8> {
     (0..len).map(|_| rng.random::<u8>()).collect()
 }
 
-fn options() -> Options {
+/// Small memtables, levels and tables, and eager level-0 compaction, so flushes and background
+/// compactions happen all through a short run.
+fn options(clock: &Arc<ManualClock>) -> Options {
     Options::default()
         .memtable_size(16 * 1024)
         .max_immutable_memtables(2)
+        .clock(clock.clone())
+        .level0_triggers(2, 20, 36)
+        .level_base_bytes(8 * 1024)
+        .target_file_size(8 * 1024)
+        .tombstone_density_trigger(16)
 }
 
 fn collect(iter: cairn::DbIterator) -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -141,15 +154,19 @@ fn model_range(map: &Map, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> Vec<(Vec<
 impl Harness {
     fn new(seed: u64) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let db = Db::open(dir.path(), options()).expect("open");
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        let db = Db::open(dir.path(), options(&clock)).expect("open");
+        // Grace periods on the second family: reads must not care when tombstones may go.
+        let grace = Duration::from_millis(seed % 3 * 500);
         let other = db
-            .create_column_family("other", CfOptions::default())
+            .create_column_family("other", CfOptions::default().tombstone_grace(grace))
             .expect("create cf");
         Self {
             dir,
             db: Some(db),
             other: Some(other),
             rng: SmallRng::seed_from_u64(seed),
+            clock,
             model: Model {
                 cfs: [Map::new(), Map::new()],
                 puts_since_delete: HashMap::new(),
@@ -262,8 +279,18 @@ impl Harness {
                     self.snapshots.swap_remove(i);
                 }
             }
-            79..=81 => self.db().flush().expect("flush"),
+            79..=80 => self.db().flush().expect("flush"),
+            81 => {
+                let which = self.rng.random_range(0..2);
+                let cf = self.cf(which);
+                let range = self.random_bounds();
+                cf.compact_range(range).expect("compact range");
+            }
             82 => self.reopen(),
+            83 => self.db().wait_for_background_work().expect("settle"),
+            84 => self
+                .clock
+                .advance(Duration::from_millis(self.rng.random_range(0..1000))),
             _ => self.check_reads(),
         }
     }
@@ -272,7 +299,7 @@ impl Harness {
         self.snapshots.clear();
         self.other = None;
         self.db.take().expect("open").close().expect("close");
-        let db = Db::open(self.dir.path(), options()).expect("reopen");
+        let db = Db::open(self.dir.path(), options(&self.clock)).expect("reopen");
         self.other = Some(db.column_family("other").expect("other survives reopen"));
         assert_eq!(
             db.list_column_families(),
@@ -394,6 +421,9 @@ impl Harness {
     }
 }
 
+/// Compactions and flushes seen across all seeds: the model test must exercise them.
+static COMPACTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 fn run_seed(seed: u64, steps: usize) {
     let mut h = Harness::new(seed);
     for _ in 0..steps {
@@ -403,6 +433,8 @@ fn run_seed(seed: u64, steps: usize) {
     for i in 0..h.snapshots.len() {
         h.check_snapshot(i);
     }
+    let stats = h.db().stats();
+    COMPACTIONS.fetch_add(stats.compactions, std::sync::atomic::Ordering::Relaxed);
 }
 
 fn seeds() -> Vec<u64> {
@@ -425,4 +457,7 @@ fn engine_matches_btreemap_model() {
             std::panic::resume_unwind(panic);
         }
     }
+    let compactions = COMPACTIONS.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("model test ran {compactions} compactions");
+    assert!(compactions > 0, "the model test never compacted");
 }
