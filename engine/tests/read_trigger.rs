@@ -1,0 +1,79 @@
+//! Scans that step over many tombstones report their range, and background compaction then
+//! clears it, so the next scan is cheap.
+
+use cairn::{Db, Options, WriteBatch};
+
+#[test]
+fn a_scan_over_many_tombstones_triggers_compaction_of_its_range() -> cairn::Result<()> {
+    let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+    // Only the read trigger may start a compaction here.
+    let options = Options::default()
+        .tombstone_density_trigger(128)
+        .level0_triggers(100, 200, 300);
+    let db = Db::open(dir.path(), options)?;
+    let n = 20_000u32;
+    let mut batch = WriteBatch::new();
+    for i in 0..n {
+        batch.put(format!("key{i:08}"), "value");
+    }
+    db.write(batch)?;
+    db.flush()?;
+    for i in 0..n {
+        if i % 10 != 0 {
+            db.delete(format!("key{i:08}"))?;
+        }
+    }
+    db.flush()?;
+    assert_eq!(db.stats().compactions, 0);
+
+    let before = db.stats().data_blocks_read;
+    assert_eq!(db.iter()?.count(), 2_000);
+    let first_scan = db.stats().data_blocks_read - before;
+    assert_eq!(
+        db.stats().read_triggers,
+        1,
+        "the first scan should report its range once"
+    );
+
+    db.wait_for_background_work()?;
+    let stats = db.stats();
+    assert!(
+        stats.compactions >= 1,
+        "the reported range was not compacted"
+    );
+    assert_eq!(
+        stats.tombstones_pending, 0,
+        "the deletes should be gone: {stats:?}"
+    );
+    let before = stats.data_blocks_read;
+    assert_eq!(db.iter()?.count(), 2_000);
+    let second_scan = db.stats().data_blocks_read - before;
+    assert!(
+        second_scan * 3 < first_scan,
+        "scan after compaction read {second_scan} blocks, before {first_scan}"
+    );
+    assert_eq!(
+        db.stats().read_triggers,
+        1,
+        "a clean range does not report again"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_scan_below_the_threshold_reports_nothing() -> cairn::Result<()> {
+    let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+    let db = Db::open(dir.path(), Options::default().read_trigger_tombstones(1000))?;
+    for i in 0..2000u32 {
+        db.put(format!("key{i:08}"), "v")?;
+    }
+    for i in 0..999u32 {
+        db.delete(format!("key{i:08}"))?;
+    }
+    assert_eq!(db.iter()?.count(), 1001);
+    assert_eq!(db.stats().read_triggers, 0);
+    db.delete("key00000999")?;
+    assert_eq!(db.iter()?.count(), 1000);
+    assert_eq!(db.stats().read_triggers, 1);
+    Ok(())
+}
