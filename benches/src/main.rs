@@ -1,0 +1,2 @@
+//! `cairn-bench` (being written).
+fn main() {}
