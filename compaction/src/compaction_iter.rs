@@ -145,6 +145,10 @@ impl std::fmt::Debug for GcContext<'_> {
 impl GcContext<'_> {
     /// The stripe of a seqno: the index of the oldest snapshot that sees it.
     pub fn stripe(&self, seqno: SeqNo) -> usize {
+        if cfg!(feature = "bug-ignore-snapshots") {
+            // Planted bug: every version in one stripe, as if no snapshot were alive.
+            return 0;
+        }
         self.snapshots.partition_point(|&s| s < seqno)
     }
 
@@ -381,9 +385,11 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
             if cancels_put {
                 versions.next();
                 self.drops.single_delete += 1;
-                misuse = versions
-                    .peek()
-                    .is_some_and(|(_, next)| next.kind == Kind::Put);
+                // A put that a range tombstone hides in its stripe is already deleted: no misuse.
+                misuse = versions.peek().is_some_and(|(_, next)| {
+                    next.kind == Kind::Put
+                        && !self.covered_in_stripe(key, next.seqno, self.ctx.stripe(next.seqno))
+                });
                 if misuse {
                     self.single_delete_misuse += 1;
                     tracing::warn!(key = ?String::from_utf8_lossy(key), "SingleDelete covers more than one put");
@@ -475,6 +481,10 @@ impl<'k> Below<'k> {
     }
 
     fn get(&mut self, ctx: &GcContext<'_>) -> bool {
+        if cfg!(feature = "bug-drop-above-bottom") {
+            // Planted bug: every compaction believes it is bottommost.
+            return false;
+        }
         *self
             .answer
             .get_or_insert_with(|| ctx.below.key_may_exist_below(self.key))

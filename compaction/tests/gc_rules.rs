@@ -624,3 +624,29 @@ fn filter_can_change_a_value() {
     let entry = iter.next_entry().expect("next").expect("one entry");
     assert_eq!(&entry.value[..], b"K@5");
 }
+
+#[test]
+fn single_delete_over_a_range_deleted_put_is_no_misuse() {
+    let ctx = GcContext {
+        snapshots: &[],
+        now: 0,
+        grace_ms: 0,
+        max_versions: 1,
+        cf_ttl_ms: None,
+        below: &NothingBelow,
+        filter: None,
+    };
+    let input = VecIter::new(vec![single_del("k", 9, 0), put("k", 7, 0), put("k", 3, 0)]);
+    let mut iter = CompactionIter::new(
+        input,
+        FragmentedRangeTombstones::fragment(vec![rt("a", "z", 5, 0)]),
+        ctx,
+    )
+    .expect("start");
+    while iter.next_entry().expect("next").is_some() {}
+    assert_eq!(
+        iter.single_delete_misuse(),
+        0,
+        "put@3 was deleted by the range tombstone at 5"
+    );
+}

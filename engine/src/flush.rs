@@ -163,8 +163,12 @@ impl DbInner {
             if let Some(FileKind::Table(n)) = filename::parse(&name) {
                 self.tables.evict(n);
             }
-            if let Err(e) = self.fs.remove(&path) {
-                tracing::warn!(file = %path.display(), error = %e, "could not delete an obsolete file");
+            match self.fs.remove(&path) {
+                // Another thread's sweep got there first.
+                Err(e) if !e.is_not_found() => {
+                    tracing::warn!(file = %path.display(), error = %e, "could not delete an obsolete file");
+                }
+                _ => {}
             }
         }
     }

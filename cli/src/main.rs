@@ -1,0 +1,396 @@
+//! `cairn`: stress and crash-test storage engines, starting with Cairn.
+//!
+//! Exit codes: 0 pass, 1 a verification failed, 2 the engine failed, 3 bad arguments.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use cairn_stress::crashtest::{self, CrashConfig};
+use cairn_stress::{Limit, OpWeights, StressConfig, StressError};
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cairn",
+    version,
+    about = "Stress and crash-test Cairn, an LSM engine where deletion is done right"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Random concurrent operations with every read verified; 60 s on a temporary database by default.
+    Stress(StressArgs),
+    /// Kill -9 and power-loss crash loops with full verification after each crash.
+    Crashtest(CrashArgs),
+}
+
+#[derive(Debug, Args)]
+struct StressArgs {
+    #[command(subcommand)]
+    replay: Option<StressSub>,
+    /// Database directory (default: a temporary one, deleted afterwards).
+    #[arg(long)]
+    db: Option<PathBuf>,
+    /// Worker threads.
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
+    /// Keys in the key space.
+    #[arg(long, default_value_t = 100_000)]
+    keys: usize,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Seconds to run (ignored with --ops).
+    #[arg(long, default_value_t = 60)]
+    duration: u64,
+    /// Stop after this many operations instead of after --duration.
+    #[arg(long)]
+    ops: Option<u64>,
+    /// Op weights over the defaults, e.g. `get=100,delete_range=50,reopen=1`.
+    #[arg(long, default_value = "")]
+    mix: String,
+    /// Tombstone grace period of the stressed column family, in ms.
+    #[arg(long, default_value_t = 0)]
+    grace_ms: u64,
+    /// Delete persistence deadline, in seconds.
+    #[arg(long)]
+    deadline_secs: Option<u64>,
+    /// Probability that a write is synced.
+    #[arg(long, default_value_t = 0.01)]
+    sync_probability: f64,
+    /// Memtable size in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    memtable_size: usize,
+    /// Largest value in bytes.
+    #[arg(long, default_value_t = 200)]
+    max_value_size: usize,
+    /// Write every operation here, for `cairn stress replay`.
+    #[arg(long)]
+    op_log: Option<PathBuf>,
+    /// Journal the expected state here (the crash test reads it after a kill).
+    #[arg(long)]
+    expected_journal: Option<PathBuf>,
+    /// Inject I/O errors one operation in N, then reopen without faults and verify.
+    #[arg(long)]
+    inject_errors: Option<u32>,
+    /// Write the JSON report here.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    no_progress: bool,
+    /// Print only the summary.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum StressSub {
+    /// Replay an op log's writes in order, alone, on a fresh database, and verify.
+    Replay {
+        /// The op log a `cairn stress --op-log` run wrote.
+        #[arg(long)]
+        log: PathBuf,
+        /// Database directory (default: a temporary one).
+        #[arg(long)]
+        db: Option<PathBuf>,
+        /// Keys in the original run's key space.
+        #[arg(long, default_value_t = 100_000)]
+        keys: usize,
+        /// The original run's largest value.
+        #[arg(long, default_value_t = 200)]
+        max_value_size: usize,
+    },
+}
+
+#[derive(Debug, Args)]
+struct CrashArgs {
+    /// `blackbox` (SIGKILL a child), `power-loss` (in process, faulty file system) or `both`.
+    #[arg(long, default_value = "both")]
+    mode: String,
+    /// Crash cycles per mode.
+    #[arg(long, default_value_t = 5)]
+    cycles: usize,
+    /// Stop starting new cycles after this many seconds (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    duration: u64,
+    /// Seed of timing, writes and power-loss modes.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Keys in the key space.
+    #[arg(long, default_value_t = 10_000)]
+    keys: usize,
+    /// Worker threads of each blackbox child.
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
+    /// Shortest run before a kill, ms.
+    #[arg(long, default_value_t = 500)]
+    kill_min_ms: u64,
+    /// Longest run before a kill, ms.
+    #[arg(long, default_value_t = 3000)]
+    kill_max_ms: u64,
+    /// Probability that a write is synced (blackbox children).
+    #[arg(long, default_value_t = 0.05)]
+    sync_probability: f64,
+    /// Working directory (default: a temporary one).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Write the JSON report here.
+    #[arg(long)]
+    report: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 3 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let code = match cli.command {
+        Command::Stress(args) => stress(args),
+        Command::Crashtest(args) => crashtest(&args),
+    };
+    ExitCode::from(u8::try_from(code).unwrap_or(2))
+}
+
+fn init_logging(quiet: bool) {
+    let default = if quiet { "error" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn stress(args: StressArgs) -> i32 {
+    init_logging(args.quiet);
+    if let Some(StressSub::Replay {
+        log,
+        db,
+        keys,
+        max_value_size,
+    }) = args.replay
+    {
+        let temp = tempfile_dir(db.is_none());
+        let path = db
+            .or_else(|| temp.as_ref().map(|t| t.path().to_path_buf()))
+            .unwrap_or_default();
+        return finish(
+            cairn_stress::replay::replay(&log, &path, keys, max_value_size),
+            None,
+        );
+    }
+    let weights = match OpWeights::parse(&args.mix) {
+        Ok(w) => w,
+        Err(e) => return bad_args(&e),
+    };
+    let config = StressConfig {
+        threads: args.threads,
+        keys: args.keys,
+        seed: args.seed,
+        limit: args.ops.map_or(
+            Limit::Duration(Duration::from_secs(args.duration)),
+            Limit::Ops,
+        ),
+        weights,
+        db: args.db,
+        sync_probability: args.sync_probability,
+        grace: Duration::from_millis(args.grace_ms),
+        deadline: args.deadline_secs.map(Duration::from_secs),
+        memtable_size: args.memtable_size,
+        max_value_size: args.max_value_size,
+        op_log: args.op_log,
+        expected_journal: args.expected_journal,
+        progress: !args.no_progress && !args.quiet,
+    };
+    if let Err(e) = config.validate() {
+        return bad_args(&e);
+    }
+    if !args.quiet {
+        eprintln!(
+            "cairn stress: {} threads, {} keys, seed {}, {:?}",
+            config.threads, config.keys, config.seed, config.limit
+        );
+    }
+    let result = match args.inject_errors {
+        Some(one_in) => cairn_stress::run_with_faults(config, one_in.max(1)),
+        None => cairn_stress::run_stress(config),
+    };
+    finish(result, args.report.as_ref())
+}
+
+fn finish(
+    result: Result<cairn_stress::StressReport, StressError>,
+    report_path: Option<&PathBuf>,
+) -> i32 {
+    match result {
+        Ok(report) => {
+            println!("{}", report.summary());
+            if let Some(path) = report_path {
+                write_json(path, &report);
+            }
+            report.exit_code()
+        }
+        Err(e) => {
+            eprintln!("cairn stress: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+fn crashtest(args: &CrashArgs) -> i32 {
+    // Crashes make the engine complain by design (writes refused on a dead disk); only errors
+    // matter here.
+    init_logging(true);
+    let modes: &[&str] = match args.mode.as_str() {
+        "both" => &["blackbox", "power-loss"],
+        "blackbox" => &["blackbox"],
+        "power-loss" => &["power-loss"],
+        other => {
+            return bad_args(&format!(
+                "unknown crash mode {other:?}: blackbox, power-loss or both"
+            ));
+        }
+    };
+    let stress = StressConfig {
+        keys: args.keys,
+        threads: args.threads,
+        sync_probability: args.sync_probability,
+        ..StressConfig::default()
+    };
+    if let Err(e) = stress.validate() {
+        return bad_args(&e);
+    }
+    let (dir, _guard) = match crashtest::work_dir(args.dir.clone()) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("cairn crashtest: {e}");
+            return 2;
+        }
+    };
+    let mut reports = Vec::new();
+    let mut worst = 0;
+    let started = std::time::Instant::now();
+    for mode in modes {
+        let mut config = CrashConfig {
+            cycles: args.cycles,
+            seed: args.seed,
+            kill_after_ms: (args.kill_min_ms, args.kill_max_ms.max(args.kill_min_ms)),
+            stress: stress.clone(),
+            ..CrashConfig::default()
+        };
+        if args.duration > 0 {
+            // Run cycles in batches until the time is up.
+            config.cycles = usize::MAX;
+        }
+        let result = run_mode(mode, &config, &dir.join(mode), args.duration, started);
+        match result {
+            Ok(report) => {
+                println!(
+                    "{}: {} cycles survived in {:.1}s, {} writes, {} keys verified; lost writes {}, resurrected deletes {}, holes {}, wrong values {}",
+                    report.mode,
+                    report.cycles,
+                    report.seconds,
+                    report.writes,
+                    report.verifications,
+                    report.failures.lost_writes,
+                    report.failures.resurrected_deletes,
+                    report.failures.holes,
+                    report.failures.wrong_values
+                );
+                for m in &report.failures.messages {
+                    println!("  {m}");
+                }
+                worst = worst.max(report.exit_code());
+                reports.push(report);
+            }
+            Err(e) => {
+                eprintln!("cairn crashtest ({mode}): {e}");
+                worst = worst.max(e.exit_code());
+            }
+        }
+    }
+    if let Some(path) = &args.report {
+        write_json(path, &reports);
+    }
+    println!("{}", if worst == 0 { "PASS" } else { "FAIL" });
+    worst
+}
+
+fn run_mode(
+    mode: &str,
+    config: &CrashConfig,
+    dir: &std::path::Path,
+    duration: u64,
+    started: std::time::Instant,
+) -> Result<crashtest::CrashReport, StressError> {
+    std::fs::create_dir_all(dir)?;
+    let one = |config: &CrashConfig| -> Result<crashtest::CrashReport, StressError> {
+        if mode == "blackbox" {
+            let program = std::env::current_exe()?;
+            crashtest::blackbox(config, dir, &program, &[])
+        } else {
+            crashtest::power_loss(config, dir)
+        }
+    };
+    if duration == 0 {
+        return one(config);
+    }
+    // Time-bounded: one cycle at a time, so each stops cleanly.
+    let mut total = crashtest::CrashReport {
+        mode: mode.to_string(),
+        ..Default::default()
+    };
+    let mut cycle_config = config.clone();
+    cycle_config.cycles = 1;
+    while started.elapsed() < Duration::from_secs(duration) {
+        cycle_config.seed = config.seed + total.cycles as u64;
+        let r = one(&cycle_config)?;
+        total.cycles += r.cycles;
+        total.writes += r.writes;
+        total.verifications += r.verifications;
+        total.seconds += r.seconds;
+        total.failures.lost_writes += r.failures.lost_writes;
+        total.failures.resurrected_deletes += r.failures.resurrected_deletes;
+        total.failures.wrong_values += r.failures.wrong_values;
+        total.failures.holes += r.failures.holes;
+        total.failures.messages.extend(r.failures.messages);
+        if mode == "blackbox" && total.cycles >= config.cycles {
+            break;
+        }
+    }
+    Ok(total)
+}
+
+fn write_json<T: serde::Serialize>(path: &PathBuf, value: &T) {
+    match serde_json::to_string_pretty(value) {
+        Ok(json) => {
+            if let Err(e) = std::fs::write(path, json) {
+                eprintln!("cannot write the report to {}: {e}", path.display());
+            }
+        }
+        Err(e) => eprintln!("cannot encode the report: {e}"),
+    }
+}
+
+fn bad_args(why: &str) -> i32 {
+    eprintln!("cairn: bad arguments: {why}");
+    3
+}
+
+fn tempfile_dir(needed: bool) -> Option<tempfile::TempDir> {
+    if needed {
+        tempfile::tempdir().ok()
+    } else {
+        None
+    }
+}

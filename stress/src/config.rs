@@ -1,0 +1,214 @@
+//! What a stress run does: threads, key space, op mix, limits and engine settings.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Relative weights of the operations a worker picks from.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct OpWeights {
+    /// Point reads, verified.
+    pub get: u32,
+    /// Short range scans, forward or backward, verified.
+    pub scan: u32,
+    /// Puts.
+    pub put: u32,
+    /// Batches of puts and deletes.
+    pub batch: u32,
+    /// Point deletes.
+    pub delete: u32,
+    /// Single deletes, on keys written only by put-once (where they are legal).
+    pub single_delete: u32,
+    /// Range deletes over a few dozen keys.
+    pub delete_range: u32,
+    /// Snapshot acquire, later verify and release.
+    pub snapshot: u32,
+    /// Optimistic transactions (read one key, write another).
+    pub transaction: u32,
+    /// Flushes.
+    pub flush: u32,
+    /// `compact_range` over a random range.
+    pub compact_range: u32,
+    /// Close and reopen the database (all threads pause).
+    pub reopen: u32,
+}
+
+impl Default for OpWeights {
+    fn default() -> Self {
+        Self {
+            get: 300,
+            scan: 60,
+            put: 250,
+            batch: 80,
+            delete: 80,
+            single_delete: 40,
+            delete_range: 20,
+            snapshot: 20,
+            transaction: 20,
+            flush: 3,
+            compact_range: 2,
+            reopen: 0,
+        }
+    }
+}
+
+impl OpWeights {
+    /// The weights as `(name, weight)` pairs, in a fixed order.
+    pub fn entries(&self) -> [(&'static str, u32); 12] {
+        [
+            ("get", self.get),
+            ("scan", self.scan),
+            ("put", self.put),
+            ("batch", self.batch),
+            ("delete", self.delete),
+            ("single_delete", self.single_delete),
+            ("delete_range", self.delete_range),
+            ("snapshot", self.snapshot),
+            ("transaction", self.transaction),
+            ("flush", self.flush),
+            ("compact_range", self.compact_range),
+            ("reopen", self.reopen),
+        ]
+    }
+
+    /// Sets a weight by name.
+    ///
+    /// # Errors
+    /// If the name is not an operation.
+    pub fn set(&mut self, name: &str, weight: u32) -> Result<(), String> {
+        let slot = match name {
+            "get" => &mut self.get,
+            "scan" => &mut self.scan,
+            "put" => &mut self.put,
+            "batch" => &mut self.batch,
+            "delete" => &mut self.delete,
+            "single_delete" => &mut self.single_delete,
+            "delete_range" => &mut self.delete_range,
+            "snapshot" => &mut self.snapshot,
+            "transaction" => &mut self.transaction,
+            "flush" => &mut self.flush,
+            "compact_range" => &mut self.compact_range,
+            "reopen" => &mut self.reopen,
+            other => return Err(format!("unknown operation {other:?} in the op mix")),
+        };
+        *slot = weight;
+        Ok(())
+    }
+
+    /// Parses `name=weight,name=weight` over the defaults.
+    ///
+    /// # Errors
+    /// If an entry is malformed or names no operation.
+    pub fn parse(spec: &str) -> Result<Self, String> {
+        let mut weights = Self::default();
+        for part in spec.split(',').filter(|p| !p.is_empty()) {
+            let (name, weight) = part
+                .split_once('=')
+                .ok_or_else(|| format!("op mix entry {part:?} is not name=weight"))?;
+            let weight = weight
+                .trim()
+                .parse()
+                .map_err(|_| format!("weight {weight:?} of {name} is not a number"))?;
+            weights.set(name.trim(), weight)?;
+        }
+        if weights.entries().iter().all(|(_, w)| *w == 0) {
+            return Err("the op mix has no operation with a weight above zero".into());
+        }
+        Ok(weights)
+    }
+}
+
+/// How long a run lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum Limit {
+    /// Stop after this long.
+    Duration(Duration),
+    /// Stop after this many operations in total.
+    Ops(u64),
+}
+
+/// Everything a stress run needs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StressConfig {
+    /// Worker threads.
+    pub threads: usize,
+    /// Keys in the key space.
+    pub keys: usize,
+    /// The seed every worker's random choices derive from.
+    pub seed: u64,
+    /// When to stop.
+    pub limit: Limit,
+    /// The op mix.
+    pub weights: OpWeights,
+    /// The database directory; `None` for a temporary one.
+    pub db: Option<PathBuf>,
+    /// Probability that a write is synced.
+    pub sync_probability: f64,
+    /// Tombstone grace of the stressed column family.
+    pub grace: Duration,
+    /// The delete persistence deadline, if any.
+    pub deadline: Option<Duration>,
+    /// Memtable size in bytes (small, so flushes and compactions happen).
+    pub memtable_size: usize,
+    /// Largest value in bytes.
+    pub max_value_size: usize,
+    /// Write every operation to this file, for `stress replay`.
+    pub op_log: Option<PathBuf>,
+    /// Record the expected state here (blackbox crash tests read it after a kill).
+    pub expected_journal: Option<PathBuf>,
+    /// Show a progress bar.
+    pub progress: bool,
+}
+
+impl Default for StressConfig {
+    fn default() -> Self {
+        Self {
+            threads: 4,
+            keys: 100_000,
+            seed: 0,
+            limit: Limit::Duration(Duration::from_secs(60)),
+            weights: OpWeights::default(),
+            db: None,
+            sync_probability: 0.01,
+            grace: Duration::ZERO,
+            deadline: None,
+            memtable_size: 1 << 20,
+            max_value_size: 200,
+            op_log: None,
+            expected_journal: None,
+            progress: false,
+        }
+    }
+}
+
+impl StressConfig {
+    /// Checks the settings.
+    ///
+    /// # Errors
+    /// A message naming the bad setting.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.threads == 0 || self.threads > 256 {
+            return Err(format!("threads must be 1..=256, not {}", self.threads));
+        }
+        if self.keys < 64 || self.keys > 100_000_000 {
+            return Err(format!("keys must be 64..=100000000, not {}", self.keys));
+        }
+        if !(0.0..=1.0).contains(&self.sync_probability) {
+            return Err(format!(
+                "sync probability must be within 0..=1, not {}",
+                self.sync_probability
+            ));
+        }
+        if self.max_value_size < 32 || self.max_value_size > 1 << 20 {
+            return Err(format!(
+                "max value size must be 32..=1048576, not {}",
+                self.max_value_size
+            ));
+        }
+        if let Limit::Ops(0) = self.limit {
+            return Err("ops must be above zero".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,479 @@
+//! Crash loops: kill the process, or cut the power, and check what survives.
+//!
+//! - **Blackbox**: a child `cairn stress` runs with its expected state journaled to a file (each
+//!   change handed to the OS before the write it describes) and is killed with SIGKILL at a random
+//!   moment. The parent reopens the database and checks every key: each write the child was told
+//!   had succeeded must be there, synced or not (a process crash loses nothing the log had been
+//!   handed), and no deleted key may return.
+//! - **Power loss**: in process, on [`FaultyFs`]: one writer makes numbered writes, some synced;
+//!   then the disk stops, the power goes (unsynced bytes dropped, all or a random tail), and the
+//!   database is reopened. What it holds must be exactly the state after some prefix of the writes
+//!   — no holes — and that prefix must include every write acknowledged with sync.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cairn::{Db, Options, WriteBatch, WriteOptions};
+use cairn_fs::{FaultyFs, PowerLoss};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use crate::config::StressConfig;
+use crate::harness::{Harness, StressError};
+use crate::report::{Failures, Observed};
+use crate::value::{key, key_index, value};
+
+/// What a crash loop does.
+#[derive(Debug, Clone)]
+pub struct CrashConfig {
+    /// Kill or power-loss cycles.
+    pub cycles: usize,
+    /// Seed for timing, writes and power-loss modes.
+    pub seed: u64,
+    /// Shortest and longest run before a kill, in ms (blackbox).
+    pub kill_after_ms: (u64, u64),
+    /// Writes per power-loss cycle, at most.
+    pub writes_per_cycle: usize,
+    /// The stress settings of each child (blackbox) or the key space (power loss).
+    pub stress: StressConfig,
+}
+
+impl Default for CrashConfig {
+    fn default() -> Self {
+        Self {
+            cycles: 5,
+            seed: 0,
+            kill_after_ms: (500, 3000),
+            writes_per_cycle: 2000,
+            stress: StressConfig {
+                keys: 10_000,
+                ..StressConfig::default()
+            },
+        }
+    }
+}
+
+/// What a crash loop found.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CrashReport {
+    /// `blackbox` or `power-loss`.
+    pub mode: String,
+    /// Cycles survived.
+    pub cycles: usize,
+    /// Keys checked after crashes.
+    pub verifications: u64,
+    /// Writes acknowledged before crashes (power loss) or child operations (blackbox).
+    pub writes: u64,
+    /// Seconds the loop took.
+    pub seconds: f64,
+    /// What went wrong.
+    pub failures: Failures,
+}
+
+impl CrashReport {
+    /// The process exit code: 0 clean, 1 a check failed.
+    pub fn exit_code(&self) -> i32 {
+        i32::from(!self.failures.is_clean())
+    }
+}
+
+/// Runs the blackbox loop: `program` with `args` is the child `cairn` command (the loop appends
+/// `stress` and its options).
+///
+/// # Errors
+/// `Io` if the child cannot be started; `Engine` if the database cannot be reopened.
+pub fn blackbox(
+    config: &CrashConfig,
+    dir: &Path,
+    program: &Path,
+    args: &[String],
+) -> Result<CrashReport, StressError> {
+    let started = Instant::now();
+    let journal = dir.join("expected-state.journal");
+    let db_dir = dir.join("db");
+    let mut rng = SmallRng::seed_from_u64(config.seed);
+    let mut report = CrashReport {
+        mode: "blackbox".into(),
+        ..CrashReport::default()
+    };
+    for cycle in 0..config.cycles {
+        let mut child = Command::new(program)
+            .args(args)
+            .arg("stress")
+            .args([
+                "--db",
+                &db_dir.to_string_lossy(),
+                "--expected-journal",
+                &journal.to_string_lossy(),
+            ])
+            .args(["--duration", "3600", "--no-progress", "--quiet"])
+            .args([
+                "--keys",
+                &config.stress.keys.to_string(),
+                "--threads",
+                &config.stress.threads.to_string(),
+            ])
+            .args(["--seed", &(config.seed + cycle as u64).to_string()])
+            .args([
+                "--sync-probability",
+                &config.stress.sync_probability.to_string(),
+            ])
+            .stdout(Stdio::null())
+            .spawn()?;
+        let (lo, hi) = config.kill_after_ms;
+        std::thread::sleep(Duration::from_millis(rng.random_range(lo..=hi.max(lo))));
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(StressError::Config(format!(
+                "the child stress exited before it was killed: {status}"
+            )));
+        }
+        child.kill()?;
+        child.wait()?;
+        let checked = check_after_kill(config, &db_dir, &journal)?;
+        report.verifications += checked.verifications;
+        report.writes = committed_writes(&journal);
+        report.failures = merge(report.failures, checked.failures);
+        report.cycles = cycle + 1;
+        tracing::info!(cycle, "survived a SIGKILL");
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// Writes the children recorded as committed, all cycles together.
+fn committed_writes(journal: &Path) -> u64 {
+    std::fs::read(journal).map_or(0, |bytes| {
+        bytes
+            .split(|&b| b == b'\n')
+            .filter(|l| l.first() == Some(&b'C'))
+            .count() as u64
+    })
+}
+
+fn check_after_kill(
+    config: &CrashConfig,
+    db: &Path,
+    journal: &Path,
+) -> Result<crate::StressReport, StressError> {
+    let mut stress = config.stress.clone();
+    stress.expected_journal = Some(journal.to_path_buf());
+    let harness = Harness::open(stress, db, Arc::new(cairn_fs::RealFs::new()), false)?;
+    harness.verify_all("after SIGKILL");
+    let report = harness.report();
+    harness.close()?;
+    Ok(report)
+}
+
+fn merge(mut a: Failures, b: Failures) -> Failures {
+    a.lost_writes += b.lost_writes;
+    a.resurrected_deletes += b.resurrected_deletes;
+    a.wrong_values += b.wrong_values;
+    a.holes += b.holes;
+    a.snapshot_mismatches += b.snapshot_mismatches;
+    a.messages.extend(
+        b.messages
+            .into_iter()
+            .take(20usize.saturating_sub(a.messages.len())),
+    );
+    a
+}
+
+/// A key's state in the power-loss check: the version it holds, or absent.
+type State = Option<u32>;
+
+/// One write of the power-loss loop.
+struct Write {
+    changes: Vec<(usize, State)>,
+    synced: bool,
+}
+
+/// Runs the power-loss loop in `dir`.
+///
+/// # Errors
+/// `Engine` if the database cannot be reopened after a power loss.
+pub fn power_loss(config: &CrashConfig, dir: &Path) -> Result<CrashReport, StressError> {
+    let started = Instant::now();
+    let fs = FaultyFs::new(config.seed);
+    let options = || {
+        Options::default()
+            .file_system(Arc::new(fs.clone()))
+            .memtable_size(64 * 1024)
+            .level_base_bytes(256 * 1024)
+            .target_file_size(64 * 1024)
+    };
+    let keys = config.stress.keys;
+    let max_value = config.stress.max_value_size;
+    let mut rng = SmallRng::seed_from_u64(config.seed);
+    let mut report = CrashReport {
+        mode: "power-loss".into(),
+        ..CrashReport::default()
+    };
+    // Start from whatever an earlier loop left in the directory.
+    let mut baseline: BTreeMap<usize, u32> = {
+        let db = Db::open(dir, options())?;
+        let observed = read_all(&db, keys, max_value, &mut report.failures)?;
+        db.close()?;
+        observed
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect()
+    };
+    let mut next_version: Vec<u32> = (0..keys)
+        .map(|k| baseline.get(&k).map_or(1, |v| v + 1))
+        .collect();
+    for cycle in 0..config.cycles {
+        let db = Db::open(dir, options())?;
+        let mut history: Vec<Write> = Vec::new();
+        let sync_every = rng.random_range(1..20);
+        let writes = rng.random_range(config.writes_per_cycle / 4..=config.writes_per_cycle.max(4));
+        let mut current = baseline.clone();
+        for i in 0..writes {
+            let synced = i % sync_every == 0;
+            let Some(write) = one_write(
+                &db,
+                &mut rng,
+                &mut current,
+                &mut next_version,
+                keys,
+                max_value,
+                synced,
+            )?
+            else {
+                continue;
+            };
+            history.push(write);
+            if rng.random_ratio(1, 200) {
+                db.flush()?;
+            }
+        }
+        report.writes += history.len() as u64;
+        // The disk stops as a dying machine's would, then the power goes.
+        fs.set_active(false);
+        drop(db);
+        let mode = if cycle % 2 == 0 {
+            PowerLoss::DropAllUnsynced
+        } else {
+            PowerLoss::DropRandomTail { seed: rng.random() }
+        };
+        fs.power_loss(mode).map_err(cairn::Error::from)?;
+        fs.set_active(true);
+        let db = Db::open(dir, options())?;
+        let observed = read_all(&db, keys, max_value, &mut report.failures)?;
+        report.verifications += keys as u64;
+        let last_synced = history.iter().rposition(|w| w.synced).map_or(0, |i| i + 1);
+        if consistent_prefix(&baseline, &history, &observed, last_synced).is_none() {
+            report.failures.holes += 1;
+            report.failures.messages.push(format!(
+                "cycle {cycle} ({mode:?}): the recovered state is no prefix of the {} writes that includes the {last_synced} up to the last synced one",
+                history.len()
+            ));
+        }
+        baseline = observed
+            .iter()
+            .filter_map(|(&k, &v)| v.map(|v| (k, v)))
+            .collect();
+        db.close()?;
+        report.cycles = cycle + 1;
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// Makes one random write (put, delete, batch or range delete) and returns what it changed.
+fn one_write(
+    db: &Db,
+    rng: &mut SmallRng,
+    current: &mut BTreeMap<usize, u32>,
+    next_version: &mut [u32],
+    keys: usize,
+    max_value: usize,
+    sync: bool,
+) -> Result<Option<Write>, StressError> {
+    let mut batch = WriteBatch::new();
+    let mut changes: Vec<(usize, State)> = Vec::new();
+    match rng.random_range(0..10) {
+        0 => {
+            let start = rng.random_range(0..keys);
+            let end = (start + rng.random_range(1..16)).min(keys);
+            batch.delete_range(key(start), key(end));
+            changes.extend((start..end).map(|k| (k, None)));
+        }
+        1..=2 => {
+            let k = rng.random_range(0..keys);
+            batch.delete(key(k));
+            changes.push((k, None));
+        }
+        n => {
+            let count = if n == 9 { rng.random_range(2..6) } else { 1 };
+            for _ in 0..count {
+                let k = rng.random_range(0..keys);
+                let Some(version) = next_version.get_mut(k) else {
+                    continue;
+                };
+                *version += 1;
+                batch.put(key(k), value(k, *version, max_value));
+                changes.retain(|(c, _)| *c != k);
+                changes.push((k, Some(*version)));
+            }
+        }
+    }
+    db.write_opt(batch, &WriteOptions { sync })?;
+    for &(k, state) in &changes {
+        match state {
+            Some(v) => current.insert(k, v),
+            None => current.remove(&k),
+        };
+    }
+    Ok(Some(Write {
+        changes,
+        synced: sync,
+    }))
+}
+
+fn read_all(
+    db: &Db,
+    keys: usize,
+    max_value: usize,
+    failures: &mut Failures,
+) -> Result<BTreeMap<usize, State>, StressError> {
+    let mut observed: BTreeMap<usize, State> = (0..keys).map(|k| (k, None)).collect();
+    for item in db.iter()? {
+        let (k, v) = item?;
+        let Some(i) = key_index(&k).filter(|&i| i < keys) else {
+            failures.wrong_values += 1;
+            continue;
+        };
+        if let Observed::Version(version) = crate::worker::observe(i, Some(&v), max_value) {
+            observed.insert(i, Some(version));
+        } else {
+            failures.wrong_values += 1;
+            failures
+                .messages
+                .push(format!("key {i} holds bytes no write produced"));
+        }
+    }
+    Ok(observed)
+}
+
+/// The length of a prefix of `history` whose result over `baseline` is exactly `observed` and
+/// that includes the first `at_least` writes, if there is one.
+fn consistent_prefix(
+    baseline: &BTreeMap<usize, u32>,
+    history: &[Write],
+    observed: &BTreeMap<usize, State>,
+    at_least: usize,
+) -> Option<usize> {
+    // Per key, the prefix lengths after which it holds each state.
+    let mut touched: BTreeMap<usize, Vec<(usize, State)>> = BTreeMap::new();
+    for (i, w) in history.iter().enumerate() {
+        for &(k, s) in &w.changes {
+            touched.entry(k).or_default().push((i + 1, s));
+        }
+    }
+    let mut allowed: Vec<(usize, usize)> = vec![(at_least, history.len())];
+    for (&k, &seen) in observed {
+        let base = baseline.get(&k).copied();
+        let Some(writes) = touched.get(&k) else {
+            if seen != base {
+                return None;
+            }
+            continue;
+        };
+        // Intervals [from, to] of prefix lengths where the key holds `seen`.
+        let mut intervals = Vec::new();
+        let mut from = 0;
+        let mut state = base;
+        for &(at, s) in writes {
+            if state == seen {
+                intervals.push((from, at - 1));
+            }
+            from = at;
+            state = s;
+        }
+        if state == seen {
+            intervals.push((from, history.len()));
+        }
+        allowed = intersect(&allowed, &intervals);
+        if allowed.is_empty() {
+            return None;
+        }
+    }
+    allowed.first().map(|&(lo, _)| lo)
+}
+
+fn intersect(a: &[(usize, usize)], b: &[(usize, usize)]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    for &(a0, a1) in a {
+        for &(b0, b1) in b {
+            let (lo, hi) = (a0.max(b0), a1.min(b1));
+            if lo <= hi {
+                out.push((lo, hi));
+            }
+        }
+    }
+    out
+}
+
+/// A directory for a crash loop: `dir` if given, else a temporary one (kept alive by the guard).
+///
+/// # Errors
+/// If the temporary directory cannot be created.
+pub fn work_dir(dir: Option<PathBuf>) -> std::io::Result<(PathBuf, Option<tempfile::TempDir>)> {
+    if let Some(d) = dir {
+        std::fs::create_dir_all(&d)?;
+        return Ok((d, None));
+    }
+    let t = tempfile::tempdir()?;
+    Ok((t.path().to_path_buf(), Some(t)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(changes: &[(usize, State)]) -> Write {
+        Write {
+            changes: changes.to_vec(),
+            synced: false,
+        }
+    }
+
+    #[test]
+    fn a_prefix_is_found_and_a_hole_is_not() {
+        let history = [
+            w(&[(1, Some(1))]),
+            w(&[(2, Some(1))]),
+            w(&[(1, Some(2)), (3, Some(1))]),
+        ];
+        let base = BTreeMap::new();
+        let state = |pairs: &[(usize, State)]| -> BTreeMap<usize, State> {
+            let mut m: BTreeMap<usize, State> = (0..4).map(|k| (k, None)).collect();
+            m.extend(pairs.iter().copied());
+            m
+        };
+        assert_eq!(
+            consistent_prefix(&base, &history, &state(&[(1, Some(1)), (2, Some(1))]), 0),
+            Some(2)
+        );
+        assert_eq!(consistent_prefix(&base, &history, &state(&[]), 0), Some(0));
+        assert_eq!(
+            consistent_prefix(&base, &history, &state(&[]), 1),
+            None,
+            "a synced write was lost"
+        );
+        // Write 2 without write 1: a hole.
+        assert_eq!(
+            consistent_prefix(&base, &history, &state(&[(2, Some(1))]), 0),
+            None
+        );
+        // Half of the batch in write 3: not a prefix.
+        assert_eq!(
+            consistent_prefix(&base, &history, &state(&[(1, Some(2)), (2, Some(1))]), 0),
+            None
+        );
+    }
+}

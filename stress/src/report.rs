@@ -1,0 +1,286 @@
+//! Counting what happened and what went wrong, and the report a run ends with.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use crate::expected::Acceptable;
+
+/// What kind of wrong a check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Failure {
+    /// A key that should hold a value was absent.
+    LostWrite,
+    /// A deleted key came back.
+    ResurrectedDelete,
+    /// A key held a value it should not (an older version, another key's, or damaged bytes).
+    WrongValue,
+    /// A crash recovered writes that are not a prefix of those made.
+    Hole,
+    /// A snapshot's read changed between its acquisition and its release.
+    SnapshotChanged,
+}
+
+/// Counters shared by the workers.
+#[derive(Debug, Default)]
+pub struct Tally {
+    ops: Mutex<BTreeMap<&'static str, u64>>,
+    verifications: AtomicU64,
+    failures: [AtomicU64; 5],
+    engine_errors: AtomicU64,
+    conflicts: AtomicU64,
+    messages: Mutex<Vec<String>>,
+}
+
+/// Messages kept about failures; the rest are only counted.
+const MAX_MESSAGES: usize = 20;
+
+impl Tally {
+    /// Counts one operation of `kind`.
+    pub fn op(&self, kind: &'static str) {
+        *self
+            .ops
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(kind)
+            .or_insert(0) += 1;
+    }
+
+    /// Counts one verified read.
+    pub fn verified(&self) {
+        self.verifications.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a failure.
+    pub fn fail(&self, kind: Failure, message: String) {
+        let index = match kind {
+            Failure::LostWrite => 0,
+            Failure::ResurrectedDelete => 1,
+            Failure::WrongValue => 2,
+            Failure::Hole => 3,
+            Failure::SnapshotChanged => 4,
+        };
+        if let Some(counter) = self.failures.get(index) {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut message = message;
+        message.insert_str(0, &format!("{kind:?}: "));
+        tracing::error!("{message}");
+        let mut messages = self
+            .messages
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if messages.len() < MAX_MESSAGES {
+            messages.push(message);
+        }
+    }
+
+    /// Judges one read of key `i` that observed `observed` (the version read, or absent).
+    pub fn judge(&self, i: usize, observed: Observed, ok: &Acceptable, context: &str) {
+        self.verified();
+        let version = match observed {
+            Observed::Damaged => {
+                self.fail(
+                    Failure::WrongValue,
+                    format!("{context}: key {i} holds bytes no write produced"),
+                );
+                return;
+            }
+            Observed::Absent => None,
+            Observed::Version(v) => Some(v),
+        };
+        if ok.allows(version) {
+            return;
+        }
+        let kind = match version {
+            None => Failure::LostWrite,
+            Some(_) if !ok.before.exists() && !ok.after.exists() => Failure::ResurrectedDelete,
+            Some(_) => Failure::WrongValue,
+        };
+        self.fail(
+            kind,
+            format!("{context}: key {i} read {version:?}, expected {ok:?}"),
+        );
+    }
+
+    /// Counts an engine error that the run tolerates (injected faults, conflicts).
+    pub fn engine_error(&self) {
+        self.engine_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a transaction conflict.
+    pub fn conflict(&self) {
+        self.conflicts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Failures so far, of every kind.
+    pub fn total_failures(&self) -> u64 {
+        self.failures
+            .iter()
+            .map(|f| f.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// The counts as a report section.
+    pub fn summary(&self) -> Failures {
+        let get = |i: usize| {
+            self.failures
+                .get(i)
+                .map_or(0, |f| f.load(Ordering::Relaxed))
+        };
+        Failures {
+            lost_writes: get(0),
+            resurrected_deletes: get(1),
+            wrong_values: get(2),
+            holes: get(3),
+            snapshot_mismatches: get(4),
+            messages: self
+                .messages
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+        }
+    }
+
+    pub(crate) fn ops_by_type(&self) -> BTreeMap<String, u64> {
+        self.ops
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), *v))
+            .collect()
+    }
+
+    pub(crate) fn verifications(&self) -> u64 {
+        self.verifications.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn engine_errors(&self) -> u64 {
+        self.engine_errors.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn conflicts(&self) -> u64 {
+        self.conflicts.load(Ordering::Relaxed)
+    }
+}
+
+/// What a read found for a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Observed {
+    /// No value.
+    Absent,
+    /// The value of this version.
+    Version(u32),
+    /// Bytes that are no version's value.
+    Damaged,
+}
+
+/// The failures of a run: the four zeros, and snapshot mismatches.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failures {
+    /// Acknowledged writes that were not there.
+    pub lost_writes: u64,
+    /// Deleted keys that came back.
+    pub resurrected_deletes: u64,
+    /// Wrong or damaged values.
+    pub wrong_values: u64,
+    /// Recovered writes that were not a prefix.
+    pub holes: u64,
+    /// Snapshot reads that changed.
+    pub snapshot_mismatches: u64,
+    /// The first few failures, described.
+    pub messages: Vec<String>,
+}
+
+impl Failures {
+    /// True if nothing went wrong.
+    pub fn is_clean(&self) -> bool {
+        self.lost_writes
+            + self.resurrected_deletes
+            + self.wrong_values
+            + self.holes
+            + self.snapshot_mismatches
+            == 0
+    }
+}
+
+/// The report a run ends with (printed, and written as JSON on request).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StressReport {
+    /// The seed, to replay the run's choices.
+    pub seed: u64,
+    /// Seconds the run took.
+    pub seconds: f64,
+    /// Operations by type.
+    pub ops: BTreeMap<String, u64>,
+    /// Operations per second.
+    pub ops_per_sec: f64,
+    /// Reads checked against the expected state.
+    pub verifications: u64,
+    /// Flushes the engine ran.
+    pub flushes: u64,
+    /// Compactions the engine ran.
+    pub compactions: u64,
+    /// Entries compaction dropped, by rule.
+    pub dropped: BTreeMap<String, u64>,
+    /// Point and range tombstones on disk or in memtables at the end.
+    pub tombstones_pending: u64,
+    /// Engine errors tolerated (injected faults).
+    pub engine_errors: u64,
+    /// Transactions that failed with a conflict.
+    pub conflicts: u64,
+    /// What went wrong.
+    pub failures: Failures,
+}
+
+impl StressReport {
+    /// The process exit code: 0 clean, 1 a verification failed.
+    pub fn exit_code(&self) -> i32 {
+        i32::from(!self.failures.is_clean())
+    }
+
+    /// A human summary.
+    pub fn summary(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let ops: Vec<String> = self.ops.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(
+            out,
+            "seed {}: {} ops in {:.1}s ({:.0} ops/s)",
+            self.seed,
+            self.ops.values().sum::<u64>(),
+            self.seconds,
+            self.ops_per_sec
+        );
+        let _ = writeln!(out, "ops: {}", ops.join(" "));
+        let _ = writeln!(
+            out,
+            "flushes {}, compactions {}, verifications {}, tombstones pending {}",
+            self.flushes, self.compactions, self.verifications, self.tombstones_pending
+        );
+        let dropped: Vec<String> = self
+            .dropped
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let _ = writeln!(out, "dropped by rule: {}", dropped.join(" "));
+        let _ = writeln!(
+            out,
+            "engine errors tolerated {}, transaction conflicts {}",
+            self.engine_errors, self.conflicts
+        );
+        let f = &self.failures;
+        let _ = writeln!(
+            out,
+            "lost writes {}, resurrected deletes {}, holes {}, wrong values {}, snapshot mismatches {}",
+            f.lost_writes, f.resurrected_deletes, f.holes, f.wrong_values, f.snapshot_mismatches
+        );
+        for m in &f.messages {
+            let _ = writeln!(out, "  {m}");
+        }
+        let _ = write!(out, "{}", if f.is_clean() { "PASS" } else { "FAIL" });
+        out
+    }
+}

@@ -1,0 +1,427 @@
+//! One worker thread: picks operations by weight and checks every read it makes.
+
+use std::sync::atomic::Ordering;
+
+use cairn::{ColumnFamily, Db, Snapshot, WriteBatch, WriteOptions};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::expected::KeyState;
+use crate::harness::{Harness, STRESS_CF};
+use crate::report::{Failure, Observed};
+use crate::value::{is_single_delete_key, key, parse_value, value};
+
+/// Keys a range delete or scan spans at most.
+const MAX_SPAN: usize = 32;
+
+/// A snapshot held across operations, with what it read when taken.
+struct HeldSnapshot {
+    snapshot: Snapshot,
+    start: usize,
+    end: usize,
+    checksum: u64,
+    ops_left: u32,
+}
+
+pub(crate) struct Worker<'h> {
+    h: &'h Harness,
+    id: usize,
+    rng: SmallRng,
+    cf: Option<(u64, ColumnFamily)>,
+    snapshots: Vec<HeldSnapshot>,
+}
+
+impl<'h> Worker<'h> {
+    pub(crate) fn new(h: &'h Harness, id: usize) -> Self {
+        Self {
+            h,
+            id,
+            rng: SmallRng::seed_from_u64(
+                h.config
+                    .seed
+                    .wrapping_mul(1_000_003)
+                    .wrapping_add(id as u64),
+            ),
+            cf: None,
+            snapshots: Vec::new(),
+        }
+    }
+
+    /// Runs operations until the harness says stop.
+    pub(crate) fn run(&mut self) {
+        let weights = self.h.config.weights.entries();
+        let total: u32 = weights.iter().map(|(_, w)| w).sum();
+        while !self.h.should_stop() {
+            let mut pick = self.rng.random_range(0..total.max(1));
+            let mut op = "get";
+            for (name, weight) in weights {
+                if pick < weight {
+                    op = name;
+                    break;
+                }
+                pick -= weight;
+            }
+            if op == "reopen" {
+                self.snapshots.clear();
+                self.cf = None;
+                self.h.reopen();
+                self.h.tally.op("reopen");
+                continue;
+            }
+            let guard = self.h.db();
+            let Some(db) = guard.as_ref() else {
+                return;
+            };
+            let epoch = self.h.epoch.load(Ordering::Acquire);
+            if self.cf.as_ref().is_none_or(|(e, _)| *e != epoch) {
+                self.snapshots.clear();
+                match db.column_family(STRESS_CF) {
+                    Ok(cf) => self.cf = Some((epoch, cf)),
+                    Err(e) => {
+                        self.h.engine_error("column_family", &e);
+                        continue;
+                    }
+                }
+            }
+            self.step(op, db);
+            self.h.tally.op(op);
+            self.h.op_done();
+        }
+        self.snapshots.clear();
+    }
+
+    fn cf(&self) -> Option<&ColumnFamily> {
+        self.cf.as_ref().map(|(_, cf)| cf)
+    }
+
+    fn random_key(&mut self) -> usize {
+        self.rng.random_range(0..self.h.expected.len())
+    }
+
+    /// A key that ordinary writes may touch (not reserved for single deletes).
+    fn ordinary_key(&mut self) -> usize {
+        let k = self.random_key();
+        if is_single_delete_key(k) {
+            (k + 1) % self.h.expected.len()
+        } else {
+            k
+        }
+    }
+
+    fn step(&mut self, op: &str, db: &Db) {
+        match op {
+            "get" => self.get(),
+            "scan" => self.scan(),
+            "put" => {
+                let k = self.ordinary_key();
+                self.write_keys(db, &[k], false);
+            }
+            "batch" => {
+                let n = self.rng.random_range(2..8);
+                let keys: Vec<usize> = (0..n).map(|_| self.ordinary_key()).collect();
+                self.write_keys(db, &keys, true);
+            }
+            "delete" => {
+                let k = self.ordinary_key();
+                self.delete(db, k);
+            }
+            "single_delete" => self.single_delete_or_put_once(db),
+            "delete_range" => self.delete_range(db),
+            "snapshot" => self.snapshot(db),
+            "transaction" => self.transaction(db),
+            "flush" => {
+                if let Err(e) = db.flush() {
+                    self.h.engine_error("flush", &e);
+                }
+            }
+            "compact_range" => self.compact_range(),
+            _ => {}
+        }
+        self.age_snapshots();
+    }
+
+    fn sync(&mut self) -> WriteOptions {
+        WriteOptions {
+            sync: self.rng.random_bool(self.h.config.sync_probability),
+        }
+    }
+
+    /// Writes puts (and, in a batch, some deletes) to distinct `keys` atomically.
+    fn write_keys(&mut self, db: &Db, keys: &[usize], mixed: bool) {
+        let Some(cf) = self.cf().cloned() else { return };
+        let mut keys = keys.to_vec();
+        keys.sort_unstable();
+        keys.dedup();
+        let _locks = self.h.expected.lock(&keys);
+        let mut batch = WriteBatch::new();
+        let mut targets = Vec::with_capacity(keys.len());
+        for &k in &keys {
+            let old = self.h.expected.get(k);
+            if mixed && self.rng.random_ratio(1, 4) {
+                batch.delete_cf(&cf, key(k));
+                targets.push((k, KeyState::deleted(old.version())));
+            } else {
+                let version = old.version() + 1;
+                batch.put_cf(&cf, key(k), value(k, version, self.h.config.max_value_size));
+                targets.push((k, KeyState::present(version)));
+            }
+        }
+        let options = self.sync();
+        self.h.apply(&targets, "write", || {
+            db.write_opt(batch, &options).map(drop)
+        });
+    }
+
+    fn delete(&mut self, db: &Db, k: usize) {
+        let Some(cf) = self.cf().cloned() else { return };
+        let _locks = self.h.expected.lock(&[k]);
+        let old = self.h.expected.get(k);
+        let mut batch = WriteBatch::new();
+        batch.delete_cf(&cf, key(k));
+        let options = self.sync();
+        self.h
+            .apply(&[(k, KeyState::deleted(old.version()))], "delete", || {
+                db.write_opt(batch, &options).map(drop)
+            });
+    }
+
+    /// On a key reserved for single deletes: put it if absent, single-delete it if present, so
+    /// every single delete covers exactly one put.
+    fn single_delete_or_put_once(&mut self, db: &Db) {
+        let Some(cf) = self.cf().cloned() else { return };
+        let stride = crate::value::SINGLE_DELETE_STRIDE;
+        let k = (self.random_key() / stride) * stride;
+        let _locks = self.h.expected.lock(&[k]);
+        if self.h.expected.pending(k).is_some() {
+            return; // An earlier write's outcome is unknown: a single delete might cover two puts.
+        }
+        let old = self.h.expected.get(k);
+        let mut batch = WriteBatch::new();
+        let target = if old.exists() {
+            batch.single_delete_cf(&cf, key(k));
+            KeyState::deleted(old.version())
+        } else {
+            let version = old.version() + 1;
+            batch.put_cf(&cf, key(k), value(k, version, self.h.config.max_value_size));
+            KeyState::present(version)
+        };
+        let options = self.sync();
+        self.h.apply(&[(k, target)], "single_delete", || {
+            db.write_opt(batch, &options).map(drop)
+        });
+    }
+
+    fn delete_range(&mut self, db: &Db) {
+        let Some(cf) = self.cf().cloned() else { return };
+        let start = self.random_key();
+        let end = (start + self.rng.random_range(1..=MAX_SPAN)).min(self.h.expected.len());
+        let keys: Vec<usize> = (start..end).collect();
+        let _locks = self.h.expected.lock(&keys);
+        let targets: Vec<(usize, KeyState)> = keys
+            .iter()
+            .map(|&k| (k, KeyState::deleted(self.h.expected.get(k).version())))
+            .collect();
+        let mut batch = WriteBatch::new();
+        batch.delete_range_cf(&cf, key(start), key(end));
+        let options = self.sync();
+        self.h.apply(&targets, "delete_range", || {
+            db.write_opt(batch, &options).map(drop)
+        });
+    }
+
+    fn get(&mut self) {
+        let Some(cf) = self.cf().cloned() else { return };
+        let k = self.random_key();
+        let before = self.h.expected.before(k);
+        match cf.get(key(k)) {
+            Ok(found) => {
+                let ok = self.h.expected.after(k, before);
+                let observed = observe(k, found.as_deref(), self.h.config.max_value_size);
+                self.h.tally.judge(k, observed, &ok, "get");
+            }
+            Err(e) => self.h.engine_error("get", &e),
+        }
+    }
+
+    /// Scans a short range in either direction and checks every key in it, present or not.
+    fn scan(&mut self) {
+        let Some(cf) = self.cf().cloned() else { return };
+        let start = self.random_key();
+        let end = (start + self.rng.random_range(1..=MAX_SPAN)).min(self.h.expected.len());
+        let befores: Vec<_> = (start..end).map(|k| self.h.expected.before(k)).collect();
+        let backward = self.rng.random_bool(0.3);
+        let found = cf.range(key(start)..key(end)).and_then(|iter| {
+            if backward {
+                iter.rev().collect::<cairn::Result<Vec<_>>>()
+            } else {
+                iter.collect::<cairn::Result<Vec<_>>>()
+            }
+        });
+        let found = match found {
+            Ok(found) => found,
+            Err(e) => return self.h.engine_error("scan", &e),
+        };
+        let mut seen = std::collections::HashMap::new();
+        for (k, v) in &found {
+            match crate::value::key_index(k).filter(|i| (start..end).contains(i)) {
+                Some(i) => {
+                    seen.insert(i, v.clone());
+                }
+                None => self.h.tally.fail(
+                    Failure::WrongValue,
+                    format!(
+                        "scan of {start}..{end} returned key {:?}",
+                        String::from_utf8_lossy(k)
+                    ),
+                ),
+            }
+        }
+        let ordered = found
+            .windows(2)
+            .all(|w| matches!(w, [a, b] if (a.0 < b.0) != backward));
+        if !ordered {
+            self.h.tally.fail(
+                Failure::WrongValue,
+                format!("scan of {start}..{end} out of order"),
+            );
+        }
+        for (k, before) in (start..end).zip(befores) {
+            let ok = self.h.expected.after(k, before);
+            let observed = observe(
+                k,
+                seen.get(&k).map(AsRef::as_ref),
+                self.h.config.max_value_size,
+            );
+            self.h.tally.judge(
+                k,
+                observed,
+                &ok,
+                if backward { "backward scan" } else { "scan" },
+            );
+        }
+    }
+
+    /// Acquires a snapshot and remembers what it reads over a range; `age_snapshots` checks it
+    /// reads the same later, across whatever flushes and compactions ran meanwhile.
+    fn snapshot(&mut self, db: &Db) {
+        if self.snapshots.len() >= 4 {
+            self.release_oldest();
+            return;
+        }
+        let Some(cf) = self.cf().cloned() else { return };
+        let start = self.random_key();
+        let end = (start + 100).min(self.h.expected.len());
+        let snapshot = db.snapshot();
+        match checksum(&snapshot, &cf, start, end) {
+            Ok(checksum) => {
+                let ops_left = self.rng.random_range(10..200);
+                self.snapshots.push(HeldSnapshot {
+                    snapshot,
+                    start,
+                    end,
+                    checksum,
+                    ops_left,
+                });
+            }
+            Err(e) => self.h.engine_error("snapshot", &e),
+        }
+    }
+
+    fn age_snapshots(&mut self) {
+        for s in &mut self.snapshots {
+            s.ops_left = s.ops_left.saturating_sub(1);
+        }
+        if self.snapshots.first().is_some_and(|s| s.ops_left == 0) {
+            self.release_oldest();
+        }
+    }
+
+    fn release_oldest(&mut self) {
+        if self.snapshots.is_empty() {
+            return;
+        }
+        let held = self.snapshots.remove(0);
+        let Some(cf) = self.cf().cloned() else { return };
+        match checksum(&held.snapshot, &cf, held.start, held.end) {
+            Ok(now) if now == held.checksum => self.h.tally.verified(),
+            Ok(_) => self.h.tally.fail(
+                Failure::SnapshotChanged,
+                format!(
+                    "snapshot at seqno {} read {}..{} differently at release",
+                    held.snapshot.seqno(),
+                    held.start,
+                    held.end
+                ),
+            ),
+            Err(e) => self.h.engine_error("snapshot verify", &e),
+        }
+    }
+
+    /// Reads one key and writes another from it; a conflict leaves both unchanged.
+    fn transaction(&mut self, db: &Db) {
+        let Some(cf) = self.cf().cloned() else { return };
+        let read_key = self.ordinary_key();
+        let write_key = self.ordinary_key();
+        let _locks = self.h.expected.lock(&[write_key]);
+        let mut tx = db.transaction();
+        if let Err(e) = tx.get_cf(&cf, key(read_key)) {
+            return self.h.engine_error("transaction read", &e);
+        }
+        let version = self.h.expected.get(write_key).version() + 1;
+        tx.put_cf(
+            &cf,
+            key(write_key),
+            value(write_key, version, self.h.config.max_value_size),
+        );
+        let targets = [(write_key, KeyState::present(version))];
+        self.h.expected.begin(&targets);
+        match tx.commit() {
+            Ok(()) => {
+                self.h.expected.commit(&targets);
+                self.h.log_op(self.id, "transaction", &targets);
+            }
+            Err(cairn::Error::Conflict { .. }) => {
+                self.h.tally.conflict();
+                self.h.expected.abort(&targets);
+            }
+            Err(e) => self.h.engine_error("transaction commit", &e),
+        }
+    }
+
+    fn compact_range(&mut self) {
+        let Some(cf) = self.cf().cloned() else { return };
+        let start = self.random_key();
+        let end = (start + self.rng.random_range(1..self.h.expected.len() / 4 + 2))
+            .min(self.h.expected.len());
+        if let Err(e) = cf.compact_range(key(start)..key(end)) {
+            self.h.engine_error("compact_range", &e);
+        }
+    }
+}
+
+/// What a read of key `k` found.
+pub(crate) fn observe(k: usize, found: Option<&[u8]>, max_value_size: usize) -> Observed {
+    match found {
+        None => Observed::Absent,
+        Some(bytes) => {
+            parse_value(k, bytes, max_value_size).map_or(Observed::Damaged, Observed::Version)
+        }
+    }
+}
+
+/// A checksum of everything `snapshot` reads in `[start, end)`.
+fn checksum(
+    snapshot: &Snapshot,
+    cf: &ColumnFamily,
+    start: usize,
+    end: usize,
+) -> cairn::Result<u64> {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for item in snapshot.range_cf(cf, key(start)..key(end))? {
+        let (k, v) = item?;
+        for &b in k.iter().chain(b"=").chain(v.iter()).chain(b";") {
+            hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    Ok(hash)
+}
