@@ -359,11 +359,7 @@ fn run_mode(
         total.writes += r.writes;
         total.verifications += r.verifications;
         total.seconds += r.seconds;
-        total.failures.lost_writes += r.failures.lost_writes;
-        total.failures.resurrected_deletes += r.failures.resurrected_deletes;
-        total.failures.wrong_values += r.failures.wrong_values;
-        total.failures.holes += r.failures.holes;
-        total.failures.messages.extend(r.failures.messages);
+        total.failures.merge(r.failures);
         if mode == "blackbox" && total.cycles >= config.cycles {
             break;
         }

@@ -164,19 +164,6 @@ impl DbInner {
         })
     }
 
-    /// Freezes the active memtables so the flush thread writes them out.
-    fn freeze_memtable(&self) -> Result<()> {
-        self.run_exclusive(Box::new(|db: &DbInner| {
-            let mut state = db.lock_state();
-            state.check_running()?;
-            if !state.mem.is_empty() {
-                db.switch_memtable(&mut state)?;
-            }
-            Ok(0)
-        }))
-        .map(drop)
-    }
-
     /// Runs a registered compaction to the end, installing it or cleaning up after it.
     pub(crate) fn run_compaction(&self, running: &Running) -> Result<()> {
         let mut outputs = Outputs {

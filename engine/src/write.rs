@@ -304,6 +304,12 @@ impl DbInner {
     /// Freezes the memtables (if they hold anything) and waits until every frozen memtable is
     /// flushed.
     pub(crate) fn flush(&self) -> Result<()> {
+        self.freeze_memtable()?;
+        self.wait_for_flushes()
+    }
+
+    /// Freezes the active memtables (if they hold anything) so the flush thread writes them out.
+    pub(crate) fn freeze_memtable(&self) -> Result<()> {
         self.run_exclusive(Box::new(|db: &DbInner| {
             let mut state = db.lock_state();
             state.check_running()?;
@@ -311,8 +317,8 @@ impl DbInner {
                 db.switch_memtable(&mut state)?;
             }
             Ok(0)
-        }))?;
-        self.wait_for_flushes()
+        }))
+        .map(drop)
     }
 
     /// Waits until every frozen memtable is flushed.

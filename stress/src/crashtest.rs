@@ -136,7 +136,7 @@ pub fn blackbox(
         let checked = check_after_kill(config, &db_dir, &journal)?;
         report.verifications += checked.verifications;
         report.writes = committed_writes(&journal);
-        report.failures = merge(report.failures, checked.failures);
+        report.failures.merge(checked.failures);
         report.cycles = cycle + 1;
         tracing::info!(cycle, "survived a SIGKILL");
     }
@@ -166,20 +166,6 @@ fn check_after_kill(
     let report = harness.report();
     harness.close()?;
     Ok(report)
-}
-
-fn merge(mut a: Failures, b: Failures) -> Failures {
-    a.lost_writes += b.lost_writes;
-    a.resurrected_deletes += b.resurrected_deletes;
-    a.wrong_values += b.wrong_values;
-    a.holes += b.holes;
-    a.snapshot_mismatches += b.snapshot_mismatches;
-    a.messages.extend(
-        b.messages
-            .into_iter()
-            .take(20usize.saturating_sub(a.messages.len())),
-    );
-    a
 }
 
 /// A key's state in the power-loss check: the version it holds, or absent.

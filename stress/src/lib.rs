@@ -83,17 +83,9 @@ pub fn run_with_faults(config: StressConfig, one_in: u32) -> Result<StressReport
     let mut report = reopened.report();
     report.ops = faulted.ops;
     report.engine_errors = faulted.engine_errors;
-    report.failures = merge(faulted.failures, report.failures);
+    let mut failures = faulted.failures;
+    failures.merge(report.failures);
+    report.failures = failures;
     reopened.close()?;
     Ok(report)
-}
-
-fn merge(mut a: Failures, b: Failures) -> Failures {
-    a.lost_writes += b.lost_writes;
-    a.resurrected_deletes += b.resurrected_deletes;
-    a.wrong_values += b.wrong_values;
-    a.holes += b.holes;
-    a.snapshot_mismatches += b.snapshot_mismatches;
-    a.messages.extend(b.messages);
-    a
 }

@@ -195,6 +195,17 @@ pub struct Failures {
 }
 
 impl Failures {
+    /// Adds `other`'s counts and messages to these (keeping at most a few messages).
+    pub fn merge(&mut self, other: Failures) {
+        self.lost_writes += other.lost_writes;
+        self.resurrected_deletes += other.resurrected_deletes;
+        self.wrong_values += other.wrong_values;
+        self.holes += other.holes;
+        self.snapshot_mismatches += other.snapshot_mismatches;
+        let room = MAX_MESSAGES.saturating_sub(self.messages.len());
+        self.messages.extend(other.messages.into_iter().take(room));
+    }
+
     /// True if nothing went wrong.
     pub fn is_clean(&self) -> bool {
         self.lost_writes
