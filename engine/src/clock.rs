@@ -27,7 +27,7 @@ impl Clock for SystemClock {
 ///
 /// ```
 /// use std::time::Duration;
-/// use cairn::{Clock, ManualClock};
+/// use cairn::ManualClock;
 /// let clock = ManualClock::new(1_000);
 /// clock.advance(Duration::from_secs(10));
 /// assert_eq!(clock.now_ms(), 11_000);
@@ -55,10 +55,15 @@ impl ManualClock {
     pub fn set(&self, ms: u64) {
         self.now.store(ms, Ordering::SeqCst);
     }
+
+    /// The clock's reading in milliseconds (the [`Clock`] reading, without the trait in scope).
+    pub fn now_ms(&self) -> u64 {
+        self.now.load(Ordering::SeqCst)
+    }
 }
 
 impl Clock for ManualClock {
     fn now_ms(&self) -> u64 {
-        self.now.load(Ordering::SeqCst)
+        ManualClock::now_ms(self)
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn::{CfOptions, Clock, Db, Kind, Location, ManualClock, Options, TombstoneReason};
+use cairn::{CfOptions, Db, Kind, Location, ManualClock, Options, TombstoneReason};
 
 const START: u64 = 1_700_000_000_000;
 

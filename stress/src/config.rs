@@ -36,19 +36,20 @@ pub struct OpWeights {
 
 impl Default for OpWeights {
     fn default() -> Self {
+        // About one reopen (with a full check of every key) in ten thousand operations.
         Self {
-            get: 300,
-            scan: 60,
-            put: 250,
-            batch: 80,
-            delete: 80,
-            single_delete: 40,
-            delete_range: 20,
-            snapshot: 20,
-            transaction: 20,
-            flush: 3,
-            compact_range: 2,
-            reopen: 0,
+            get: 3000,
+            scan: 600,
+            put: 2500,
+            batch: 800,
+            delete: 800,
+            single_delete: 400,
+            delete_range: 200,
+            snapshot: 200,
+            transaction: 200,
+            flush: 30,
+            compact_range: 20,
+            reopen: 1,
         }
     }
 }

@@ -13,11 +13,12 @@ use cairn_stress::{Limit, OpWeights, StressConfig};
 /// tree deep enough that not every compaction is bottommost.
 fn deletion_heavy(seed: u64) -> StressConfig {
     let weights = OpWeights {
-        delete: 150,
-        delete_range: 40,
-        snapshot: 60,
-        compact_range: 15,
-        flush: 15,
+        delete: 1500,
+        delete_range: 400,
+        snapshot: 600,
+        compact_range: 150,
+        flush: 150,
+        reopen: 0,
         ..OpWeights::default()
     };
     StressConfig {

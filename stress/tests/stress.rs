@@ -11,9 +11,9 @@ use cairn_stress::{Limit, OpWeights, StressConfig};
 
 fn short(seed: u64) -> StressConfig {
     let weights = OpWeights {
-        reopen: 2,
-        compact_range: 10,
-        flush: 10,
+        reopen: 20,
+        compact_range: 100,
+        flush: 100,
         ..OpWeights::default()
     };
     StressConfig {
