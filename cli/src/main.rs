@@ -279,7 +279,6 @@ fn crashtest(args: &CrashArgs) -> i32 {
     };
     let mut reports = Vec::new();
     let mut worst = 0;
-    let started = std::time::Instant::now();
     for mode in modes {
         let mut config = CrashConfig {
             cycles: args.cycles,
@@ -292,7 +291,15 @@ fn crashtest(args: &CrashArgs) -> i32 {
             // Run cycles in batches until the time is up.
             config.cycles = usize::MAX;
         }
-        let result = run_mode(mode, &config, &dir.join(mode), args.duration, started);
+        // A time limit is shared out evenly between the modes.
+        let share = args.duration / modes.len() as u64;
+        let result = run_mode(
+            mode,
+            &config,
+            &dir.join(mode),
+            share,
+            std::time::Instant::now(),
+        );
         match result {
             Ok(report) => {
                 println!(
