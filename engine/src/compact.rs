@@ -57,7 +57,9 @@ impl DbInner {
                         return;
                     }
                     if state.error.is_none() {
-                        if self.memtable_deadline_due(&state) {
+                        if self.memtable_deadline_due(&state)
+                            || std::mem::take(&mut state.freeze_requested)
+                        {
                             break Task::FlushMemtable;
                         }
                         if let Some(running) = self.pick_compaction(&mut state) {
@@ -356,6 +358,7 @@ impl DbInner {
             let idle = state.imm.is_empty()
                 && state.compacting.is_empty()
                 && !self.memtable_deadline_due(&state)
+                && !state.freeze_requested
                 && state.meta.cfs.keys().all(|&cf| {
                     let read_triggered = state.read_triggered.get(&cf).cloned().unwrap_or_default();
                     state
@@ -375,18 +378,30 @@ impl DbInner {
 
     /// Notes a key range where a scan stepped over `tombstones` tombstones.
     pub(crate) fn report_tombstone_scan(&self, cf: u32, start: Bytes, end: Bytes, tombstones: u64) {
-        tracing::warn!(
-            cf,
-            start = ?String::from_utf8_lossy(&start),
-            end = ?String::from_utf8_lossy(&end),
-            tombstones,
-            "a scan stepped over many tombstones; compacting the range"
-        );
         self.stats.note_read_trigger();
         let mut state = self.lock_state();
         let ranges = state.read_triggered.entry(cf).or_default();
+        if ranges.is_empty() {
+            // Once per episode: until the reported ranges are compacted, further reports are quiet.
+            tracing::warn!(
+                cf,
+                start = ?String::from_utf8_lossy(&start),
+                end = ?String::from_utf8_lossy(&end),
+                tombstones,
+                "a scan stepped over many tombstones; compacting the range"
+            );
+        }
         if ranges.len() < 64 {
             ranges.push((start, end));
+        }
+        // Tombstones still in the active memtable are out of compaction's reach until flushed.
+        let in_memtable = state
+            .mem
+            .tables
+            .get(&cf)
+            .map_or(0, |m| m.num_point_tombstones() + m.num_range_tombstones());
+        if state.imm.is_empty() && in_memtable >= self.options.compaction.read_trigger / 2 {
+            state.freeze_requested = true;
         }
         drop(state);
         self.state_changed.notify_all();

@@ -81,6 +81,8 @@ pub(crate) struct DbState {
     pub(crate) versions: Vec<std::sync::Weak<crate::version::Version>>,
     /// Compactions picked and not yet installed.
     pub(crate) compacting: Vec<crate::compact::Running>,
+    /// A scan found many tombstones in the active memtable: freeze it so compaction can reach them.
+    pub(crate) freeze_requested: bool,
     /// Per column family, key ranges where scans stepped over many tombstones.
     pub(crate) read_triggered: std::collections::BTreeMap<u32, Vec<(bytes::Bytes, bytes::Bytes)>>,
 }
@@ -290,6 +292,7 @@ impl DbInner {
                 // The first read view's tables must outlive compactions like any other's.
                 versions: vec![Arc::downgrade(&initial_version)],
                 compacting: Vec::new(),
+                freeze_requested: false,
                 read_triggered: std::collections::BTreeMap::new(),
             }),
             state_changed: Condvar::new(),

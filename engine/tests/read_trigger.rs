@@ -77,3 +77,44 @@ fn a_scan_below_the_threshold_reports_nothing() -> cairn::Result<()> {
     assert_eq!(db.stats().read_triggers, 1);
     Ok(())
 }
+
+#[test]
+fn a_fifo_queue_does_not_pile_up_tombstones_at_its_head() -> cairn::Result<()> {
+    // fjall issue #115's workload: push at the tail, pop the first key at the head. Every pop's
+    // scan starts at the head; without cleanup each one steps over every earlier pop's tombstone.
+    let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+    let db = Db::open(dir.path(), Options::default())?;
+    let (mut head_pops, mut tail) = (0u32, 0u32);
+    for _ in 0..1000 {
+        db.put(format!("item{tail:010}"), "payload")?;
+        tail += 1;
+    }
+    for _ in 0..10_000 {
+        db.put(format!("item{tail:010}"), "payload")?;
+        tail += 1;
+        let Some(first) = db.iter()?.next().transpose()? else {
+            panic!("the queue ran dry");
+        };
+        assert_eq!(
+            first.0,
+            format!("item{head_pops:010}"),
+            "pops come out in order"
+        );
+        db.delete(&first.0)?;
+        head_pops += 1;
+    }
+    db.wait_for_background_work()?;
+    let stats = db.stats();
+    assert!(
+        stats.read_triggers > 0,
+        "the head's tombstones were never reported"
+    );
+    assert!(stats.compactions > 0);
+    assert!(
+        stats.tombstones_pending < 2_000,
+        "{} tombstones piled up for 10k pops",
+        stats.tombstones_pending
+    );
+    assert_eq!(db.iter()?.count(), 1000);
+    Ok(())
+}
