@@ -33,7 +33,8 @@ impl BlockIter {
             current: end,
             next: end,
             restart_index: 0,
-            key: Vec::new(),
+            // Sized for typical keys, so positioning does not grow it byte by byte.
+            key: Vec::with_capacity(64),
             value: 0..0,
         }
     }
