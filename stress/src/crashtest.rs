@@ -100,6 +100,7 @@ pub fn blackbox(
         mode: "blackbox".into(),
         ..CrashReport::default()
     };
+    let committed_before = committed_writes(&journal);
     for cycle in 0..config.cycles {
         let mut child = Command::new(program)
             .args(args)
@@ -135,7 +136,7 @@ pub fn blackbox(
         child.wait()?;
         let checked = check_after_kill(config, &db_dir, &journal)?;
         report.verifications += checked.verifications;
-        report.writes = committed_writes(&journal);
+        report.writes = committed_writes(&journal) - committed_before;
         report.failures.merge(checked.failures);
         report.cycles = cycle + 1;
         tracing::info!(cycle, "survived a SIGKILL");
@@ -144,7 +145,7 @@ pub fn blackbox(
     Ok(report)
 }
 
-/// Writes the children recorded as committed, all cycles together.
+/// Writes the journal records as committed, over every run that used it.
 fn committed_writes(journal: &Path) -> u64 {
     std::fs::read(journal).map_or(0, |bytes| {
         bytes
