@@ -66,13 +66,22 @@ impl DbInner {
                             break Task::Compact(running);
                         }
                     }
-                    state = self
+                    let (guard, timed_out) = self
                         .state_changed
                         .wait_timeout(state, IDLE_POLL)
-                        .map_or_else(|e| e.into_inner().0, |(guard, _)| guard);
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    state = guard;
+                    if timed_out.timed_out() && state.sweep_pending {
+                        // Readers that pinned old tables may be gone by now.
+                        break Task::Sweep;
+                    }
                 }
             };
             let result = match task {
+                Task::Sweep => {
+                    self.delete_obsolete_files();
+                    Ok(())
+                }
                 Task::FlushMemtable => self.freeze_memtable(),
                 Task::Compact(running) => self.run_compaction(&running),
             };
@@ -367,6 +376,9 @@ impl DbInner {
                         .is_none()
                 });
             if idle {
+                drop(state);
+                // Work is done; files older readers held may have been left for a later sweep.
+                self.delete_obsolete_files();
                 return Ok(());
             }
             drop(
@@ -462,6 +474,7 @@ impl DbState {
 }
 
 enum Task {
+    Sweep,
     FlushMemtable,
     Compact(Running),
 }

@@ -81,6 +81,8 @@ pub(crate) struct DbState {
     pub(crate) versions: Vec<std::sync::Weak<crate::version::Version>>,
     /// Compactions picked and not yet installed.
     pub(crate) compacting: Vec<crate::compact::Running>,
+    /// A sweep left obsolete tables that an older reader still held.
+    pub(crate) sweep_pending: bool,
     /// A scan found many tombstones in the active memtable: freeze it so compaction can reach them.
     pub(crate) freeze_requested: bool,
     /// Per column family, key ranges where scans stepped over many tombstones.
@@ -293,6 +295,7 @@ impl DbInner {
                 versions: vec![Arc::downgrade(&initial_version)],
                 compacting: Vec::new(),
                 freeze_requested: false,
+                sweep_pending: false,
                 read_triggered: std::collections::BTreeMap::new(),
             }),
             state_changed: Condvar::new(),

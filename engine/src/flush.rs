@@ -126,19 +126,25 @@ impl DbInner {
     /// created after the state is read carry numbers at or above `next_file_number` and are
     /// left alone.
     pub(crate) fn delete_obsolete_files(&self) {
-        let (keep, next_number, min_log, manifest) = {
-            let state = self.lock_state();
-            let mut keep = state.meta.version.live_files();
+        let (keep, current, next_number, min_log, manifest) = {
+            let mut state = self.lock_state();
+            let current = state.meta.version.live_files();
+            let mut keep = current.clone();
             for version in state.versions.iter().filter_map(std::sync::Weak::upgrade) {
                 keep.extend(version.live_files());
             }
             keep.extend(state.pending_outputs.iter().copied());
+            // Tables only an older reader still holds: a later sweep must come back for them.
+            state.sweep_pending = keep
+                .iter()
+                .any(|n| !current.contains(n) && !state.pending_outputs.contains(n));
             let min_log = state
                 .imm
                 .front()
                 .map_or(state.mem.log_number, |m| m.log_number);
             (
                 keep,
+                current,
                 state.meta.next_file_number,
                 min_log,
                 state.manifest.path().to_path_buf(),
@@ -147,6 +153,7 @@ impl DbInner {
         let Ok(names) = self.fs.list(&self.dir) else {
             return;
         };
+        drop(current);
         for name in names {
             let path = self.dir.join(&name);
             let obsolete = match filename::parse(&name) {
