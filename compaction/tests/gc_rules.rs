@@ -142,11 +142,12 @@ impl Default for Setup<'_> {
 
 type Survivor = (String, SeqNo, Kind);
 
-fn run(
-    setup: &Setup<'_>,
+/// A compaction iterator over `input` and `ranges` under `setup`.
+fn compaction<'a>(
+    setup: &Setup<'a>,
     input: Vec<(Vec<u8>, EntryMeta, Bytes)>,
     ranges: Vec<RangeTombstone>,
-) -> (Vec<Survivor>, Vec<(String, SeqNo)>, DropCounts) {
+) -> CompactionIter<'a, VecIter> {
     let ctx = GcContext {
         snapshots: setup.snapshots,
         now: setup.now,
@@ -156,12 +157,20 @@ fn run(
         below: setup.below,
         filter: setup.filter.map(|f| (f, "default")),
     };
-    let mut iter = CompactionIter::new(
+    CompactionIter::new(
         VecIter::new(input),
         FragmentedRangeTombstones::fragment(ranges),
         ctx,
     )
-    .expect("start");
+    .expect("start")
+}
+
+fn run(
+    setup: &Setup<'_>,
+    input: Vec<(Vec<u8>, EntryMeta, Bytes)>,
+    ranges: Vec<RangeTombstone>,
+) -> (Vec<Survivor>, Vec<(String, SeqNo)>, DropCounts) {
+    let mut iter = compaction(setup, input, ranges);
     let mut out = Vec::new();
     while let Some(e) = iter.next_entry().expect("next") {
         let k = parse_internal_key(&e.key).expect("valid output key");
@@ -365,21 +374,11 @@ fn single_delete_misuse_is_counted_and_resurrects_nothing() {
         vec![s("k", 9, Kind::SingleDelete)],
         "the marker stays as a tombstone"
     );
-    let ctx = GcContext {
-        snapshots: &[],
-        now: 0,
-        grace_ms: 0,
-        max_versions: 1,
-        cf_ttl_ms: None,
-        below: &NothingBelow,
-        filter: None,
-    };
-    let mut iter = CompactionIter::new(
-        VecIter::new(vec![single_del("k", 9, 0), put("k", 4, 0), put("k", 2, 0)]),
-        FragmentedRangeTombstones::default(),
-        ctx,
-    )
-    .expect("start");
+    let mut iter = compaction(
+        &Setup::default(),
+        vec![single_del("k", 9, 0), put("k", 4, 0), put("k", 2, 0)],
+        vec![],
+    );
     while iter.next_entry().expect("next").is_some() {}
     assert_eq!(iter.single_delete_misuse(), 1);
 }
@@ -606,43 +605,22 @@ fn filter_never_sees_a_version_a_snapshot_can_read() {
 
 #[test]
 fn filter_can_change_a_value() {
-    let ctx = GcContext {
-        snapshots: &[],
-        now: 0,
-        grace_ms: 0,
-        max_versions: 1,
-        cf_ttl_ms: None,
-        below: &NothingBelow,
-        filter: Some((&Upper, "default")),
+    let setup = Setup {
+        filter: Some(&Upper),
+        ..Setup::default()
     };
-    let mut iter = CompactionIter::new(
-        VecIter::new(vec![put("k", 5, 0)]),
-        FragmentedRangeTombstones::default(),
-        ctx,
-    )
-    .expect("start");
+    let mut iter = compaction(&setup, vec![put("k", 5, 0)], vec![]);
     let entry = iter.next_entry().expect("next").expect("one entry");
     assert_eq!(&entry.value[..], b"K@5");
 }
 
 #[test]
 fn single_delete_over_a_range_deleted_put_is_no_misuse() {
-    let ctx = GcContext {
-        snapshots: &[],
-        now: 0,
-        grace_ms: 0,
-        max_versions: 1,
-        cf_ttl_ms: None,
-        below: &NothingBelow,
-        filter: None,
-    };
-    let input = VecIter::new(vec![single_del("k", 9, 0), put("k", 7, 0), put("k", 3, 0)]);
-    let mut iter = CompactionIter::new(
-        input,
-        FragmentedRangeTombstones::fragment(vec![rt("a", "z", 5, 0)]),
-        ctx,
-    )
-    .expect("start");
+    let mut iter = compaction(
+        &Setup::default(),
+        vec![single_del("k", 9, 0), put("k", 7, 0), put("k", 3, 0)],
+        vec![rt("a", "z", 5, 0)],
+    );
     while iter.next_entry().expect("next").is_some() {}
     assert_eq!(
         iter.single_delete_misuse(),
