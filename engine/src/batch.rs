@@ -53,7 +53,7 @@ impl BatchOp {
         }
     }
 
-    fn approximate_bytes(&self) -> usize {
+    pub(crate) fn approximate_bytes(&self) -> usize {
         match self {
             Self::Put { key, value, .. } => key.len() + value.len() + 16,
             Self::Delete { key, .. } | Self::SingleDelete { key, .. } => key.len() + 8,
