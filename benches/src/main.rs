@@ -1,2 +1,266 @@
-//! `cairn-bench` (being written).
-fn main() {}
+//! `cairn-bench`: a `db_bench`-style comparison of Cairn with fjall and `RocksDB` on the same
+//! machine in one run.
+//!
+//! Every workload runs on a fresh database of each engine in turn (cairn, fjall, rocksdb,
+//! cairn, …) for `--runs` rounds; the report is a table of medians with Cairn/peer ratios, a
+//! JSON file, a PNG chart, and a last line `ratios: fillrandom=1.23 …` for machines. The peers
+//! are behind the cargo features `fjall` and `rocksdb`; see `benches/README.md`.
+
+mod chart;
+mod engine;
+mod keys;
+mod report;
+mod workload;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::engine::EngineKind;
+use crate::report::{Failure, Report, Sample};
+use crate::workload::{Settings, Workload};
+
+/// The error of anything that can fail here.
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
+/// Result with [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Runs the same workloads on Cairn, fjall and `RocksDB` and reports medians and ratios.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// Engines, comma-separated (cairn, fjall, rocksdb) [default: every engine compiled in]
+    #[arg(long, value_delimiter = ',')]
+    engines: Vec<String>,
+    /// Workloads, comma-separated [default: all]: fillseq, fillrandom, overwrite, readrandom,
+    /// readmissing, seekrandom, scanall, delete90 (with `scan_after_delete` and
+    /// `scan_after_settle`), `scan_fresh10`, `delrange_scan`, queue, `space_after_delete`
+    #[arg(long, value_delimiter = ',')]
+    workloads: Vec<String>,
+    /// Keys per database
+    #[arg(long, default_value_t = 1_000_000)]
+    num: u64,
+    /// Bytes per value
+    #[arg(long, default_value_t = 100)]
+    value_size: usize,
+    /// Lookups or seeks of readrandom, readmissing and seekrandom [default: --num]
+    #[arg(long)]
+    reads: Option<u64>,
+    /// Seed of every random order (the same for every engine within a round)
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Rounds; the table shows medians
+    #[arg(long, default_value_t = 3)]
+    runs: u64,
+    /// Directory for the databases [default: a new temporary directory]
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Write every sample, the medians and the ratios here as JSON
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Draw the medians here as a PNG chart
+    #[arg(long)]
+    chart: Option<PathBuf>,
+    /// Queue operations per engine (each a pop and a push)
+    #[arg(long, default_value_t = 1_000_000)]
+    queue_ops: u64,
+    /// Items in the queue
+    #[arg(long, default_value_t = 1_000)]
+    queue_items: u64,
+    /// Time cap of the queue per engine and round, in seconds
+    #[arg(long, default_value_t = 300)]
+    queue_cap_secs: u64,
+    /// Seconds a peer idles (after its own wait) to settle after mass deletes
+    #[arg(long, default_value_t = 10)]
+    idle_secs: u64,
+    /// Keep every database directory (under --dir) for inspection
+    #[arg(long)]
+    keep_dirs: bool,
+}
+
+fn compiled_engines() -> Vec<EngineKind> {
+    let mut engines = vec![EngineKind::Cairn];
+    if cfg!(feature = "fjall") {
+        engines.push(EngineKind::Fjall);
+    }
+    if cfg!(feature = "rocksdb") {
+        engines.push(EngineKind::Rocksdb);
+    }
+    engines
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match plan(&args).and_then(|(engines, workloads, settings)| {
+        let report = run_rounds(&args, engines, &workloads, settings)?;
+        write_outputs(&args, &report);
+        Ok(report)
+    }) {
+        Ok(report) if report.failures.is_empty() => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("cairn-bench: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The engines, workloads and settings the arguments ask for.
+fn plan(args: &Args) -> Result<(Vec<EngineKind>, Vec<Workload>, Settings)> {
+    let engines = if args.engines.is_empty() {
+        compiled_engines()
+    } else {
+        let engines = args
+            .engines
+            .iter()
+            .map(|e| EngineKind::parse(e.trim()))
+            .collect::<Result<Vec<_>>>()?;
+        if let Some(e) = engines.iter().find(|e| !compiled_engines().contains(e)) {
+            return Err(format!(
+                "{} is not compiled in: build with `--features {}`",
+                e.name(),
+                e.name()
+            )
+            .into());
+        }
+        engines
+    };
+    let mut workloads = Vec::new();
+    for name in &args.workloads {
+        let w = Workload::parse(name.trim())?;
+        if !workloads.contains(&w) {
+            workloads.push(w);
+        }
+    }
+    if workloads.is_empty() {
+        workloads = Workload::ALL.to_vec();
+    }
+    let settings = Settings {
+        num: args.num,
+        value_size: args.value_size,
+        reads: args.reads.unwrap_or(args.num),
+        seed: args.seed,
+        queue_ops: args.queue_ops,
+        queue_items: args.queue_items,
+        queue_cap_secs: args.queue_cap_secs,
+        idle_secs: args.idle_secs,
+        keep_dirs: args.keep_dirs,
+    };
+    Ok((engines, workloads, settings))
+}
+
+/// Runs every workload on every engine, engines alternating, for `--runs` rounds.
+fn run_rounds(
+    args: &Args,
+    engines: Vec<EngineKind>,
+    workloads: &[Workload],
+    settings: Settings,
+) -> Result<Report> {
+    let temp;
+    let base = if let Some(dir) = &args.dir {
+        std::fs::create_dir_all(dir)?;
+        dir.clone()
+    } else {
+        temp = tempfile::tempdir()?;
+        temp.path().to_path_buf()
+    };
+    eprintln!(
+        "cairn-bench: engines {:?}, {} keys of 16 bytes, {}-byte values, {} round(s), in {}",
+        engines.iter().map(|e| e.name()).collect::<Vec<_>>(),
+        settings.num,
+        settings.value_size,
+        args.runs,
+        base.display()
+    );
+    let mut report = Report {
+        settings,
+        engines,
+        samples: Vec::new(),
+        failures: Vec::new(),
+    };
+    for round in 0..args.runs {
+        for &workload in workloads {
+            for engine in report.engines.clone() {
+                let dir = base.join(format!("r{round}-{}-{}", engine.name(), workload.name()));
+                if dir.exists() {
+                    std::fs::remove_dir_all(&dir)?;
+                }
+                let progress = format!("round {}/{}", round + 1, args.runs);
+                match workload::run(engine, workload, &dir, &report.settings, round) {
+                    Ok(rows) => {
+                        for m in rows {
+                            eprintln!(
+                                "{progress} {:<18} {:<8} {:>9.3} s {:>12.0} ops/s{}",
+                                m.row,
+                                engine.name(),
+                                m.secs,
+                                m.ops_per_sec(),
+                                m.fraction
+                                    .map(|f| format!("  fraction {:.2}%", f * 100.0))
+                                    .unwrap_or_default()
+                            );
+                            report.samples.push(Sample {
+                                engine,
+                                round,
+                                measurement: m,
+                            });
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!(
+                            "{progress} {} {}: FAILED: {e}",
+                            workload.name(),
+                            engine.name()
+                        );
+                        let _ = std::fs::remove_dir_all(&dir);
+                        report.failures.push(Failure {
+                            engine,
+                            round,
+                            workload: workload.name(),
+                            error: e.to_string(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Writes the JSON file and the chart if asked, then prints the report (last line: ratios).
+fn write_outputs(args: &Args, report: &Report) {
+    if let Some(path) = &args.json {
+        let written = serde_json::to_string_pretty(&report.json())
+            .map_err(Error::from)
+            .and_then(|text| std::fs::write(path, text).map_err(Error::from));
+        match written {
+            Ok(()) => eprintln!("wrote {}", path.display()),
+            Err(e) => eprintln!("cairn-bench: no JSON file: {e}"),
+        }
+    }
+    if let Some(path) = &args.chart {
+        let bars: Vec<chart::Bars> = report
+            .rows()
+            .into_iter()
+            .filter(|&row| row != "space_after_delete")
+            .map(|row| {
+                let per = report
+                    .engines
+                    .iter()
+                    .filter_map(|&e| Some((e, report.summary(row, e)?.ops_per_sec)))
+                    .collect();
+                (row.to_string(), per)
+            })
+            .collect();
+        let title = format!(
+            "cairn-bench: median ops/s, {} keys x {} B values, {} run(s)",
+            report.settings.num, report.settings.value_size, args.runs
+        );
+        match chart::draw(path, &title, &report.engines, &bars) {
+            Ok(()) => eprintln!("wrote {}", path.display()),
+            Err(e) => eprintln!("cairn-bench: no chart: {e}"),
+        }
+    }
+    print!("{}", report.text());
+}

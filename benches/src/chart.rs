@@ -1,0 +1,153 @@
+//! The PNG chart: median operations per second per workload and engine, as horizontal bars on
+//! a log scale (the queue and the fills differ by four orders of magnitude).
+//!
+//! Text is drawn with a TrueType font read at run time: the file `CAIRN_BENCH_FONT` names, else
+//! the `DejaVu` or Liberation sans font where Debian and most distributions put them. Building
+//! the chart so needs no system library.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use crate::Result;
+use crate::engine::EngineKind;
+
+/// Font files tried in order after `CAIRN_BENCH_FONT`.
+const FONT_PATHS: [&str; 4] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+];
+
+const LABEL_WIDTH: u32 = 190;
+const WIDTH: u32 = 1400;
+const ROW_HEIGHT: u32 = 44;
+
+/// One bar group: a row's name and each engine's median ops/s.
+pub type Bars = (String, Vec<(EngineKind, f64)>);
+
+fn register_font() -> Result<()> {
+    static FONT: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    FONT.get_or_init(|| {
+        let candidates: Vec<PathBuf> = std::env::var_os("CAIRN_BENCH_FONT")
+            .map(PathBuf::from)
+            .into_iter()
+            .chain(FONT_PATHS.iter().map(PathBuf::from))
+            .collect();
+        let bytes = candidates
+            .iter()
+            .find_map(|p| std::fs::read(p).ok())
+            .ok_or_else(|| {
+                "no TrueType font found for the chart: set CAIRN_BENCH_FONT to a .ttf file"
+                    .to_string()
+            })?;
+        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+            .map_err(|_| "the chart font is not a valid TrueType font".to_string())
+    })
+    .clone()
+    .map_err(Into::into)
+}
+
+fn color(engine: EngineKind) -> RGBColor {
+    match engine {
+        EngineKind::Cairn => RGBColor(0x1b, 0x9e, 0x77),
+        EngineKind::Fjall => RGBColor(0xd9, 0x5f, 0x02),
+        EngineKind::Rocksdb => RGBColor(0x75, 0x70, 0xb3),
+    }
+}
+
+fn rate(x: f64) -> String {
+    if x >= 1e6 {
+        format!("{:.2}M", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{:.1}k", x / 1e3)
+    } else {
+        format!("{x:.0}")
+    }
+}
+
+/// Draws `bars` for `engines` into a PNG at `path`.
+///
+/// # Errors
+/// If no font is found or the file cannot be written.
+pub fn draw(path: &Path, title: &str, engines: &[EngineKind], bars: &[Bars]) -> Result<()> {
+    register_font()?;
+    let rows = u32::try_from(bars.len())?;
+    let n = f64::from(rows.max(1));
+    let values = bars.iter().flat_map(|(_, v)| v.iter().map(|(_, x)| *x));
+    let max = values.clone().fold(1.0_f64, f64::max);
+    let min = values.filter(|&x| x > 0.0).fold(max, f64::min);
+    let lo = 10f64.powf(min.log10().floor().min(max.log10().floor() - 1.0));
+    let hi = 10f64.powf((max * 4.0).log10().ceil());
+
+    let height = 140 + ROW_HEIGHT * rows;
+    let root = BitMapBackend::new(path, (WIDTH, height)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (_, area) = root.split_horizontally(LABEL_WIDTH);
+    let mut chart = ChartBuilder::on(&area)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .build_cartesian_2d((lo..hi).log_scale(), 0.0..n)?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(0)
+        .x_desc("operations per second (log scale)")
+        .x_label_formatter(&|x| rate(*x))
+        .label_style(("sans-serif", 14))
+        .draw()?;
+
+    let m = engines.len().max(1);
+    #[expect(clippy::cast_precision_loss, reason = "a handful of engines")]
+    let band = 0.8 / m as f64;
+    for (k, &engine) in engines.iter().enumerate() {
+        let c = color(engine);
+        #[expect(clippy::cast_precision_loss, reason = "a handful of engines and rows")]
+        let bars_of = bars.iter().enumerate().filter_map(|(i, (_, v))| {
+            let x = v.iter().find(|(e, _)| *e == engine)?.1;
+            let y0 = n - 1.0 - i as f64 + 0.1 + k as f64 * band;
+            Some((x, y0, y0 + band))
+        });
+        chart
+            .draw_series(
+                bars_of
+                    .clone()
+                    .map(|(x, y0, y1)| Rectangle::new([(lo, y0), (x.max(lo), y1)], c.filled())),
+            )?
+            .label(engine.name())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()));
+        let style =
+            TextStyle::from(("sans-serif", 12).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+        chart.draw_series(bars_of.map(|(x, y0, y1)| {
+            Text::new(
+                format!(" {}", rate(x)),
+                (x.max(lo), f64::midpoint(y0, y1)),
+                style.clone(),
+            )
+        }))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font(("sans-serif", 15))
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()?;
+
+    let label =
+        TextStyle::from(("sans-serif", 15).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
+    for (i, (name, _)) in bars.iter().enumerate() {
+        #[expect(clippy::cast_precision_loss, reason = "a handful of rows")]
+        let y = n - 0.5 - i as f64;
+        let (_, py) = chart.backend_coord(&(lo, y));
+        let px = i32::try_from(LABEL_WIDTH)? - 4;
+        root.draw(&Text::new(name.clone(), (px, py), label.clone()))?;
+    }
+    root.present()?;
+    Ok(())
+}

@@ -1,0 +1,156 @@
+//! The engines under test behind one small interface, each opened with the same settings: the
+//! write-ahead log on without an fsync per write, a 64 MiB block cache, bloom filters at 10 bits
+//! per key, zstd where the engine offers it, and its default compaction.
+
+mod cairn;
+#[cfg(feature = "fjall")]
+mod fjall;
+#[cfg(feature = "rocksdb")]
+mod rocksdb;
+
+use std::path::Path;
+
+use crate::Result;
+
+/// The block cache every engine gets.
+pub const CACHE_BYTES: u64 = 64 << 20;
+/// Bloom filter bits per key for every engine.
+pub const BLOOM_BITS_PER_KEY: u32 = 10;
+
+/// How an engine carried out a range delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RangeDelete {
+    /// One range tombstone.
+    Native,
+    /// The engine has no range delete: the keys were read and deleted one by one.
+    KeyByKey,
+}
+
+/// One open database of one engine.
+pub trait Engine {
+    /// Sets `key` to `value` (logged, not synced).
+    ///
+    /// # Errors
+    /// The engine's error.
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<()>;
+
+    /// Looks `key` up; true if it has a value. The value is read, not copied.
+    ///
+    /// # Errors
+    /// The engine's error.
+    fn get(&self, key: &[u8]) -> Result<bool>;
+
+    /// Deletes `key` with a point tombstone.
+    ///
+    /// # Errors
+    /// The engine's error.
+    fn delete(&self, key: &[u8]) -> Result<()>;
+
+    /// Deletes every key in `[start, end)`.
+    ///
+    /// # Errors
+    /// The engine's error.
+    fn delete_range(&self, start: &[u8], end: &[u8]) -> Result<RangeDelete>;
+
+    /// Seeks to the first key at or after `start` and reads up to `n` entries from there;
+    /// returns how many it read.
+    ///
+    /// # Errors
+    /// The engine's error.
+    fn seek(&self, start: &[u8], n: usize) -> Result<usize>;
+
+    /// Reads every live entry, keys and values, in order; returns how many.
+    ///
+    /// # Errors
+    /// The engine's error.
+    fn scan(&self) -> Result<u64>;
+
+    /// The first live key, read with an iterator from the start.
+    ///
+    /// # Errors
+    /// The engine's error.
+    fn first_key(&self) -> Result<Option<Vec<u8>>>;
+
+    /// Writes the memtable out to a table and waits for it.
+    ///
+    /// # Errors
+    /// The engine's error.
+    fn flush(&self) -> Result<()>;
+
+    /// Waits for the background work the engine knows to be due, as far as it lets one wait.
+    ///
+    /// # Errors
+    /// The engine's error.
+    fn wait_idle(&self) -> Result<()>;
+
+    /// Closes the database.
+    ///
+    /// # Errors
+    /// The engine's error.
+    fn close(self: Box<Self>) -> Result<()>;
+}
+
+/// An engine the bench knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    /// Cairn.
+    Cairn,
+    /// fjall 3.
+    Fjall,
+    /// `RocksDB` through the `rocksdb` crate.
+    Rocksdb,
+}
+
+impl EngineKind {
+    /// The engine's name as the command line and the reports spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Cairn => "cairn",
+            Self::Fjall => "fjall",
+            Self::Rocksdb => "rocksdb",
+        }
+    }
+
+    /// The compression the engine's tables use here.
+    pub fn compression(self) -> &'static str {
+        match self {
+            Self::Cairn | Self::Rocksdb => "zstd",
+            Self::Fjall => "lz4 (fjall offers no zstd)",
+        }
+    }
+
+    /// Parses an engine name.
+    ///
+    /// # Errors
+    /// If the name is unknown.
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "cairn" => Ok(Self::Cairn),
+            "fjall" => Ok(Self::Fjall),
+            "rocksdb" => Ok(Self::Rocksdb),
+            other => Err(format!("unknown engine {other:?} (cairn, fjall, rocksdb)").into()),
+        }
+    }
+
+    /// Opens a new database of this engine in `dir`.
+    ///
+    /// # Errors
+    /// The engine's error, or if the engine was not compiled in.
+    pub fn open(self, dir: &Path) -> Result<Box<dyn Engine>> {
+        match self {
+            Self::Cairn => Ok(Box::new(cairn::CairnEngine::open(dir)?)),
+            #[cfg(feature = "fjall")]
+            Self::Fjall => Ok(Box::new(fjall::FjallEngine::open(dir)?)),
+            #[cfg(feature = "rocksdb")]
+            Self::Rocksdb => Ok(Box::new(rocksdb::RocksDbEngine::open(dir)?)),
+            #[allow(unreachable_patterns, reason = "reached when a peer's feature is off")]
+            other => Err(format!(
+                "{} is not compiled in: build with `--features {}`",
+                other.name(),
+                other.name()
+            )
+            .into()),
+        }
+    }
+}

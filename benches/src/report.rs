@@ -1,0 +1,480 @@
+//! Medians over the rounds, the table, the targets of issue 6, the JSON file and the closing
+//! `ratios:` line.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::json;
+
+use crate::engine::EngineKind;
+use crate::workload::{Measurement, Settings};
+
+/// One row of one engine in one round.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Sample {
+    /// The engine.
+    pub engine: EngineKind,
+    /// The round, from 0.
+    pub round: u64,
+    /// What was measured.
+    #[serde(flatten)]
+    pub measurement: Measurement,
+}
+
+/// A workload that failed on an engine.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Failure {
+    /// The engine.
+    pub engine: EngineKind,
+    /// The round, from 0.
+    pub round: u64,
+    /// The workload's name.
+    pub workload: &'static str,
+    /// The error.
+    pub error: String,
+}
+
+/// The medians of one row on one engine.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Summary {
+    /// Median seconds.
+    pub secs: f64,
+    /// Median operations per second.
+    pub ops_per_sec: f64,
+    /// Median fraction, for `space_after_delete`.
+    pub fraction: Option<f64>,
+    /// Median operations per second of each fifth, for `queue`.
+    pub fifths: Option<Vec<f64>>,
+    /// Medians of the extra figures.
+    pub extra: BTreeMap<String, f64>,
+    /// The engine's note on the row, if any.
+    pub note: Option<String>,
+    /// Rounds measured.
+    pub runs: usize,
+}
+
+/// Everything a run measured.
+#[derive(Debug)]
+pub struct Report {
+    /// The settings of the run.
+    pub settings: Settings,
+    /// The engines, in the order they ran.
+    pub engines: Vec<EngineKind>,
+    /// Every measurement.
+    pub samples: Vec<Sample>,
+    /// Every failure.
+    pub failures: Vec<Failure>,
+}
+
+/// The median of `values` (the mean of the middle two for an even count); 0 for none.
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n == 0 {
+        return 0.0;
+    }
+    let mid = values.get(n / 2).copied().unwrap_or(0.0);
+    if n % 2 == 1 {
+        mid
+    } else {
+        f64::midpoint(values.get(n / 2 - 1).copied().unwrap_or(0.0), mid)
+    }
+}
+
+impl Report {
+    /// The rows measured, in the order they were first measured.
+    pub fn rows(&self) -> Vec<&'static str> {
+        let mut rows: Vec<&'static str> = Vec::new();
+        for s in &self.samples {
+            if !rows.contains(&s.measurement.row) {
+                rows.push(s.measurement.row);
+            }
+        }
+        rows
+    }
+
+    /// The medians of `row` on `engine`, if it was measured.
+    pub fn summary(&self, row: &str, engine: EngineKind) -> Option<Summary> {
+        let ms: Vec<&Measurement> = self
+            .samples
+            .iter()
+            .filter(|s| s.engine == engine && s.measurement.row == row)
+            .map(|s| &s.measurement)
+            .collect();
+        let first = ms.first()?;
+        let fractions: Vec<f64> = ms.iter().filter_map(|m| m.fraction).collect();
+        let fifths = first.fifths.as_ref().map(|f| {
+            (0..f.len())
+                .map(|i| {
+                    median(
+                        ms.iter()
+                            .filter_map(|m| m.fifths.as_ref()?.get(i).copied())
+                            .collect(),
+                    )
+                })
+                .collect()
+        });
+        let mut extra = BTreeMap::new();
+        for (name, _) in &first.extra {
+            let values = ms
+                .iter()
+                .filter_map(|m| m.extra.iter().find(|(n, _)| n == name).map(|(_, v)| *v))
+                .collect();
+            extra.insert(name.clone(), median(values));
+        }
+        Some(Summary {
+            secs: median(ms.iter().map(|m| m.secs).collect()),
+            ops_per_sec: median(ms.iter().map(|m| m.ops_per_sec()).collect()),
+            fraction: (!fractions.is_empty()).then(|| median(fractions)),
+            fifths,
+            extra,
+            note: ms.iter().find_map(|m| m.note.clone()),
+            runs: ms.len(),
+        })
+    }
+
+    fn peers(&self) -> Vec<EngineKind> {
+        self.engines
+            .iter()
+            .copied()
+            .filter(|&e| e != EngineKind::Cairn)
+            .collect()
+    }
+
+    /// Cairn over `peer` on `row`, higher is better: throughput over throughput, or for
+    /// `space_after_delete` the peer's fraction over Cairn's.
+    fn ratio(&self, row: &str, peer: EngineKind) -> Option<f64> {
+        let cairn = self.summary(row, EngineKind::Cairn)?;
+        let other = self.summary(row, peer)?;
+        match (cairn.fraction, other.fraction) {
+            (Some(c), Some(p)) => Some(if c > 0.0 { p / c } else { f64::INFINITY }),
+            _ if other.ops_per_sec > 0.0 => Some(cairn.ops_per_sec / other.ops_per_sec),
+            _ => None,
+        }
+    }
+
+    /// Cairn over the best peer on `row` (the lowest of the per-peer ratios).
+    pub fn best_ratio(&self, row: &str) -> Option<f64> {
+        self.peers()
+            .into_iter()
+            .filter_map(|p| self.ratio(row, p))
+            .min_by(f64::total_cmp)
+    }
+
+    /// `scan_after_settle` time over `scan_fresh10` time on `engine` (issue 4 wants ≤ 1.5).
+    pub fn settled_scan_vs_fresh(&self, engine: EngineKind) -> Option<f64> {
+        let settled = self.summary("scan_after_settle", engine)?;
+        let fresh = self.summary("scan_fresh10", engine)?;
+        (fresh.secs > 0.0).then(|| settled.secs / fresh.secs)
+    }
+
+    /// The whole text report; its last line is the `ratios:` line.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        self.write_table(&mut out);
+        self.write_queue(&mut out);
+        self.write_issue4(&mut out);
+        self.write_targets(&mut out);
+        for f in &self.failures {
+            let _ = writeln!(
+                out,
+                "FAILED: {} on {} in round {}: {}",
+                f.workload,
+                f.engine.name(),
+                f.round + 1,
+                f.error
+            );
+        }
+        out.push_str(&self.ratios_line());
+        out.push('\n');
+        out
+    }
+
+    fn write_table(&self, out: &mut String) {
+        let peers = self.peers();
+        let _ = write!(out, "{:<20}", "workload");
+        for e in &self.engines {
+            let _ = write!(out, " {:>24}", e.name());
+        }
+        for p in &peers {
+            let _ = write!(out, " {:>14}", format!("cairn/{}", p.name()));
+        }
+        out.push('\n');
+        let mut notes = Vec::new();
+        for row in self.rows() {
+            let _ = write!(out, "{row:<20}");
+            for &e in &self.engines {
+                let cell = self
+                    .summary(row, e)
+                    .map_or_else(|| "-".into(), |s| cell(&s));
+                let _ = write!(out, " {cell:>24}");
+                if let Some(note) = self.summary(row, e).and_then(|s| s.note) {
+                    notes.push(format!("{row} on {}: {note}", e.name()));
+                }
+            }
+            for &p in &peers {
+                let r = self.ratio(row, p).map_or_else(|| "-".into(), fmt_ratio);
+                let _ = write!(out, " {r:>14}");
+            }
+            out.push('\n');
+        }
+        let _ = writeln!(
+            out,
+            "(medians of {} run(s); ops/s and seconds of the timed part; space_after_delete: bytes \
+             after / peak bytes, and its ratio is peer fraction / cairn fraction, so higher is \
+             better there too)",
+            self.samples.iter().map(|s| s.round + 1).max().unwrap_or(0)
+        );
+        for e in &self.engines {
+            let _ = writeln!(out, "compression {}: {}", e.name(), e.compression());
+        }
+        for n in notes {
+            let _ = writeln!(out, "note: {n}");
+        }
+    }
+
+    fn write_queue(&self, out: &mut String) {
+        let queues: Vec<(EngineKind, Summary)> = self
+            .engines
+            .iter()
+            .filter_map(|&e| Some((e, self.summary("queue", e)?)))
+            .collect();
+        if queues.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "\nqueue ops/s per fifth of the operations done (an op = find the head with an \
+             iterator, delete it, push one)"
+        );
+        let _ = writeln!(
+            out,
+            "{:<10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>13}",
+            "engine", "1st", "2nd", "3rd", "4th", "5th", "last/first", "MB at end", "allocated MB"
+        );
+        for (e, s) in queues {
+            let f = s.fifths.unwrap_or_default();
+            let _ = write!(out, "{:<10}", e.name());
+            for x in &f {
+                let _ = write!(out, " {:>10}", fmt_rate(*x));
+            }
+            let first = f.first().copied().unwrap_or(0.0);
+            let last = f.last().copied().unwrap_or(0.0);
+            let _ = writeln!(
+                out,
+                " {:>11} {:>10.1} {:>13.1}",
+                if first > 0.0 {
+                    format!("{:.2}", last / first)
+                } else {
+                    "-".into()
+                },
+                s.extra.get("bytes_end").copied().unwrap_or(0.0) / 1e6,
+                s.extra.get("allocated_end").copied().unwrap_or(0.0) / 1e6
+            );
+        }
+    }
+
+    fn write_issue4(&self, out: &mut String) {
+        let _ = writeln!(out, "\nissue 4 figures:");
+        for &e in &self.engines {
+            if let Some(r) = self.settled_scan_vs_fresh(e) {
+                let _ = writeln!(
+                    out,
+                    "  settled_scan_vs_fresh {}: {r:.2} (scan_after_settle time / scan time of a \
+                     fresh db holding only the surviving 10%; target for cairn <= 1.5)",
+                    e.name()
+                );
+            }
+        }
+        for &e in &self.engines {
+            if let Some(s) = self.summary("space_after_delete", e)
+                && let Some(f) = s.fraction
+            {
+                let _ = writeln!(
+                    out,
+                    "  space_after_delete {}: {:.2}% of peak ({:.1} MB -> {:.2} MB; settle {:.1} \
+                     s; {:.2} MB the moment the wait returned; allocated {:.1} MB -> {:.2} \
+                     MB){}",
+                    e.name(),
+                    f * 100.0,
+                    s.extra.get("bytes_peak").copied().unwrap_or(0.0) / 1e6,
+                    s.extra.get("bytes_after").copied().unwrap_or(0.0) / 1e6,
+                    s.extra.get("settle_secs").copied().unwrap_or(0.0),
+                    s.extra.get("bytes_at_wait_return").copied().unwrap_or(0.0) / 1e6,
+                    s.extra.get("allocated_peak").copied().unwrap_or(0.0) / 1e6,
+                    s.extra.get("allocated_after").copied().unwrap_or(0.0) / 1e6,
+                    if e == EngineKind::Cairn {
+                        "; target < 5% with grace 0"
+                    } else {
+                        ""
+                    }
+                );
+            }
+        }
+        for &e in &self.engines {
+            if let Some(s) = self.summary("scan_after_settle", e) {
+                let _ = writeln!(
+                    out,
+                    "  delete90 bytes {}: {:.1} MB full -> {:.1} MB after deletes -> {:.1} MB \
+                     settled ({:.1} s to settle; allocated {:.1} MB -> {:.1} MB)",
+                    e.name(),
+                    s.extra.get("bytes_full").copied().unwrap_or(0.0) / 1e6,
+                    s.extra.get("bytes_after_delete").copied().unwrap_or(0.0) / 1e6,
+                    s.extra.get("bytes_after_settle").copied().unwrap_or(0.0) / 1e6,
+                    s.extra.get("settle_secs").copied().unwrap_or(0.0),
+                    s.extra.get("allocated_full").copied().unwrap_or(0.0) / 1e6,
+                    s.extra
+                        .get("allocated_after_settle")
+                        .copied()
+                        .unwrap_or(0.0)
+                        / 1e6,
+                );
+            }
+        }
+    }
+
+    fn write_targets(&self, out: &mut String) {
+        if self.peers().is_empty() || !self.engines.contains(&EngineKind::Cairn) {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "\nissue 6 targets (cairn / best peer, higher is better):"
+        );
+        for (row, target) in [
+            ("fillrandom", 1.0),
+            ("readrandom", 1.0),
+            ("scanall", 1.0),
+            ("scan_after_delete", 2.0),
+            ("scan_after_settle", 2.0),
+            ("queue", 10.0),
+            ("space_after_delete", 1.0),
+        ] {
+            if let Some(r) = self.best_ratio(row) {
+                let verdict = if r >= target { "met" } else { "MISSED" };
+                let _ = writeln!(
+                    out,
+                    "  {row:<20} {:>8}  target >= {target:<5} {verdict}",
+                    fmt_ratio(r)
+                );
+            }
+        }
+        if let Some(f) = self
+            .summary("queue", EngineKind::Cairn)
+            .and_then(|s| s.fifths)
+            && let (Some(&first), Some(&last)) = (f.first(), f.last())
+            && first > 0.0
+        {
+            let r = last / first;
+            let verdict = if r >= 0.5 { "met" } else { "MISSED" };
+            let _ = writeln!(
+                out,
+                "  {:<20} {r:>8.2}  target >= 0.5   {verdict}",
+                "queue last/first"
+            );
+        }
+    }
+
+    /// `ratios: fillrandom=1.23 …`: Cairn over the best peer per row (empty without peers).
+    pub fn ratios_line(&self) -> String {
+        let mut line = String::from("ratios:");
+        for row in self.rows() {
+            if let Some(r) = self.best_ratio(row) {
+                let _ = write!(line, " {row}={}", fmt_ratio(r));
+            }
+        }
+        line
+    }
+
+    /// The JSON document: settings, every sample, medians, ratios and the issue-4 figures.
+    pub fn json(&self) -> serde_json::Value {
+        let mut medians = serde_json::Map::new();
+        for row in self.rows() {
+            let mut per = serde_json::Map::new();
+            for &e in &self.engines {
+                if let Some(s) = self.summary(row, e) {
+                    per.insert(e.name().into(), json!(s));
+                }
+            }
+            medians.insert(row.into(), per.into());
+        }
+        let ratios: BTreeMap<&str, f64> = self
+            .rows()
+            .into_iter()
+            .filter_map(|row| Some((row, self.best_ratio(row)?)))
+            .collect();
+        let settled: BTreeMap<&str, f64> = self
+            .engines
+            .iter()
+            .filter_map(|&e| Some((e.name(), self.settled_scan_vs_fresh(e)?)))
+            .collect();
+        let engines: Vec<_> = self
+            .engines
+            .iter()
+            .map(|e| json!({"name": e.name(), "compression": e.compression()}))
+            .collect();
+        json!({
+            "settings": self.settings,
+            "engines": engines,
+            "medians": medians,
+            "ratios_cairn_over_best_peer": ratios,
+            "settled_scan_vs_fresh": settled,
+            "samples": self.samples,
+            "failures": self.failures,
+        })
+    }
+}
+
+fn cell(s: &Summary) -> String {
+    if let Some(f) = s.fraction {
+        return format!(
+            "{:.2}% ({:.0}->{:.1}MB)",
+            f * 100.0,
+            s.extra.get("bytes_peak").copied().unwrap_or(0.0) / 1e6,
+            s.extra.get("bytes_after").copied().unwrap_or(0.0) / 1e6
+        );
+    }
+    format!("{}/s {:>8}", fmt_rate(s.ops_per_sec), fmt_secs(s.secs))
+}
+
+fn fmt_rate(x: f64) -> String {
+    if x >= 1e6 {
+        format!("{:.2}M", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{:.1}k", x / 1e3)
+    } else {
+        format!("{x:.0}")
+    }
+}
+
+fn fmt_secs(x: f64) -> String {
+    if x >= 10.0 {
+        format!("{x:.1} s")
+    } else if x >= 0.1 {
+        format!("{x:.2} s")
+    } else {
+        format!("{:.1} ms", x * 1e3)
+    }
+}
+
+fn fmt_ratio(r: f64) -> String {
+    if r.is_infinite() {
+        "inf".into()
+    } else if r >= 100.0 {
+        format!("{r:.0}")
+    } else {
+        format!("{r:.2}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert!((median(vec![3.0, 1.0, 2.0]) - 2.0).abs() < 1e-12);
+        assert!((median(vec![4.0, 1.0, 2.0, 3.0]) - 2.5).abs() < 1e-12);
+        assert!(median(Vec::new()).abs() < 1e-12);
+    }
+}

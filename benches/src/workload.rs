@@ -1,0 +1,634 @@
+//! The workloads. Each runs on a fresh database in its own directory, which is removed after.
+//!
+//! Fills write keys `0..num` (16 bytes) with `value_size`-byte values. Workloads that read a
+//! filled database first fill it in random order, flush, and wait for the engine's background
+//! work, untimed, so every engine is read in a settled state. Every result is checked (hits,
+//! misses, counts, queue order): an engine that answers wrongly fails the run instead of
+//! winning it.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::Result;
+use crate::engine::{Engine, EngineKind, RangeDelete};
+use crate::keys::{Values, key, missing_key, queue_key, shuffled};
+
+/// Entries a `seekrandom` read takes: the one sought and ten `next`s.
+const SEEK_ENTRIES: usize = 11;
+
+/// What a run is asked to do.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Settings {
+    /// Keys written by fills.
+    pub num: u64,
+    /// Bytes per value.
+    pub value_size: usize,
+    /// Lookups and seeks of the read workloads.
+    pub reads: u64,
+    /// Seed of every random order.
+    pub seed: u64,
+    /// Queue operations (a pop and a push each).
+    pub queue_ops: u64,
+    /// Items in the queue.
+    pub queue_items: u64,
+    /// The queue's time cap per engine, in seconds.
+    pub queue_cap_secs: u64,
+    /// Idle seconds a peer gets, after its own wait, to settle after mass deletes.
+    pub idle_secs: u64,
+    /// Keep each database's directory for inspection instead of removing it.
+    pub keep_dirs: bool,
+}
+
+/// A workload of the command line. Some yield several rows: `delete90` yields `delete90`,
+/// `scan_after_delete` and `scan_after_settle`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// Puts in key order.
+    FillSeq,
+    /// Puts in random order.
+    FillRandom,
+    /// Random puts over a filled database.
+    Overwrite,
+    /// Random lookups of present keys.
+    ReadRandom,
+    /// Random lookups of absent keys between present ones.
+    ReadMissing,
+    /// Random seeks, each followed by ten `next`s.
+    SeekRandom,
+    /// One full scan.
+    ScanAll,
+    /// Deleting 90% of the keys one by one, then scans before and after background work.
+    Delete90,
+    /// A scan of a database that only ever held the keys `delete90` leaves: its baseline.
+    ScanFresh10,
+    /// One range delete over half the keys, then a full scan.
+    DelrangeScan,
+    /// A FIFO queue: pop the head found by an iterator, push at the tail.
+    Queue,
+    /// Bytes on disk after deleting every key and settling, as a fraction of the peak.
+    SpaceAfterDelete,
+}
+
+impl Workload {
+    /// Every workload, in the order they run.
+    pub const ALL: [Self; 12] = [
+        Self::FillSeq,
+        Self::FillRandom,
+        Self::Overwrite,
+        Self::ReadRandom,
+        Self::ReadMissing,
+        Self::SeekRandom,
+        Self::ScanAll,
+        Self::Delete90,
+        Self::ScanFresh10,
+        Self::DelrangeScan,
+        Self::Queue,
+        Self::SpaceAfterDelete,
+    ];
+
+    /// The workload's name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::FillSeq => "fillseq",
+            Self::FillRandom => "fillrandom",
+            Self::Overwrite => "overwrite",
+            Self::ReadRandom => "readrandom",
+            Self::ReadMissing => "readmissing",
+            Self::SeekRandom => "seekrandom",
+            Self::ScanAll => "scanall",
+            Self::Delete90 => "delete90",
+            Self::ScanFresh10 => "scan_fresh10",
+            Self::DelrangeScan => "delrange_scan",
+            Self::Queue => "queue",
+            Self::SpaceAfterDelete => "space_after_delete",
+        }
+    }
+
+    /// Parses a name; the rows `delete90` yields name it too.
+    ///
+    /// # Errors
+    /// If the name is unknown.
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "scan_after_delete" | "scan_after_settle" => Ok(Self::Delete90),
+            _ => Self::ALL
+                .into_iter()
+                .find(|w| w.name() == name)
+                .ok_or_else(|| {
+                    let names: Vec<&str> = Self::ALL.iter().map(|w| w.name()).collect();
+                    format!("unknown workload {name:?} ({})", names.join(", ")).into()
+                }),
+        }
+    }
+
+    fn index(self) -> u64 {
+        Self::ALL
+            .iter()
+            .position(|&w| w == self)
+            .and_then(|i| u64::try_from(i).ok())
+            .unwrap_or(0)
+    }
+}
+
+/// One row of one run: how long it took and how much it did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Measurement {
+    /// The row: a workload's name, or one of `delete90`'s.
+    pub row: &'static str,
+    /// Seconds the timed part took.
+    pub secs: f64,
+    /// Operations (puts, reads, seeks, entries scanned, deletes, pops) in that time.
+    pub ops: u64,
+    /// For `space_after_delete`: bytes after settling over the peak.
+    pub fraction: Option<f64>,
+    /// For `queue`: operations per second in each fifth of the operations done.
+    pub fifths: Option<Vec<f64>>,
+    /// Further figures: bytes on disk, settle time, the parts of `delrange_scan`.
+    pub extra: Vec<(String, f64)>,
+    /// How the engine did it, where engines differ (a range delete key by key).
+    pub note: Option<String>,
+}
+
+impl Measurement {
+    fn timed(row: &'static str, elapsed: Duration, ops: u64) -> Self {
+        Self {
+            row,
+            secs: elapsed.as_secs_f64(),
+            ops,
+            fraction: None,
+            fifths: None,
+            extra: Vec::new(),
+            note: None,
+        }
+    }
+
+    /// Operations per second.
+    pub fn ops_per_sec(&self) -> f64 {
+        #[expect(clippy::cast_precision_loss, reason = "op counts are far below 2^52")]
+        let ops = self.ops as f64;
+        if self.secs > 0.0 {
+            ops / self.secs
+        } else {
+            0.0
+        }
+    }
+
+    fn with(mut self, name: &str, value: f64) -> Self {
+        self.extra.push((name.to_string(), value));
+        self
+    }
+}
+
+/// Runs `workload` on a new database of `kind` in `dir` (which must not exist), removes the
+/// directory, and returns its rows.
+///
+/// # Errors
+/// An engine's error, a wrong answer, or a file-system error.
+pub fn run(
+    kind: EngineKind,
+    workload: Workload,
+    dir: &Path,
+    settings: &Settings,
+    round: u64,
+) -> Result<Vec<Measurement>> {
+    std::fs::create_dir_all(dir)?;
+    let engine = kind.open(dir)?;
+    let mut ctx = Context {
+        kind,
+        engine: engine.as_ref(),
+        dir,
+        s: settings,
+        rng: SmallRng::seed_from_u64(
+            settings
+                .seed
+                .wrapping_mul(1_000_003)
+                .wrapping_add(round * 100 + workload.index()),
+        ),
+        values: Values::new(settings.value_size, settings.seed ^ round),
+    };
+    let rows = match workload {
+        Workload::FillSeq => ctx.fill_seq(),
+        Workload::FillRandom => ctx.fill_random(),
+        Workload::Overwrite => ctx.overwrite(),
+        Workload::ReadRandom => ctx.read_random(),
+        Workload::ReadMissing => ctx.read_missing(),
+        Workload::SeekRandom => ctx.seek_random(),
+        Workload::ScanAll => ctx.scan_all(),
+        Workload::Delete90 => ctx.delete90(),
+        Workload::ScanFresh10 => ctx.scan_fresh10(),
+        Workload::DelrangeScan => ctx.delrange_scan(),
+        Workload::Queue => ctx.queue(),
+        Workload::SpaceAfterDelete => ctx.space_after_delete(),
+    };
+    let closed = engine.close();
+    let removed = if settings.keep_dirs {
+        Ok(())
+    } else {
+        std::fs::remove_dir_all(dir)
+    };
+    let rows = rows?;
+    closed?;
+    removed?;
+    Ok(rows)
+}
+
+/// Bytes of every file under `dir`.
+///
+/// # Errors
+/// If the directory cannot be read.
+pub fn dir_bytes(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        if meta.is_dir() {
+            total += dir_bytes(&entry.path())?;
+        } else {
+            total += meta.len();
+        }
+    }
+    Ok(total)
+}
+
+/// Bytes the file system allocated to the files under `dir` (what `du` counts): unlike
+/// [`dir_bytes`], a sparse preallocated file (fjall's journal) counts only what it holds, and
+/// space reserved past a file's end (`RocksDB`'s preallocated log) counts in full.
+///
+/// # Errors
+/// If the directory cannot be read.
+pub fn allocated_bytes(dir: &Path) -> Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        if meta.is_dir() {
+            total += allocated_bytes(&entry.path())?;
+        } else {
+            total += meta.blocks() * 512;
+        }
+    }
+    Ok(total)
+}
+
+/// Bytes under `dir` once they stop changing: the same in three readings 100 ms apart, or
+/// the last reading after 5 s. Engines delete obsolete files just after the work that made
+/// them obsolete, which may be just after a wait for that work returns.
+///
+/// # Errors
+/// If the directory cannot be read.
+pub fn settled_dir_bytes(dir: &Path) -> Result<u64> {
+    let start = Instant::now();
+    let mut last = dir_bytes(dir)?;
+    let mut same = 0;
+    while same < 2 && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = dir_bytes(dir)?;
+        same = if now == last { same + 1 } else { 0 };
+        last = now;
+    }
+    Ok(last)
+}
+
+#[expect(clippy::cast_precision_loss, reason = "byte counts are far below 2^52")]
+fn as_f64(n: u64) -> f64 {
+    n as f64
+}
+
+struct Context<'a> {
+    kind: EngineKind,
+    engine: &'a dyn Engine,
+    dir: &'a Path,
+    s: &'a Settings,
+    rng: SmallRng,
+    values: Values,
+}
+
+impl Context<'_> {
+    fn put_all(&mut self, order: impl IntoIterator<Item = u64>) -> Result<u64> {
+        let mut n = 0;
+        for i in order {
+            self.engine.put(&key(i), self.values.next_value())?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Fills `0..num` in random order, flushes and waits: the start of every read workload.
+    fn filled(&mut self) -> Result<()> {
+        let order = shuffled(self.s.num, &mut self.rng);
+        self.put_all(order)?;
+        self.engine.flush()?;
+        self.engine.wait_idle()
+    }
+
+    /// What a user does after mass deletes to let the engine recover: Cairn is asked to wait
+    /// for its background work; a peer waits as far as it can, then idles `idle_secs`, then
+    /// waits again.
+    fn settle(&self) -> Result<Duration> {
+        let start = Instant::now();
+        self.engine.wait_idle()?;
+        if self.kind != EngineKind::Cairn {
+            std::thread::sleep(Duration::from_secs(self.s.idle_secs));
+            self.engine.wait_idle()?;
+        }
+        Ok(start.elapsed())
+    }
+
+    fn timed_scan(&self, row: &'static str, expected: u64) -> Result<Measurement> {
+        let start = Instant::now();
+        let n = self.engine.scan()?;
+        let elapsed = start.elapsed();
+        if n != expected {
+            return Err(format!("{row}: scanned {n} entries, expected {expected}").into());
+        }
+        Ok(Measurement::timed(row, elapsed, n))
+    }
+
+    fn fill_seq(&mut self) -> Result<Vec<Measurement>> {
+        let start = Instant::now();
+        let n = self.put_all(0..self.s.num)?;
+        Ok(vec![Measurement::timed("fillseq", start.elapsed(), n)])
+    }
+
+    fn fill_random(&mut self) -> Result<Vec<Measurement>> {
+        let order = shuffled(self.s.num, &mut self.rng);
+        let start = Instant::now();
+        let n = self.put_all(order)?;
+        Ok(vec![Measurement::timed("fillrandom", start.elapsed(), n)])
+    }
+
+    fn overwrite(&mut self) -> Result<Vec<Measurement>> {
+        let order = shuffled(self.s.num, &mut self.rng);
+        self.put_all(order)?;
+        let num = self.s.num;
+        let targets: Vec<u64> = (0..num).map(|_| self.rng.random_range(0..num)).collect();
+        let start = Instant::now();
+        let n = self.put_all(targets)?;
+        Ok(vec![Measurement::timed("overwrite", start.elapsed(), n)])
+    }
+
+    fn read_random(&mut self) -> Result<Vec<Measurement>> {
+        self.filled()?;
+        let num = self.s.num;
+        let targets: Vec<u64> = (0..self.s.reads)
+            .map(|_| self.rng.random_range(0..num))
+            .collect();
+        let start = Instant::now();
+        let mut hits = 0;
+        for &i in &targets {
+            hits += u64::from(self.engine.get(&key(i))?);
+        }
+        let elapsed = start.elapsed();
+        if hits != self.s.reads {
+            return Err(format!("readrandom: {hits} hits of {} reads", self.s.reads).into());
+        }
+        Ok(vec![Measurement::timed("readrandom", elapsed, hits)])
+    }
+
+    fn read_missing(&mut self) -> Result<Vec<Measurement>> {
+        self.filled()?;
+        let num = self.s.num;
+        let targets: Vec<u64> = (0..self.s.reads)
+            .map(|_| self.rng.random_range(0..num))
+            .collect();
+        let start = Instant::now();
+        let mut hits = 0;
+        for &i in &targets {
+            hits += u64::from(self.engine.get(&missing_key(i))?);
+        }
+        let elapsed = start.elapsed();
+        if hits != 0 {
+            return Err(format!("readmissing: {hits} hits on absent keys").into());
+        }
+        Ok(vec![Measurement::timed(
+            "readmissing",
+            elapsed,
+            self.s.reads,
+        )])
+    }
+
+    fn seek_random(&mut self) -> Result<Vec<Measurement>> {
+        self.filled()?;
+        let num = self.s.num;
+        let targets: Vec<u64> = (0..self.s.reads)
+            .map(|_| self.rng.random_range(0..num))
+            .collect();
+        let start = Instant::now();
+        for &i in &targets {
+            let read = self.engine.seek(&key(i), SEEK_ENTRIES)?;
+            let left = usize::try_from(num - i).unwrap_or(usize::MAX);
+            if read != SEEK_ENTRIES.min(left) {
+                return Err(format!("seekrandom: read {read} entries from key {i}").into());
+            }
+        }
+        Ok(vec![Measurement::timed(
+            "seekrandom",
+            start.elapsed(),
+            self.s.reads,
+        )])
+    }
+
+    fn scan_all(&mut self) -> Result<Vec<Measurement>> {
+        self.filled()?;
+        Ok(vec![self.timed_scan("scanall", self.s.num)?])
+    }
+
+    /// Deletes every key but each tenth (`i % 10 != 0`) one by one in random order, flushes,
+    /// scans, settles, scans again.
+    fn delete90(&mut self) -> Result<Vec<Measurement>> {
+        self.filled()?;
+        let bytes_full = dir_bytes(self.dir)?;
+        let allocated_full = allocated_bytes(self.dir)?;
+        let doomed: Vec<u64> = shuffled(self.s.num, &mut self.rng)
+            .into_iter()
+            .filter(|i| i % 10 != 0)
+            .collect();
+        let survivors = self.s.num - u64::try_from(doomed.len())?;
+        let start = Instant::now();
+        for &i in &doomed {
+            self.engine.delete(&key(i))?;
+        }
+        let deleted = Measurement::timed("delete90", start.elapsed(), u64::try_from(doomed.len())?);
+        self.engine.flush()?;
+        let bytes_deleted = dir_bytes(self.dir)?;
+        let before = self.timed_scan("scan_after_delete", survivors)?;
+        let settle = self.settle()?;
+        let bytes_settled = settled_dir_bytes(self.dir)?;
+        let after = self
+            .timed_scan("scan_after_settle", survivors)?
+            .with("settle_secs", settle.as_secs_f64())
+            .with("bytes_full", as_f64(bytes_full))
+            .with("bytes_after_delete", as_f64(bytes_deleted))
+            .with("bytes_after_settle", as_f64(bytes_settled))
+            .with("allocated_full", as_f64(allocated_full))
+            .with("allocated_after_settle", as_f64(allocated_bytes(self.dir)?));
+        Ok(vec![deleted, before, after])
+    }
+
+    fn scan_fresh10(&mut self) -> Result<Vec<Measurement>> {
+        let kept: Vec<u64> = shuffled(self.s.num, &mut self.rng)
+            .into_iter()
+            .filter(|i| i % 10 == 0)
+            .collect();
+        let n = self.put_all(kept)?;
+        self.engine.flush()?;
+        self.engine.wait_idle()?;
+        Ok(vec![self.timed_scan("scan_fresh10", n)?])
+    }
+
+    fn delrange_scan(&mut self) -> Result<Vec<Measurement>> {
+        self.filled()?;
+        let half = self.s.num / 2;
+        let start = Instant::now();
+        let how = self.engine.delete_range(&key(0), &key(half))?;
+        let delete = start.elapsed();
+        let scan = self.timed_scan("delrange_scan", self.s.num - half)?;
+        let mut m = Measurement::timed(
+            "delrange_scan",
+            delete + Duration::from_secs_f64(scan.secs),
+            self.s.num,
+        )
+        .with("delete_range_secs", delete.as_secs_f64())
+        .with("scan_secs", scan.secs);
+        if how == RangeDelete::KeyByKey {
+            m.note = Some("no range delete: keys read and deleted one by one".into());
+        }
+        Ok(vec![m])
+    }
+
+    /// fjall issue #115: a FIFO of `queue_items` items; each operation finds the head with an
+    /// iterator from the start, deletes it, and pushes a new item at the tail.
+    fn queue(&mut self) -> Result<Vec<Measurement>> {
+        let items = self.s.queue_items;
+        for i in 0..items {
+            self.engine.put(&queue_key(i), self.values.next_value())?;
+        }
+        let cap = Duration::from_secs(self.s.queue_cap_secs);
+        let mut ends: Vec<f64> = Vec::with_capacity(usize::try_from(self.s.queue_ops)?);
+        let start = Instant::now();
+        let mut head = 0;
+        while head < self.s.queue_ops {
+            let elapsed = start.elapsed();
+            if elapsed >= cap {
+                break;
+            }
+            let Some(first) = self.engine.first_key()? else {
+                return Err("queue: the queue is empty".into());
+            };
+            if first.as_slice() != queue_key(head).as_slice() {
+                return Err(format!(
+                    "queue: popped {:?}, expected item {head}",
+                    String::from_utf8_lossy(&first)
+                )
+                .into());
+            }
+            self.engine.delete(&first)?;
+            self.engine
+                .put(&queue_key(head + items), self.values.next_value())?;
+            head += 1;
+            ends.push(start.elapsed().as_secs_f64());
+        }
+        let elapsed = start.elapsed();
+        let mut m = Measurement::timed("queue", elapsed, head);
+        m.fifths = Some(fifths(&ends));
+        if head < self.s.queue_ops {
+            m.note = Some(format!(
+                "stopped at the {} s cap after {head} of {} operations",
+                self.s.queue_cap_secs, self.s.queue_ops
+            ));
+        }
+        Ok(vec![
+            m.with("bytes_end", as_f64(dir_bytes(self.dir)?))
+                .with("allocated_end", as_f64(allocated_bytes(self.dir)?)),
+        ])
+    }
+
+    /// Fills, deletes every key one by one, flushes and settles; the fraction is the bytes then
+    /// (once they stop changing) over the most seen at any point before.
+    fn space_after_delete(&mut self) -> Result<Vec<Measurement>> {
+        self.filled()?;
+        let mut peak = dir_bytes(self.dir)?;
+        let mut allocated_peak = allocated_bytes(self.dir)?;
+        let order = shuffled(self.s.num, &mut self.rng);
+        let start = Instant::now();
+        for &i in &order {
+            self.engine.delete(&key(i))?;
+        }
+        let elapsed = start.elapsed();
+        peak = peak.max(dir_bytes(self.dir)?);
+        allocated_peak = allocated_peak.max(allocated_bytes(self.dir)?);
+        self.engine.flush()?;
+        peak = peak.max(dir_bytes(self.dir)?);
+        allocated_peak = allocated_peak.max(allocated_bytes(self.dir)?);
+        let settle = self.settle()?;
+        let at_wait_return = dir_bytes(self.dir)?;
+        let after = settled_dir_bytes(self.dir)?;
+        let allocated_after = allocated_bytes(self.dir)?;
+        if self.engine.first_key()?.is_some() {
+            return Err("space_after_delete: a key survived deleting every key".into());
+        }
+        let mut m = Measurement::timed("space_after_delete", elapsed, self.s.num)
+            .with("bytes_peak", as_f64(peak))
+            .with("bytes_at_wait_return", as_f64(at_wait_return))
+            .with("bytes_after", as_f64(after))
+            .with("allocated_peak", as_f64(allocated_peak))
+            .with("allocated_after", as_f64(allocated_after))
+            .with("settle_secs", settle.as_secs_f64());
+        m.fraction = Some(if peak == 0 {
+            0.0
+        } else {
+            as_f64(after) / as_f64(peak)
+        });
+        Ok(vec![m])
+    }
+}
+
+/// Operations per second in each fifth of the operations, given when each one ended.
+fn fifths(ends: &[f64]) -> Vec<f64> {
+    let n = ends.len();
+    (0..5)
+        .map(|f| {
+            let (lo, hi) = (n * f / 5, n * (f + 1) / 5);
+            let begin = if lo == 0 {
+                0.0
+            } else {
+                ends.get(lo - 1).copied().unwrap_or(0.0)
+            };
+            let end = ends.get(hi.saturating_sub(1)).copied().unwrap_or(begin);
+            let count = as_f64(u64::try_from(hi - lo).unwrap_or(0));
+            if end > begin {
+                count / (end - begin)
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fifths_split_the_operations_evenly() {
+        let ends: Vec<f64> = (1..=10).map(f64::from).collect();
+        let f = fifths(&ends);
+        assert_eq!(f.len(), 5);
+        assert!(f.iter().all(|&x| (x - 1.0).abs() < 1e-9), "{f:?}");
+    }
+
+    #[test]
+    fn every_workload_parses_back() {
+        for w in Workload::ALL {
+            assert_eq!(Workload::parse(w.name()).ok(), Some(w));
+        }
+        assert_eq!(
+            Workload::parse("scan_after_settle").ok(),
+            Some(Workload::Delete90)
+        );
+    }
+}
