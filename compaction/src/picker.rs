@@ -237,16 +237,26 @@ impl LevelsView {
         if l0.is_empty() || l0.iter().any(|f| f.being_compacted) {
             return None;
         }
+        let output_level = self.level0_target(base_level);
         let start = l0.iter().map(|f| f.smallest.clone()).min()?;
         let end = l0.iter().map(|f| f.largest.clone()).max()?;
-        let overlapping = self.overlapping(base_level, &start, &end)?;
+        let overlapping = self.overlapping(output_level, &start, &end)?;
         Some(Pick {
             reason,
             input_level: 0,
-            output_level: base_level,
+            output_level,
             inputs: l0.iter().map(|f| f.number).collect(),
             output_level_inputs: overlapping,
         })
+    }
+
+    /// Where level 0 goes: the base level, unless a level above it still holds data (the base
+    /// level moved down when the last level shrank). Level-0 data is newer than anything below
+    /// it, so it must land no deeper than the shallowest level with data.
+    fn level0_target(&self, base_level: usize) -> usize {
+        (1..base_level)
+            .find(|&l| !self.level(l).is_empty())
+            .unwrap_or(base_level)
     }
 
     /// Numbers of the tables at `level` overlapping `[start, end]`; `None` if one is busy.
@@ -415,7 +425,7 @@ impl LevelsView {
         let last = self.last_level();
         let (base_level, _) = self.targets(config);
         let output_level = match level {
-            0 => base_level,
+            0 => self.level0_target(base_level),
             l if l >= last => last,
             l => l + 1,
         };
@@ -464,4 +474,73 @@ fn ratio(a: u64, b: u64) -> f64 {
     #[expect(clippy::cast_precision_loss, reason = "sizes are far below 2^52")]
     let r = a as f64 / b.max(1) as f64;
     r
+}
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing, reason = "in a test, a panic is the failure report")]
+mod tests {
+    use super::*;
+
+    fn file(number: u64, size: u64, smallest: &'static str, largest: &'static str) -> FileInfo {
+        FileInfo {
+            number,
+            size,
+            smallest: Bytes::from_static(smallest.as_bytes()),
+            largest: Bytes::from_static(largest.as_bytes()),
+            ..FileInfo::default()
+        }
+    }
+
+    #[test]
+    fn level0_never_lands_below_a_level_that_still_holds_data() {
+        // A small last level puts the base level at the bottom; an older table left at level 5
+        // (from when the tree was bigger) must stay below the newer level-0 data.
+        let mut levels = vec![Vec::new(); 7];
+        levels[0] = (1..=4).map(|n| file(n, 100, "a", "z")).collect();
+        levels[5] = vec![file(10, 100, "m", "n")];
+        levels[6] = vec![file(11, 1000, "a", "z")];
+        let view = LevelsView { levels };
+        let config = PickerConfig::default();
+        assert_eq!(
+            view.targets(&config).0,
+            6,
+            "a small tree compacts level 0 into the last level"
+        );
+        let pick = view
+            .pick_manual(0, b"a", b"z", &config)
+            .expect("a manual pick");
+        assert_eq!(pick.output_level, 5);
+        let by_size = view.pick(&config).expect("a pick");
+        assert!(
+            by_size.input_level == 5 || by_size.output_level == 5,
+            "{by_size:?}"
+        );
+    }
+
+    #[test]
+    fn dynamic_levels_move_the_base_up_as_the_last_level_grows() {
+        let config = PickerConfig {
+            level_base_bytes: 1000,
+            ..PickerConfig::default()
+        };
+        let mut levels = vec![Vec::new(); 7];
+        levels[6] = vec![file(1, 5_000, "a", "z")];
+        assert_eq!(
+            LevelsView {
+                levels: levels.clone()
+            }
+            .targets(&config)
+            .0,
+            6
+        );
+        levels[6] = vec![file(1, 50_000, "a", "z")];
+        let (base, targets) = LevelsView {
+            levels: levels.clone(),
+        }
+        .targets(&config);
+        assert_eq!(base, 5);
+        assert_eq!(targets.get(5), Some(&5_000));
+        levels[6] = vec![file(1, 5_000_000, "a", "z")];
+        assert_eq!(LevelsView { levels }.targets(&config).0, 3);
+    }
 }
