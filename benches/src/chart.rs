@@ -82,7 +82,7 @@ pub fn draw(path: &Path, title: &str, engines: &[EngineKind], bars: &[Bars]) -> 
     let max = values.clone().fold(1.0_f64, f64::max);
     let min = values.filter(|&x| x > 0.0).fold(max, f64::min);
     let lo = 10f64.powf(min.log10().floor().min(max.log10().floor() - 1.0));
-    let hi = 10f64.powf((max * 4.0).log10().ceil());
+    let hi = 10f64.powf((max * 3.0).log10().ceil());
 
     let height = 140 + ROW_HEIGHT * rows;
     let root = BitMapBackend::new(path, (WIDTH, height)).into_drawing_area();
@@ -110,7 +110,8 @@ pub fn draw(path: &Path, title: &str, engines: &[EngineKind], bars: &[Bars]) -> 
         #[expect(clippy::cast_precision_loss, reason = "a handful of engines and rows")]
         let bars_of = bars.iter().enumerate().filter_map(|(i, (_, v))| {
             let x = v.iter().find(|(e, _)| *e == engine)?.1;
-            let y0 = n - 1.0 - i as f64 + 0.1 + k as f64 * band;
+            // The first engine's bar on top of each group.
+            let y0 = n - 1.0 - i as f64 + 0.1 + (m - 1 - k) as f64 * band;
             Some((x, y0, y0 + band))
         });
         chart

@@ -7,6 +7,7 @@
 //! are behind the cargo features `fjall` and `rocksdb`; see `benches/README.md`.
 
 mod chart;
+mod disk;
 mod engine;
 mod keys;
 mod report;

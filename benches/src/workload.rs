@@ -13,6 +13,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::Result;
+use crate::disk::{allocated_bytes, dir_bytes, settled_dir_bytes};
 use crate::engine::{Engine, EngineKind, RangeDelete};
 use crate::keys::{Values, key, missing_key, queue_key, shuffled};
 
@@ -233,64 +234,6 @@ pub fn run(
     closed?;
     removed?;
     Ok(rows)
-}
-
-/// Bytes of every file under `dir`.
-///
-/// # Errors
-/// If the directory cannot be read.
-pub fn dir_bytes(dir: &Path) -> Result<u64> {
-    let mut total = 0;
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let meta = entry.metadata()?;
-        if meta.is_dir() {
-            total += dir_bytes(&entry.path())?;
-        } else {
-            total += meta.len();
-        }
-    }
-    Ok(total)
-}
-
-/// Bytes the file system allocated to the files under `dir` (what `du` counts): unlike
-/// [`dir_bytes`], a sparse preallocated file (fjall's journal) counts only what it holds, and
-/// space reserved past a file's end (`RocksDB`'s preallocated log) counts in full.
-///
-/// # Errors
-/// If the directory cannot be read.
-pub fn allocated_bytes(dir: &Path) -> Result<u64> {
-    use std::os::unix::fs::MetadataExt;
-    let mut total = 0;
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let meta = entry.metadata()?;
-        if meta.is_dir() {
-            total += allocated_bytes(&entry.path())?;
-        } else {
-            total += meta.blocks() * 512;
-        }
-    }
-    Ok(total)
-}
-
-/// Bytes under `dir` once they stop changing: the same in three readings 100 ms apart, or
-/// the last reading after 5 s. Engines delete obsolete files just after the work that made
-/// them obsolete, which may be just after a wait for that work returns.
-///
-/// # Errors
-/// If the directory cannot be read.
-pub fn settled_dir_bytes(dir: &Path) -> Result<u64> {
-    let start = Instant::now();
-    let mut last = dir_bytes(dir)?;
-    let mut same = 0;
-    while same < 2 && start.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(100));
-        let now = dir_bytes(dir)?;
-        same = if now == last { same + 1 } else { 0 };
-        last = now;
-    }
-    Ok(last)
 }
 
 #[expect(clippy::cast_precision_loss, reason = "byte counts are far below 2^52")]

@@ -477,7 +477,10 @@ fn ratio(a: u64, b: u64) -> f64 {
 }
 
 #[cfg(test)]
-#[allow(clippy::indexing_slicing, reason = "in a test, a panic is the failure report")]
+#[allow(
+    clippy::indexing_slicing,
+    reason = "in a test, a panic is the failure report"
+)]
 mod tests {
     use super::*;
 
