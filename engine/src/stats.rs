@@ -66,8 +66,8 @@ pub struct Stats {
     pub wal_bytes: u64,
     /// Entries in memtables.
     pub memtable_entries: u64,
-    /// Data blocks fetched (from the block cache or the file) from the tables now live: the
-    /// cost of reads, for tests and tuning.
+    /// Data blocks fetched (from the block cache or the file) since open, by reads and
+    /// compactions: the cost of reads, for tests and tuning. Never decreases.
     pub data_blocks_read: u64,
 }
 
@@ -131,7 +131,6 @@ impl crate::db::DbInner {
     pub(crate) fn stats(&self) -> Stats {
         let sv = self.super_version();
         let mut levels = vec![LevelStats::default(); crate::version::NUM_LEVELS];
-        let mut data_blocks_read = 0;
         for cf in sv.version.cfs.values() {
             for (level, file) in cf.all_files() {
                 if let Some(l) = levels.get_mut(level) {
@@ -140,9 +139,6 @@ impl crate::db::DbInner {
                     l.entries += file.num_entries;
                     l.point_tombstones += file.num_point_tombstones;
                     l.range_tombstones += file.num_range_tombstones;
-                }
-                if let Ok(table) = self.tables.get(file.number) {
-                    data_blocks_read += table.blocks_read();
                 }
             }
         }
@@ -191,7 +187,7 @@ impl crate::db::DbInner {
             writes: c.writes.load(Ordering::Relaxed),
             wal_bytes,
             memtable_entries,
-            data_blocks_read,
+            data_blocks_read: self.tables.blocks_read(),
             levels,
         }
     }

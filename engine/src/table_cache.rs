@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cairn_fs::FileSystem;
@@ -17,6 +18,7 @@ pub(crate) struct TableCache {
     dir: PathBuf,
     blocks: Option<BlockCache>,
     open: Mutex<HashMap<u64, Table>>,
+    blocks_read: Arc<AtomicU64>,
 }
 
 impl TableCache {
@@ -26,7 +28,14 @@ impl TableCache {
             dir,
             blocks,
             open: Mutex::new(HashMap::new()),
+            blocks_read: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// Data blocks fetched from every table this cache has opened, by reads and compactions,
+    /// including tables since deleted.
+    pub(crate) fn blocks_read(&self) -> u64 {
+        self.blocks_read.load(Ordering::Relaxed)
     }
 
     /// The table numbered `number`, opening it on first use.
@@ -39,7 +48,8 @@ impl TableCache {
             &filename::table_path(&self.dir, number),
             number,
             self.blocks.clone(),
-        )?;
+        )?
+        .with_shared_counter(Arc::clone(&self.blocks_read));
         self.lock().insert(number, table.clone());
         Ok(table)
     }

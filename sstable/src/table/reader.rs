@@ -1,8 +1,8 @@
 //! Opens a table through `memmap2` and answers point lookups.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use cairn_fs::FileSystem;
@@ -39,6 +39,7 @@ struct TableInner {
     properties: TableProperties,
     cache: Option<BlockCache>,
     blocks_read: AtomicU64,
+    shared_blocks_read: OnceLock<Arc<AtomicU64>>,
 }
 
 impl Table {
@@ -102,6 +103,7 @@ impl Table {
                 properties,
                 cache,
                 blocks_read: AtomicU64::new(0),
+                shared_blocks_read: OnceLock::new(),
             }),
         })
     }
@@ -142,6 +144,14 @@ impl Table {
         self.inner.blocks_read.load(Ordering::Relaxed)
     }
 
+    /// Also counts this table's data block fetches into `counter`, a total that outlives the
+    /// table (the engine's per-database count). Only the first call on a table takes effect.
+    #[must_use]
+    pub fn with_shared_counter(self, counter: Arc<AtomicU64>) -> Self {
+        let _ = self.inner.shared_blocks_read.set(counter);
+        self
+    }
+
     /// The bloom filter's size in bytes.
     pub fn filter_size(&self) -> usize {
         self.inner.bloom.size()
@@ -178,6 +188,9 @@ impl Table {
     pub(crate) fn data_block(&self, handle: BlockHandle) -> Result<Block> {
         let inner = &*self.inner;
         inner.blocks_read.fetch_add(1, Ordering::Relaxed);
+        if let Some(shared) = inner.shared_blocks_read.get() {
+            shared.fetch_add(1, Ordering::Relaxed);
+        }
         let origin = Origin::new(inner.origin.file.clone(), handle.offset);
         if let Some(cached) = inner
             .cache
