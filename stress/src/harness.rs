@@ -59,6 +59,9 @@ pub struct Harness {
     /// Engine errors are expected (fault injection) rather than fatal.
     tolerate_errors: bool,
     fatal: Mutex<Option<String>>,
+    /// Flush, compaction and drop counts of the databases closed by reopens: a database's
+    /// counters start again at zero when it is opened.
+    carried: Mutex<cairn::Stats>,
     op_log: Option<Mutex<std::fs::File>>,
 }
 
@@ -128,6 +131,7 @@ impl Harness {
             started: Instant::now(),
             tolerate_errors,
             fatal: Mutex::new(None),
+            carried: Mutex::new(cairn::Stats::default()),
             op_log,
         })
     }
@@ -225,10 +229,11 @@ impl Harness {
             .db
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(db) = slot.take()
-            && let Err(e) = db.close()
-        {
-            self.engine_error("close", &e);
+        if let Some(db) = slot.take() {
+            self.carry(&db.stats());
+            if let Err(e) = db.close() {
+                self.engine_error("close", &e);
+            }
         }
         match Db::open(&self.path, self.options.clone()) {
             Ok(db) => {
@@ -344,7 +349,7 @@ impl Harness {
             let ops = self.ops.load(Ordering::Relaxed);
             let rate = per_sec(ops - last.1, last.0.elapsed().as_secs_f64());
             last = (Instant::now(), ops);
-            let stats = self.db().as_ref().map(Db::stats).unwrap_or_default();
+            let stats = self.stats();
             bar.set_message(format!(
                 "{ops} ops ({rate:.0}/s) | flushes {} | compactions {} | tombstones {} | failures {}",
                 stats.flushes,
@@ -357,9 +362,32 @@ impl Harness {
         bar.finish_and_clear();
     }
 
+    fn carry(&self, closing: &cairn::Stats) {
+        let mut carried = self
+            .carried
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        carried.flushes += closing.flushes;
+        carried.compactions += closing.compactions;
+        carried.dropped.add(&closing.dropped);
+    }
+
+    /// The database's statistics, with the counters of the databases reopens closed added in.
+    fn stats(&self) -> cairn::Stats {
+        let mut stats = self.db().as_ref().map(Db::stats).unwrap_or_default();
+        let carried = self
+            .carried
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        stats.flushes += carried.flushes;
+        stats.compactions += carried.compactions;
+        stats.dropped.add(&carried.dropped);
+        stats
+    }
+
     /// The report as things stand.
     pub fn report(&self) -> StressReport {
-        let stats = self.db().as_ref().map(Db::stats).unwrap_or_default();
+        let stats = self.stats();
         let seconds = self.started.elapsed().as_secs_f64();
         let d = stats.dropped;
         let dropped = [
