@@ -222,8 +222,10 @@ pub struct DbIterator {
     front: Option<MergingIter<SourceIter>>,
     back: Option<MergingIter<SourceIter>>,
     make: Box<dyn FnMut() -> Result<MergingIter<SourceIter>> + Send>,
-    front_last: Option<Bytes>,
-    back_last: Option<Bytes>,
+    /// The last key each direction returned (reused buffers: a scan must not allocate for
+    /// them per step).
+    front_last: Option<Vec<u8>>,
+    back_last: Option<Vec<u8>>,
     failed: bool,
     trigger: ReadTrigger,
 }
@@ -241,16 +243,19 @@ struct ReadTrigger {
 
 impl ReadTrigger {
     /// Notes the key a step reached and reports once the scan has stepped over too many
-    /// tombstones on its way.
-    fn note(&mut self, key: &Bytes, hidden_by_sources: u64) {
-        let first = self.first_key.get_or_insert_with(|| key.clone()).clone();
-        let stepped = self.deleted_keys + hidden_by_sources;
-        if !self.reported && stepped >= self.threshold {
+    /// tombstones on its way. `hidden_by_sources` is only asked while nothing is reported.
+    fn note(&mut self, key: &Bytes, hidden_by_sources: impl FnOnce() -> u64) {
+        if self.reported {
+            return;
+        }
+        let first = self.first_key.get_or_insert_with(|| key.clone());
+        let stepped = self.deleted_keys + hidden_by_sources();
+        if stepped >= self.threshold {
             self.reported = true;
-            let (start, end) = if first <= *key {
-                (first, key.clone())
+            let (start, end) = if *first <= *key {
+                (first.clone(), key.clone())
             } else {
-                (key.clone(), first)
+                (key.clone(), first.clone())
             };
             self.db.report_tombstone_scan(self.cf, start, end, stepped);
         }
@@ -304,6 +309,12 @@ impl DbIterator {
     }
 }
 
+fn remember(last: &mut Option<Vec<u8>>, key: &[u8]) {
+    let last = last.get_or_insert_with(Vec::new);
+    last.clear();
+    last.extend_from_slice(key);
+}
+
 fn below_upper(range: &(Bound<Bytes>, Bound<Bytes>), key: &[u8]) -> bool {
     match &range.1 {
         Bound::Included(end) => key <= end.as_ref(),
@@ -339,7 +350,11 @@ impl DbIterator {
                 return Ok(None);
             }
             let key = Bytes::copy_from_slice(user_key(merged.key()));
-            if !below_upper(&self.range, &key) || self.back_last.as_ref().is_some_and(|b| key >= *b)
+            if !below_upper(&self.range, &key)
+                || self
+                    .back_last
+                    .as_ref()
+                    .is_some_and(|b| key.as_ref() >= b.as_slice())
             {
                 return Ok(None);
             }
@@ -359,12 +374,10 @@ impl DbIterator {
                 merged.next()?;
             }
             self.trigger.deleted_keys += u64::from(deleted);
-            self.trigger.note(
-                &key,
-                hidden(self.front.as_ref()) + hidden(self.back.as_ref()),
-            );
+            let (front, back) = (self.front.as_ref(), self.back.as_ref());
+            self.trigger.note(&key, || hidden(front) + hidden(back));
             if let Some(value) = value.filter(|_| above_lower(&self.range, &key)) {
-                self.front_last = Some(key.clone());
+                remember(&mut self.front_last, &key);
                 return Ok(Some((key, value)));
             }
         }
@@ -390,7 +403,10 @@ impl DbIterator {
             }
             let key = Bytes::copy_from_slice(user_key(merged.key()));
             if !above_lower(&self.range, &key)
-                || self.front_last.as_ref().is_some_and(|f| key <= *f)
+                || self
+                    .front_last
+                    .as_ref()
+                    .is_some_and(|f| key.as_ref() <= f.as_slice())
             {
                 return Ok(None);
             }
@@ -405,10 +421,8 @@ impl DbIterator {
                 .last()
                 .is_some_and(|(kind, _, _)| kind.is_tombstone());
             self.trigger.deleted_keys += u64::from(deleted);
-            self.trigger.note(
-                &key,
-                hidden(self.front.as_ref()) + hidden(self.back.as_ref()),
-            );
+            let (front, back) = (self.front.as_ref(), self.back.as_ref());
+            self.trigger.note(&key, || hidden(front) + hidden(back));
             let mut resolver = Resolver::new(&vis);
             let value = versions.into_iter().rev().find_map(|(kind, meta, value)| {
                 match resolver.offer(kind, meta) {
@@ -418,7 +432,7 @@ impl DbIterator {
                 }
             });
             if let Some(Some(value)) = value.filter(|_| below_upper(&self.range, &key)) {
-                self.back_last = Some(key.clone());
+                remember(&mut self.back_last, &key);
                 return Ok(Some((key, value)));
             }
         }

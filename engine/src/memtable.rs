@@ -10,19 +10,74 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use cairn_sstable::key::{KIND_FOR_SEEK, TRAILER_LEN, pack_trailer, user_key};
 use cairn_sstable::{
     EntryMeta, FragmentedRangeTombstones, InternalIterator, Kind, RangeTombstone, SeqNo,
-    compare_internal_keys, internal_key, key::user_key, seek_key,
+    compare_internal_keys, internal_key,
 };
 use crossbeam_skiplist::SkipMap;
 
+/// Internal keys up to this long are stored inside the skip-list node: most keys are short,
+/// and a key behind a pointer costs a cache miss at every comparison of a search.
+const INLINE: usize = 30;
+
 /// An internal key ordered the way tables order them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct MemKey(Bytes);
+#[derive(Debug, Clone)]
+enum MemKey {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Heap(Bytes),
+}
+
+impl MemKey {
+    /// The internal key of `(user_key, seqno, kind)`.
+    fn new(user_key: &[u8], seqno: SeqNo, kind: Kind) -> Self {
+        let trailer = pack_trailer(seqno, kind).to_le_bytes();
+        let len = user_key.len() + TRAILER_LEN;
+        if len <= INLINE
+            && let Ok(short) = u8::try_from(len)
+        {
+            let mut bytes = [0u8; INLINE];
+            for (slot, byte) in bytes.iter_mut().zip(user_key.iter().chain(&trailer)) {
+                *slot = *byte;
+            }
+            return Self::Inline { len: short, bytes };
+        }
+        Self::Heap(Bytes::from(internal_key(user_key, seqno, kind)))
+    }
+
+    /// A key equal to the internal key `key`.
+    fn from_slice(key: &[u8]) -> Self {
+        if key.len() <= INLINE
+            && let Ok(short) = u8::try_from(key.len())
+        {
+            let mut bytes = [0u8; INLINE];
+            for (slot, byte) in bytes.iter_mut().zip(key) {
+                *slot = *byte;
+            }
+            return Self::Inline { len: short, bytes };
+        }
+        Self::Heap(Bytes::copy_from_slice(key))
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Self::Inline { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or_default(),
+            Self::Heap(bytes) => bytes,
+        }
+    }
+}
+
+impl PartialEq for MemKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for MemKey {}
 
 impl Ord for MemKey {
     fn cmp(&self, other: &Self) -> Ordering {
-        compare_internal_keys(&self.0, &other.0)
+        compare_internal_keys(self.as_slice(), other.as_slice())
     }
 }
 
@@ -80,9 +135,9 @@ impl Memtable {
         meta: EntryMeta,
         value: Bytes,
     ) {
-        let ikey = Bytes::from(internal_key(key, seqno, kind));
+        let ikey = MemKey::new(key, seqno, kind);
         self.bytes.fetch_add(
-            ikey.len() + value.len() + ENTRY_OVERHEAD,
+            ikey.as_slice().len() + value.len() + ENTRY_OVERHEAD,
             AtomicOrdering::Relaxed,
         );
         self.entries.fetch_add(1, AtomicOrdering::Relaxed);
@@ -91,7 +146,7 @@ impl Memtable {
             self.oldest_tombstone_time
                 .fetch_min(meta.write_time, AtomicOrdering::Relaxed);
         }
-        self.map.insert(MemKey(ikey), MemValue { meta, value });
+        self.map.insert(ikey, MemValue { meta, value });
     }
 
     /// Adds the range tombstone `[start, end)`.
@@ -176,13 +231,13 @@ impl Memtable {
         snapshot: SeqNo,
         limit: usize,
     ) -> Vec<cairn_sstable::Entry> {
-        let start = MemKey(Bytes::from(seek_key(key, snapshot)));
+        let start = MemKey::new(key, snapshot, KIND_FOR_SEEK);
         self.map
             .range(start..)
-            .take_while(|e| user_key(&e.key().0) == key)
+            .take_while(|e| user_key(e.key().as_slice()) == key)
             .take(limit)
             .filter_map(|e| {
-                let parsed = cairn_sstable::parse_internal_key(&e.key().0)?;
+                let parsed = cairn_sstable::parse_internal_key(e.key().as_slice())?;
                 Some(cairn_sstable::Entry {
                     user_key: Bytes::copy_from_slice(key),
                     seqno: parsed.seqno,
@@ -213,12 +268,12 @@ const CHUNK: usize = 64;
 pub(crate) struct MemtableIter {
     mem: Arc<Memtable>,
     /// A run of consecutive entries in ascending order; `pos` is the current one.
-    buf: Vec<(Bytes, MemValue)>,
+    buf: Vec<(MemKey, MemValue)>,
     pos: usize,
 }
 
 impl MemtableIter {
-    fn current(&self) -> Option<&(Bytes, MemValue)> {
+    fn current(&self) -> Option<&(MemKey, MemValue)> {
         self.buf.get(self.pos)
     }
 
@@ -229,7 +284,7 @@ impl MemtableIter {
                 .map
                 .range((from, Bound::Unbounded))
                 .take(CHUNK)
-                .map(|e| (e.key().0.clone(), e.value().clone())),
+                .map(|e| (e.key().clone(), e.value().clone())),
         );
         self.pos = 0;
     }
@@ -242,7 +297,7 @@ impl MemtableIter {
                 .range((Bound::Unbounded, to))
                 .rev()
                 .take(CHUNK)
-                .map(|e| (e.key().0.clone(), e.value().clone())),
+                .map(|e| (e.key().clone(), e.value().clone())),
         );
         self.buf.reverse();
         self.pos = self.buf.len().saturating_sub(1);
@@ -255,7 +310,9 @@ impl InternalIterator for MemtableIter {
     }
 
     fn key(&self) -> &[u8] {
-        self.current().map(|(k, _)| k.as_ref()).unwrap_or_default()
+        self.current()
+            .map(|(k, _)| k.as_slice())
+            .unwrap_or_default()
     }
 
     fn meta(&self) -> EntryMeta {
@@ -285,12 +342,12 @@ impl InternalIterator for MemtableIter {
     }
 
     fn seek(&mut self, target: &[u8]) -> cairn_sstable::Result<()> {
-        self.fill_forward(Bound::Included(MemKey(Bytes::copy_from_slice(target))));
+        self.fill_forward(Bound::Included(MemKey::from_slice(target)));
         Ok(())
     }
 
     fn seek_for_prev(&mut self, target: &[u8]) -> cairn_sstable::Result<()> {
-        self.fill_backward(Bound::Included(MemKey(Bytes::copy_from_slice(target))));
+        self.fill_backward(Bound::Included(MemKey::from_slice(target)));
         Ok(())
     }
 
@@ -301,7 +358,7 @@ impl InternalIterator for MemtableIter {
         if self.pos + 1 < self.buf.len() {
             self.pos += 1;
         } else {
-            let after = MemKey(key.clone());
+            let after = key.clone();
             self.fill_forward(Bound::Excluded(after));
         }
         Ok(())
@@ -314,7 +371,7 @@ impl InternalIterator for MemtableIter {
         if self.pos > 0 {
             self.pos -= 1;
         } else {
-            let before = MemKey(key.clone());
+            let before = key.clone();
             self.fill_backward(Bound::Excluded(before));
         }
         Ok(())
