@@ -539,7 +539,7 @@ impl BelowOracle for Below<'_> {
                 // The bloom filter turns "in range" into "probably holds it"; a table that cannot
                 // be opened counts as holding it, which only keeps a tombstone longer. (A range
                 // tombstone below is no older version: nothing it could bring back.)
-                && self.db.tables.get(f.number).map_or(true, |t| t.may_contain(user_key))
+                && self.db.tables.table(f).map_or(true, |t| t.may_contain(user_key))
         })
     }
 

@@ -133,7 +133,7 @@ impl DbInner {
                 if !file.may_contain_key(key) {
                     continue;
                 }
-                let table = self.tables.get(file.number)?;
+                let table = self.tables.table(file)?;
                 let location = Location::Table {
                     level,
                     number: file.number,
@@ -205,7 +205,7 @@ impl DbInner {
                 if !overlaps(range, &file.smallest, &file.largest) {
                     continue;
                 }
-                let table = self.tables.get(file.number)?;
+                let table = self.tables.table(file)?;
                 let location = Location::Table {
                     level,
                     number: file.number,

@@ -206,7 +206,7 @@ fn sources(
             if !file.overlaps(start, end) {
                 continue;
             }
-            let table = db.tables.get(file.number)?;
+            let table = db.tables.table(file)?.clone();
             push(Box::new(table.iter()), Tombstones::Table(table), &mut out);
         }
     }

@@ -6,7 +6,7 @@
 
 use std::cmp::Ordering;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -25,7 +25,7 @@ const INLINE: usize = 30;
 #[derive(Debug, Clone)]
 enum MemKey {
     Inline { len: u8, bytes: [u8; INLINE] },
-    Heap(Bytes),
+    Heap(Arc<[u8]>),
 }
 
 impl MemKey {
@@ -42,7 +42,7 @@ impl MemKey {
             }
             return Self::Inline { len: short, bytes };
         }
-        Self::Heap(Bytes::from(internal_key(user_key, seqno, kind)))
+        Self::Heap(Arc::from(internal_key(user_key, seqno, kind)))
     }
 
     /// A key equal to the internal key `key`.
@@ -56,7 +56,7 @@ impl MemKey {
             }
             return Self::Inline { len: short, bytes };
         }
-        Self::Heap(Bytes::copy_from_slice(key))
+        Self::Heap(Arc::from(key))
     }
 
     fn as_slice(&self) -> &[u8] {
@@ -104,6 +104,8 @@ pub(crate) struct Memtable {
     bytes: AtomicUsize,
     entries: AtomicU64,
     point_tombstones: AtomicU64,
+    /// Set once a range tombstone arrives: point reads skip the lock while it is clear.
+    has_range_tombstones: AtomicBool,
     /// The oldest deletion time of a tombstone in it; `u64::MAX` when it holds none.
     oldest_tombstone_time: AtomicU64,
 }
@@ -122,6 +124,7 @@ impl Memtable {
             bytes: AtomicUsize::new(0),
             entries: AtomicU64::new(0),
             point_tombstones: AtomicU64::new(0),
+            has_range_tombstones: AtomicBool::new(false),
             oldest_tombstone_time: AtomicU64::new(u64::MAX),
         }
     }
@@ -171,6 +174,13 @@ impl Memtable {
             write_time,
         });
         tombstones.fragmented = None;
+        self.has_range_tombstones
+            .store(true, AtomicOrdering::Release);
+    }
+
+    /// False if no range tombstone was ever added (without taking the lock).
+    pub(crate) fn has_range_tombstones(&self) -> bool {
+        self.has_range_tombstones.load(AtomicOrdering::Acquire)
     }
 
     fn lock_tombstones(&self) -> std::sync::MutexGuard<'_, RangeTombstones> {
@@ -375,5 +385,36 @@ impl InternalIterator for MemtableIter {
             self.fill_backward(Bound::Excluded(before));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_fits_half_a_cache_line() {
+        assert!(std::mem::size_of::<MemKey>() <= 32);
+    }
+
+    #[test]
+    fn short_and_long_keys_order_alike() {
+        let short = MemKey::new(b"k", 5, Kind::Put);
+        let long = MemKey::new(&[b'k'; 40], 5, Kind::Put);
+        assert!(matches!(short, MemKey::Inline { .. }));
+        assert!(matches!(long, MemKey::Heap(_)));
+        assert!(short < long);
+        assert!(
+            MemKey::new(b"k", 9, Kind::Put) < short,
+            "newer versions first"
+        );
+        assert_eq!(
+            MemKey::from_slice(&internal_key(&[b'k'; 40], 5, Kind::Put)),
+            long
+        );
+        assert_eq!(
+            short.as_slice(),
+            internal_key(b"k", 5, Kind::Put).as_slice()
+        );
     }
 }

@@ -171,7 +171,7 @@ impl DbInner {
         snapshot: SeqNo,
     ) -> Result<SeqNo> {
         let mut cover = 0;
-        for mem in sv.memtables(cf) {
+        for mem in sv.memtables(cf).filter(|m| m.has_range_tombstones()) {
             cover = cover.max(
                 mem.range_tombstones()
                     .covering_seqno(key, snapshot)
@@ -181,7 +181,7 @@ impl DbInner {
         if let Some(files) = sv.version.cf(cf) {
             for (_, file) in files.all_files() {
                 if file.num_range_tombstones > 0 && file.may_contain_key(key) {
-                    let table = self.tables.get(file.number)?;
+                    let table = self.tables.table(file)?;
                     cover = cover.max(
                         table
                             .range_tombstones()
@@ -228,7 +228,7 @@ impl DbInner {
             if !file.may_contain_key(key) {
                 continue;
             }
-            let table = self.tables.get(file.number)?;
+            let table = self.tables.table(file)?;
             if !table.may_contain(key) {
                 continue;
             }

@@ -10,6 +10,7 @@ use cairn_sstable::{BlockCache, Table};
 
 use crate::error::Result;
 use crate::filename;
+use crate::version_edit::FileMeta;
 
 /// Maps file numbers to open tables.
 #[derive(Debug)]
@@ -52,6 +53,14 @@ impl TableCache {
         .with_shared_counter(Arc::clone(&self.blocks_read));
         self.lock().insert(number, table.clone());
         Ok(table)
+    }
+
+    /// The table `file` records, kept open in the record after the first call.
+    pub(crate) fn table<'f>(&self, file: &'f FileMeta) -> Result<&'f Table> {
+        if let Some(table) = file.open.get() {
+            return Ok(table);
+        }
+        Ok(file.open.keep(self.get(file.number)?))
     }
 
     /// Forgets a table that was deleted. Readers still holding it keep their mapping.

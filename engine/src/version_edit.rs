@@ -1,6 +1,9 @@
 //! Version edits: the records of the MANIFEST (see `engine/MANIFEST.md`).
 
+use std::sync::OnceLock;
+
 use bytes::Bytes;
+use cairn_sstable::Table;
 
 use crate::batch::{Reader, put_varint};
 use crate::options::CfOptions;
@@ -26,6 +29,43 @@ pub(crate) struct FileMeta {
     pub(crate) max_tombstones_in_window: u32,
     pub(crate) earliest_expiry: Option<u64>,
     pub(crate) oldest_write_time: Option<u64>,
+    /// The table, once opened: kept with its record so that a read reaches it without a
+    /// table-cache lookup. Not part of the record's value (equality ignores it).
+    pub(crate) open: OpenTable,
+}
+
+/// A table opened on first use; see [`FileMeta::open`].
+#[derive(Default, Clone)]
+pub(crate) struct OpenTable(OnceLock<Table>);
+
+impl OpenTable {
+    /// The table if it is open.
+    pub(crate) fn get(&self) -> Option<&Table> {
+        self.0.get()
+    }
+
+    /// Keeps `table` (or the one another thread kept first) and returns it.
+    pub(crate) fn keep(&self, table: Table) -> &Table {
+        self.0.get_or_init(|| table)
+    }
+}
+
+impl PartialEq for OpenTable {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for OpenTable {}
+
+impl std::fmt::Debug for OpenTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "open"
+        } else {
+            "closed"
+        })
+    }
 }
 
 impl FileMeta {
@@ -209,6 +249,7 @@ fn decode_file(r: &mut Reader) -> Option<(u32, usize, FileMeta)> {
             max_tombstones_in_window: u32::try_from(r.varint()?).ok()?,
             earliest_expiry: read_optional(r).ok()?,
             oldest_write_time: read_optional(r).ok()?,
+            open: OpenTable::default(),
         },
     ))
 }
@@ -250,6 +291,7 @@ mod tests {
                     max_tombstones_in_window: 3,
                     earliest_expiry: Some(77),
                     oldest_write_time: Some(5),
+                    open: OpenTable::default(),
                 },
             )],
             deleted_files: vec![(0, 1, 4)],

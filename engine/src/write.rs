@@ -87,8 +87,16 @@ impl Pending {
 /// Writers waiting their turn.
 #[derive(Default)]
 pub(crate) struct WriteQueue {
-    queue: Mutex<VecDeque<Arc<Pending>>>,
+    queue: Mutex<QueueState>,
     turn: Condvar,
+}
+
+#[derive(Default)]
+struct QueueState {
+    /// A leader is writing (from the queue, or a writer that found it empty).
+    leading: bool,
+    /// Writers waiting; the first becomes the next leader.
+    waiting: VecDeque<Arc<Pending>>,
 }
 
 impl std::fmt::Debug for WriteQueue {
@@ -98,10 +106,21 @@ impl std::fmt::Debug for WriteQueue {
 }
 
 impl WriteQueue {
-    fn lock(&self) -> MutexGuard<'_, VecDeque<Arc<Pending>>> {
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
         self.queue
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Ends a leader's turn and wakes the waiting writers, if there are any: the group just
+    /// served (`served_others`) or the next leader.
+    fn end_turn(&self, mut queue: MutexGuard<'_, QueueState>, served_others: bool) {
+        queue.leading = false;
+        let waiting = served_others || !queue.waiting.is_empty();
+        drop(queue);
+        if waiting {
+            self.turn.notify_all();
+        }
     }
 }
 
@@ -121,18 +140,32 @@ impl DbInner {
     }
 
     fn submit(&self, work: Work, sync: bool) -> Result<SeqNo> {
+        let mut queue = self.writes.lock();
+        if !queue.leading && queue.waiting.is_empty() {
+            // Nobody to group with: write directly, with no queue entry to allocate and no one
+            // to wake unless somebody queued meanwhile.
+            queue.leading = true;
+            drop(queue);
+            let result = self.lead_alone(work, sync);
+            self.writes.end_turn(self.writes.lock(), false);
+            return result;
+        }
         let me = Arc::new(Pending {
             work: Mutex::new(Some(work)),
             sync,
             result: Mutex::new(None),
         });
-        let mut queue = self.writes.lock();
-        queue.push_back(Arc::clone(&me));
+        queue.waiting.push_back(Arc::clone(&me));
         loop {
             if let Some(result) = me.take_result() {
                 return result;
             }
-            if queue.front().is_some_and(|front| Arc::ptr_eq(front, &me)) {
+            if !queue.leading
+                && queue
+                    .waiting
+                    .front()
+                    .is_some_and(|front| Arc::ptr_eq(front, &me))
+            {
                 break;
             }
             queue = self
@@ -141,17 +174,29 @@ impl DbInner {
                 .wait(queue)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
-        let group = take_group(&queue);
+        queue.leading = true;
+        let group = take_group(&queue.waiting);
         drop(queue);
         self.lead(&group);
         let mut queue = self.writes.lock();
         for _ in 0..group.len() {
-            queue.pop_front();
+            queue.waiting.pop_front();
         }
-        drop(queue);
-        self.writes.turn.notify_all();
+        self.writes.end_turn(queue, group.len() > 1);
         me.take_result()
             .unwrap_or_else(|| Err(Error::Stopped("write result lost".into())))
+    }
+
+    /// Executes one writer's work as a leader with no group; returns the last seqno written.
+    fn lead_alone(&self, work: Work, sync: bool) -> Result<SeqNo> {
+        match work {
+            Work::Exclusive(work) => work(self),
+            Work::Batch(batch) => {
+                let ops: Vec<&BatchOp> = batch.ops.iter().collect();
+                let first = self.write_ops(&ops, sync)?;
+                Ok(first + batch.len() as u64 - 1)
+            }
+        }
     }
 
     /// Executes a group as its leader and stores every member's result.
