@@ -46,6 +46,9 @@ pub(crate) struct SourceIter {
     newer: Arc<Vec<Tombstones>>,
     /// Entries stepped over one by one because a range tombstone of this source hid them.
     hidden: u64,
+    /// Nothing to hide: no range tombstone here or in a newer source, and no entry newer than
+    /// the snapshot. Steps then skip the checks.
+    plain: bool,
 }
 
 impl SourceIter {
@@ -68,6 +71,9 @@ impl SourceIter {
 
     /// Moves forward until on an entry the read may see.
     fn settle_forward(&mut self) -> cairn_sstable::Result<()> {
+        if self.plain {
+            return Ok(());
+        }
         while self.inner.valid() {
             let key = self.inner.key();
             let Some(parsed) = parse_internal_key(key) else {
@@ -90,6 +96,9 @@ impl SourceIter {
 
     /// Moves backward until on an entry the read may see.
     fn settle_backward(&mut self) -> cairn_sstable::Result<()> {
+        if self.plain {
+            return Ok(());
+        }
         while self.inner.valid() {
             let key = self.inner.key();
             let Some(parsed) = parse_internal_key(key) else {
@@ -171,24 +180,33 @@ fn sources(
 ) -> Result<Vec<SourceIter>> {
     let mut out = Vec::new();
     let mut newer: Vec<Tombstones> = Vec::new();
-    let mut push =
-        |inner: Box<dyn InternalIterator + Send>, own: Tombstones, out: &mut Vec<SourceIter>| {
-            let has_tombstones = !own.list().is_empty();
-            out.push(SourceIter {
-                inner,
-                snapshot,
-                own: own.clone(),
-                hidden: 0,
-                newer: Arc::new(newer.clone()),
-            });
-            if has_tombstones {
-                newer.push(own);
-            }
-        };
+    // `newest_seqno`: the source's newest entry, if known (tables), to tell whether the
+    // snapshot can see all of it.
+    let mut push = |inner: Box<dyn InternalIterator + Send>,
+                    own: Tombstones,
+                    newest_seqno: Option<SeqNo>,
+                    out: &mut Vec<SourceIter>| {
+        let has_tombstones = !own.list().is_empty();
+        let plain = !has_tombstones
+            && newer.is_empty()
+            && newest_seqno.is_some_and(|newest| newest <= snapshot);
+        out.push(SourceIter {
+            inner,
+            snapshot,
+            own: own.clone(),
+            hidden: 0,
+            newer: Arc::new(newer.clone()),
+            plain,
+        });
+        if has_tombstones {
+            newer.push(own);
+        }
+    };
     for mem in sv.memtables(cf) {
         push(
             Box::new(mem.iter()),
             Tombstones::Memtable(mem.range_tombstones()),
+            None,
             &mut out,
         );
     }
@@ -207,7 +225,12 @@ fn sources(
                 continue;
             }
             let table = db.tables.table(file)?.clone();
-            push(Box::new(table.iter()), Tombstones::Table(table), &mut out);
+            push(
+                Box::new(table.iter()),
+                Tombstones::Table(table),
+                Some(file.largest_seqno),
+                &mut out,
+            );
         }
     }
     Ok(out)
