@@ -367,21 +367,19 @@ impl Harness {
             .carried
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        carried.flushes += closing.flushes;
-        carried.compactions += closing.compactions;
-        carried.dropped.add(&closing.dropped);
+        add_counters(&mut carried, closing);
     }
 
     /// The database's statistics, with the counters of the databases reopens closed added in.
     fn stats(&self) -> cairn::Stats {
         let mut stats = self.db().as_ref().map(Db::stats).unwrap_or_default();
-        let carried = self
-            .carried
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        stats.flushes += carried.flushes;
-        stats.compactions += carried.compactions;
-        stats.dropped.add(&carried.dropped);
+        add_counters(
+            &mut stats,
+            &self
+                .carried
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
         stats
     }
 
@@ -463,4 +461,11 @@ fn per_sec(count: u64, seconds: f64) -> f64 {
     )]
     let count = count as f64;
     count / seconds.max(1e-3)
+}
+
+/// Adds the counters a reopen would reset (flushes, compactions, drops) of `from` to `to`.
+fn add_counters(to: &mut cairn::Stats, from: &cairn::Stats) {
+    to.flushes += from.flushes;
+    to.compactions += from.compactions;
+    to.dropped.add(&from.dropped);
 }
