@@ -15,7 +15,7 @@ use rand::{Rng, SeedableRng};
 use crate::Result;
 use crate::disk::{allocated_bytes, dir_bytes, settled_dir_bytes};
 use crate::engine::{Engine, EngineKind, RangeDelete};
-use crate::keys::{Values, key, missing_key, queue_key, shuffled};
+use crate::keys::{KEY_LEN, Values, key, missing_key, queue_key, shuffled};
 
 /// Entries a `seekrandom` read takes: the one sought and ten `next`s.
 const SEEK_ENTRIES: usize = 11;
@@ -314,7 +314,9 @@ impl Context<'_> {
         Ok(vec![Measurement::timed("overwrite", start.elapsed(), n)])
     }
 
-    fn read_random(&mut self) -> Result<Vec<Measurement>> {
+    /// Looks up `reads` keys `key_of(i)` for random indexes `i` of a filled database; returns
+    /// the time taken and the number of hits.
+    fn timed_lookups(&mut self, key_of: fn(u64) -> [u8; KEY_LEN]) -> Result<(Duration, u64)> {
         self.filled()?;
         let num = self.s.num;
         let targets: Vec<u64> = (0..self.s.reads)
@@ -323,9 +325,13 @@ impl Context<'_> {
         let start = Instant::now();
         let mut hits = 0;
         for &i in &targets {
-            hits += u64::from(self.engine.get(&key(i))?);
+            hits += u64::from(self.engine.get(&key_of(i))?);
         }
-        let elapsed = start.elapsed();
+        Ok((start.elapsed(), hits))
+    }
+
+    fn read_random(&mut self) -> Result<Vec<Measurement>> {
+        let (elapsed, hits) = self.timed_lookups(key)?;
         if hits != self.s.reads {
             return Err(format!("readrandom: {hits} hits of {} reads", self.s.reads).into());
         }
@@ -333,17 +339,7 @@ impl Context<'_> {
     }
 
     fn read_missing(&mut self) -> Result<Vec<Measurement>> {
-        self.filled()?;
-        let num = self.s.num;
-        let targets: Vec<u64> = (0..self.s.reads)
-            .map(|_| self.rng.random_range(0..num))
-            .collect();
-        let start = Instant::now();
-        let mut hits = 0;
-        for &i in &targets {
-            hits += u64::from(self.engine.get(&missing_key(i))?);
-        }
-        let elapsed = start.elapsed();
+        let (elapsed, hits) = self.timed_lookups(missing_key)?;
         if hits != 0 {
             return Err(format!("readmissing: {hits} hits on absent keys").into());
         }
