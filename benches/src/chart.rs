@@ -13,6 +13,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::Result;
 use crate::engine::EngineKind;
+use crate::report::fmt_rate;
 
 /// Font files tried in order after `CAIRN_BENCH_FONT`.
 const FONT_PATHS: [&str; 4] = [
@@ -60,16 +61,6 @@ fn color(engine: EngineKind) -> RGBColor {
     }
 }
 
-fn rate(x: f64) -> String {
-    if x >= 1e6 {
-        format!("{:.2}M", x / 1e6)
-    } else if x >= 1e3 {
-        format!("{:.1}k", x / 1e3)
-    } else {
-        format!("{x:.0}")
-    }
-}
-
 /// Draws `bars` for `engines` into a PNG at `path`.
 ///
 /// # Errors
@@ -98,7 +89,7 @@ pub fn draw(path: &Path, title: &str, engines: &[EngineKind], bars: &[Bars]) -> 
         .disable_y_mesh()
         .y_labels(0)
         .x_desc("operations per second (log scale)")
-        .x_label_formatter(&|x| rate(*x))
+        .x_label_formatter(&|x| fmt_rate(*x))
         .label_style(("sans-serif", 14))
         .draw()?;
 
@@ -126,7 +117,7 @@ pub fn draw(path: &Path, title: &str, engines: &[EngineKind], bars: &[Bars]) -> 
             TextStyle::from(("sans-serif", 12).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
         chart.draw_series(bars_of.map(|(x, y0, y1)| {
             Text::new(
-                format!(" {}", rate(x)),
+                format!(" {}", fmt_rate(x)),
                 (x.max(lo), f64::midpoint(y0, y1)),
                 style.clone(),
             )

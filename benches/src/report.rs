@@ -437,7 +437,8 @@ fn cell(s: &Summary) -> String {
     format!("{}/s {:>8}", fmt_rate(s.ops_per_sec), fmt_secs(s.secs))
 }
 
-fn fmt_rate(x: f64) -> String {
+/// Operations per second, short: `1.50M`, `343.3k`, `178`.
+pub(crate) fn fmt_rate(x: f64) -> String {
     if x >= 1e6 {
         format!("{:.2}M", x / 1e6)
     } else if x >= 1e3 {

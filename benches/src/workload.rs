@@ -314,14 +314,19 @@ impl Context<'_> {
         Ok(vec![Measurement::timed("overwrite", start.elapsed(), n)])
     }
 
+    /// `reads` random key indexes below `num`, drawn before the timed part.
+    fn random_targets(&mut self) -> Vec<u64> {
+        let num = self.s.num;
+        (0..self.s.reads)
+            .map(|_| self.rng.random_range(0..num))
+            .collect()
+    }
+
     /// Looks up `reads` keys `key_of(i)` for random indexes `i` of a filled database; returns
     /// the time taken and the number of hits.
     fn timed_lookups(&mut self, key_of: fn(u64) -> [u8; KEY_LEN]) -> Result<(Duration, u64)> {
         self.filled()?;
-        let num = self.s.num;
-        let targets: Vec<u64> = (0..self.s.reads)
-            .map(|_| self.rng.random_range(0..num))
-            .collect();
+        let targets = self.random_targets();
         let start = Instant::now();
         let mut hits = 0;
         for &i in &targets {
@@ -353,9 +358,7 @@ impl Context<'_> {
     fn seek_random(&mut self) -> Result<Vec<Measurement>> {
         self.filled()?;
         let num = self.s.num;
-        let targets: Vec<u64> = (0..self.s.reads)
-            .map(|_| self.rng.random_range(0..num))
-            .collect();
+        let targets = self.random_targets();
         let start = Instant::now();
         for &i in &targets {
             let read = self.engine.seek(&key(i), SEEK_ENTRIES)?;
