@@ -172,6 +172,7 @@ impl Report {
     pub fn text(&self) -> String {
         let mut out = String::new();
         self.write_table(&mut out);
+        self.write_latency(&mut out);
         self.write_queue(&mut out);
         self.write_issue4(&mut out);
         self.write_targets(&mut out);
@@ -230,6 +231,41 @@ impl Report {
         }
         for n in notes {
             let _ = writeln!(out, "note: {n}");
+        }
+    }
+
+    /// Put latency percentiles of `fillrandom`, per engine.
+    fn write_latency(&self, out: &mut String) {
+        let rows: Vec<(EngineKind, Summary)> = self
+            .engines
+            .iter()
+            .filter_map(|&e| Some((e, self.summary("fillrandom", e)?)))
+            .filter(|(_, s)| s.extra.contains_key("p50_us"))
+            .collect();
+        if rows.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "\nfillrandom put latency (medians over runs), microseconds"
+        );
+        let _ = writeln!(
+            out,
+            "{:<10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "engine", "p50", "p99", "p99.9", "p99.99", "max"
+        );
+        for (e, s) in rows {
+            let get = |name: &str| s.extra.get(name).copied().unwrap_or(0.0);
+            let _ = writeln!(
+                out,
+                "{:<10} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+                e.name(),
+                get("p50_us"),
+                get("p99_us"),
+                get("p999_us"),
+                get("p9999_us"),
+                get("max_us")
+            );
         }
     }
 

@@ -297,11 +297,31 @@ impl Context<'_> {
         Ok(vec![Measurement::timed("fillseq", start.elapsed(), n)])
     }
 
+    /// Fills in random order, timing every put: the throughput and the latency percentiles a
+    /// writer sees (p50 to p99.99 and the worst, in microseconds), which is where a lock held across I/O shows.
     fn fill_random(&mut self) -> Result<Vec<Measurement>> {
         let order = shuffled(self.s.num, &mut self.rng);
+        let mut latencies = Vec::with_capacity(order.len());
         let start = Instant::now();
-        let n = self.put_all(order)?;
-        Ok(vec![Measurement::timed("fillrandom", start.elapsed(), n)])
+        for i in order {
+            let put_start = Instant::now();
+            self.engine.put(&key(i), self.values.next_value())?;
+            latencies.push(put_start.elapsed());
+        }
+        let elapsed = start.elapsed();
+        let n = latencies.len() as u64;
+        latencies.sort_unstable();
+        let mut m = Measurement::timed("fillrandom", elapsed, n);
+        for (name, quantile) in [
+            ("p50_us", 0.5),
+            ("p99_us", 0.99),
+            ("p999_us", 0.999),
+            ("p9999_us", 0.9999),
+            ("max_us", 1.0),
+        ] {
+            m = m.with(name, percentile(&latencies, quantile).as_secs_f64() * 1e6);
+        }
+        Ok(vec![m])
     }
 
     fn overwrite(&mut self) -> Result<Vec<Measurement>> {
@@ -530,6 +550,22 @@ impl Context<'_> {
 }
 
 /// Operations per second in each fifth of the operations, given when each one ended.
+/// The `quantile` (0..=1) of sorted `durations`, nearest rank; zero for none.
+fn percentile(sorted: &[Duration], quantile: f64) -> Duration {
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "sample counts are far below 2^52"
+    )]
+    let last = sorted.len().saturating_sub(1) as f64;
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "a rank within 0..=len-1"
+    )]
+    let rank = (last * quantile.clamp(0.0, 1.0)).round() as usize;
+    sorted.get(rank).copied().unwrap_or_default()
+}
+
 fn fifths(ends: &[f64]) -> Vec<f64> {
     let n = ends.len();
     (0..5)
@@ -554,6 +590,15 @@ fn fifths(ends: &[f64]) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn percentiles_pick_the_nearest_rank() {
+        let samples: Vec<Duration> = (1..=1000).map(Duration::from_micros).collect();
+        assert_eq!(percentile(&samples, 0.5), Duration::from_micros(501));
+        assert_eq!(percentile(&samples, 0.99), Duration::from_micros(990));
+        assert_eq!(percentile(&samples, 0.999), Duration::from_micros(999));
+        assert_eq!(percentile(&[], 0.5), Duration::ZERO);
+    }
 
     #[test]
     fn fifths_split_the_operations_evenly() {
