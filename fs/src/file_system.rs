@@ -84,6 +84,14 @@ pub trait FileSystem: Send + Sync + Debug {
     /// # Errors
     /// `Error::Locked` if another process or handle holds it; `Error::Io` otherwise.
     fn lock(&self, path: &Path) -> Result<FileLock>;
+
+    /// Takes a shared advisory lock on `path`, which must exist (it is never created): held by
+    /// readers, it keeps a writer's [`lock`](Self::lock) out, and a writer's keeps it out.
+    /// `None` if there is no such file.
+    ///
+    /// # Errors
+    /// `Error::Locked` if another process or handle holds it exclusively; `Error::Io` otherwise.
+    fn lock_shared(&self, path: &Path) -> Result<Option<FileLock>>;
 }
 
 /// A file open for appending.

@@ -7,8 +7,10 @@
 //! - [`FaultyFs`] wraps a real directory tree, records what has been made durable (file bytes by
 //!   `sync`, names by `sync_dir`) and can simulate **power loss**: unsynced bytes vanish (all of
 //!   them or a random tail), files created since their directory was last synced vanish, and
-//!   renames and removals not yet made durable are undone. It can also inject I/O errors one in N
-//!   by operation kind, and stop all writes as a dead process would.
+//!   renames and removals not yet made durable are undone; or unsynced pages persist out of order,
+//!   leaving holes of zeros. It injects I/O errors one in N by operation kind (or the next one on a
+//!   named file), failing as real disks and kernels do: torn appends, and syncs that drop the
+//!   unsynced bytes. It can stop all writes as a dead process would.
 //!
 //! This crate does not know what the files hold: framing, checksums and formats belong to
 //! `cairn-wal` and `cairn-sstable`.
@@ -34,6 +36,6 @@ mod file_system;
 mod real;
 
 pub use error::{Error, Result};
-pub use faulty::{FaultyFs, OpKind, PowerLoss};
+pub use faulty::{FaultyFs, OpKind, PowerLoss, SyncFailure};
 pub use file_system::{FileLock, FileSystem, ReadableFile, WritableFile};
 pub use real::RealFs;

@@ -130,6 +130,21 @@ impl FileSystem for RealFs {
             Err(std::fs::TryLockError::Error(e)) => Err(Error::io("lock", path, e)),
         }
     }
+
+    fn lock_shared(&self, path: &Path) -> Result<Option<FileLock>> {
+        let file = match File::open(path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io("lock_shared", path, e)),
+        };
+        match file.try_lock_shared() {
+            Ok(()) => Ok(Some(FileLock::new(path.to_path_buf(), file))),
+            Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked {
+                path: path.to_path_buf(),
+            }),
+            Err(std::fs::TryLockError::Error(e)) => Err(Error::io("lock_shared", path, e)),
+        }
+    }
 }
 
 #[derive(Debug)]

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use cairn_fs::{FaultyFs, FileSystem, OpKind, PowerLoss};
+use cairn_fs::{FaultyFs, FileSystem, OpKind, PowerLoss, SyncFailure};
 
 fn write(fs: &FaultyFs, path: &Path, data: &[u8], sync: bool) -> cairn_fs::Result<()> {
     let mut file = fs.create(path)?;
@@ -251,5 +251,146 @@ fn inactive_file_system_refuses_writes_but_serves_reads() -> cairn_fs::Result<()
     fs.set_active(true);
     file.append(b"d")?;
     assert_eq!(&fs.map(&path)?[..], b"abcd");
+    Ok(())
+}
+
+#[test]
+fn a_failed_sync_drops_the_unsynced_bytes_and_the_next_sync_succeeds() -> cairn_fs::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fs = FaultyFs::new(3);
+    let path = dir.path().join("000001.log");
+    let mut file = fs.create(&path)?;
+    fs.sync_dir(dir.path())?;
+    file.append(b"synced|")?;
+    file.sync()?;
+    file.append(b"lost")?;
+    fs.fail_next(OpKind::Sync, "000001.log");
+    assert!(file.sync().is_err(), "the targeted sync should fail");
+    assert_eq!(
+        read(&path).as_deref(),
+        Some(&b"synced|\0\0\0\0"[..]),
+        "the dropped bytes read back as zeros"
+    );
+    file.append(b"|later")?;
+    file.sync()?;
+    fs.power_loss(PowerLoss::DropAllUnsynced)?;
+    assert_eq!(
+        read(&path).as_deref(),
+        Some(&b"synced|\0\0\0\0|later"[..]),
+        "the next sync succeeded and made the hole durable"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_failed_sync_can_keep_its_bytes() -> cairn_fs::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fs = FaultyFs::new(3);
+    fs.set_sync_failure(SyncFailure::KeepsBytes);
+    let path = dir.path().join("MANIFEST-000002");
+    let mut file = fs.create(&path)?;
+    fs.sync_dir(dir.path())?;
+    file.append(b"edit-1")?;
+    fs.fail_next(OpKind::Sync, "MANIFEST");
+    assert!(file.sync().is_err());
+    assert_eq!(read(&path).as_deref(), Some(&b"edit-1"[..]));
+    file.append(b"edit-2")?;
+    file.sync()?;
+    fs.power_loss(PowerLoss::DropAllUnsynced)?;
+    assert_eq!(
+        read(&path).as_deref(),
+        Some(&b"edit-1edit-2"[..]),
+        "the failed sync's bytes became durable with the next sync"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_failed_append_leaves_a_torn_prefix_of_its_bytes() -> cairn_fs::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let mut lengths = std::collections::BTreeSet::new();
+    for seed in 0..24 {
+        let fs = FaultyFs::new(seed);
+        let path = dir.path().join(format!("{seed}.log"));
+        let mut file = fs.create(&path)?;
+        file.append(b"whole|")?;
+        fs.fail_next(OpKind::Append, ".log");
+        assert!(file.append(b"0123456789").is_err());
+        let data = read(&path).unwrap_or_default();
+        let torn = data.strip_prefix(b"whole|").unwrap_or_default();
+        assert!(
+            b"0123456789".starts_with(torn) && torn.len() < 10,
+            "seed {seed}: not a strict prefix: {data:?}"
+        );
+        assert_eq!(file.len(), data.len() as u64, "seed {seed}");
+        lengths.insert(torn.len());
+    }
+    assert!(lengths.len() > 3, "the tear should vary: {lengths:?}");
+    Ok(())
+}
+
+#[test]
+fn reordered_pages_leave_holes_of_zeros_before_later_bytes() -> cairn_fs::Result<()> {
+    let page = 4096;
+    let data: Vec<u8> = (0..8 * page)
+        .map(|i| u8::try_from(i % 251 + 1).unwrap_or(1))
+        .collect();
+    let mut holes_seen = 0;
+    for seed in 0..16 {
+        let dir = tempfile::tempdir()?;
+        let fs = FaultyFs::new(seed);
+        let path = dir.path().join("000003.log");
+        let mut file = fs.create(&path)?;
+        fs.sync_dir(dir.path())?;
+        file.append(data.get(..page / 2).unwrap_or_default())?;
+        file.sync()?;
+        file.append(data.get(page / 2..).unwrap_or_default())?;
+        fs.power_loss(PowerLoss::ReorderedPages { seed })?;
+        let after = read(&path).unwrap_or_default();
+        assert!(after.len() >= page / 2, "seed {seed}: synced bytes lost");
+        assert_eq!(after.get(..page / 2), data.get(..page / 2), "seed {seed}");
+        for (i, chunk) in after.chunks(page).enumerate() {
+            let start = i * page;
+            let original = data.get(start..start + chunk.len()).unwrap_or_default();
+            let zero_from = if i == 0 { page / 2 } else { 0 };
+            let is_hole = chunk
+                .get(zero_from..)
+                .is_some_and(|c| c.iter().all(|&b| b == 0));
+            assert!(
+                chunk == original || is_hole,
+                "seed {seed}: page {i} is neither the data nor a hole"
+            );
+            if is_hole && start + chunk.len() < after.len() {
+                holes_seen += 1;
+            }
+        }
+    }
+    assert!(holes_seen > 0, "no seed left a hole below later data");
+    Ok(())
+}
+
+#[test]
+fn fail_next_fails_only_the_named_operation_once() -> cairn_fs::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fs = FaultyFs::new(1);
+    let a = dir.path().join("a.log");
+    let b = dir.path().join("b.sst");
+    fs.fail_next(OpKind::Create, ".sst");
+    write(&fs, &a, b"a", true)?;
+    assert!(fs.create(&b).is_err(), "the named create fails");
+    write(&fs, &b, b"b", true)?;
+    assert_eq!(fs.injected_errors(), 1);
+    Ok(())
+}
+
+#[test]
+fn paused_errors_spare_recovery_and_resume_afterwards() -> cairn_fs::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fs = FaultyFs::new(1);
+    fs.inject_errors(OpKind::Create, 1);
+    fs.pause_errors();
+    write(&fs, &dir.path().join("f"), b"x", true)?;
+    fs.resume_errors();
+    assert!(fs.create(&dir.path().join("g")).is_err());
     Ok(())
 }

@@ -87,3 +87,25 @@ fn second_lock_on_the_same_file_fails_until_the_first_is_dropped() -> cairn_fs::
     let _second = fs.lock(&path)?;
     Ok(())
 }
+
+#[test]
+fn shared_locks_coexist_and_exclude_the_exclusive_one() -> cairn_fs::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fs = RealFs::new();
+    let path = dir.path().join("LOCK");
+    assert!(
+        fs.lock_shared(&path)?.is_none(),
+        "a missing file is not created"
+    );
+    assert!(!path.exists());
+    let writer = fs.lock(&path)?;
+    assert!(matches!(fs.lock_shared(&path), Err(Error::Locked { .. })));
+    drop(writer);
+    let reader = fs.lock_shared(&path)?;
+    let second_reader = fs.lock_shared(&path)?;
+    assert!(reader.is_some() && second_reader.is_some());
+    assert!(matches!(fs.lock(&path), Err(Error::Locked { .. })));
+    drop((reader, second_reader));
+    let _writer = fs.lock(&path)?;
+    Ok(())
+}
