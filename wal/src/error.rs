@@ -31,9 +31,10 @@ pub enum Error {
         /// What is wrong with the request.
         reason: String,
     },
-    /// An earlier append to this log failed, so the file may end in a partial record and the
-    /// writer's block position is unknown; the writer refuses further records. Start a new log.
-    #[error("log {} is unusable after a failed append", file.display())]
+    /// An earlier append or sync of this log failed, so the file may end in a partial record, or
+    /// hold bytes the failed sync dropped; records written after them could be read as lying in
+    /// the unsynced tail and be lost. The writer refuses further records. Start a new log.
+    #[error("log {} is unusable after a failed append or sync", file.display())]
     WriterFailed {
         /// The log file.
         file: PathBuf,

@@ -12,6 +12,9 @@ pub const HEADER_SIZE: usize = 7;
 /// the disk.
 pub const MAX_RECORD_LEN: usize = 1 << 30;
 
+/// The payload length of a sync mark: the synced length, a `u64` little-endian.
+pub(crate) const SYNC_MARK_LEN: usize = 8;
+
 /// The type byte of a physical record: which part of a logical record its payload holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FragmentType {
@@ -23,6 +26,9 @@ pub(crate) enum FragmentType {
     Middle = 3,
     /// The last fragment of a record.
     Last = 4,
+    /// Not part of any record: the log's length at the writer's last successful sync, so a
+    /// reader can tell damage in bytes a sync covered from damage in the unsynced tail.
+    SyncMark = 5,
 }
 
 impl FragmentType {
@@ -33,6 +39,7 @@ impl FragmentType {
             2 => Some(Self::First),
             3 => Some(Self::Middle),
             4 => Some(Self::Last),
+            5 => Some(Self::SyncMark),
             _ => None,
         }
     }

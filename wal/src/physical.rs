@@ -8,8 +8,8 @@ use cairn_fs::ReadableFile;
 
 use crate::Result;
 use crate::format::{
-    BLOCK_SIZE, BLOCK_SIZE_U64, FragmentType, HEADER_SIZE, Header, block_start, checksum,
-    offset_in_block,
+    BLOCK_SIZE, BLOCK_SIZE_U64, FragmentType, HEADER_SIZE, Header, SYNC_MARK_LEN, block_start,
+    checksum, offset_in_block,
 };
 use crate::recovery::DamageKind;
 
@@ -229,26 +229,65 @@ impl PhysicalReader {
             };
             let n = read_full(self.file.as_ref(), block_start(likely), &mut block)?;
             let bytes = block.get(..n).unwrap_or_default();
-            if is_valid_fragment_at(bytes, offset_in_block(likely)) {
+            if valid_fragment_at(bytes, offset_in_block(likely)).is_some() {
                 return Ok(true);
             }
         }
+        let mut found = false;
+        self.scan_fragments_from(offset, &mut block, |_, _| {
+            found = true;
+            false
+        })?;
+        Ok(found)
+    }
+
+    /// A synced length past `offset` that a sync mark from `offset` on claims, if one does: the
+    /// writer had synced the log that far when it wrote the mark, so the bytes at `offset` were
+    /// durable. Like [`valid_fragment_from`](Self::valid_fragment_from) it looks at every byte
+    /// offset; it stops at the first such mark.
+    pub(crate) fn synced_past(&self, offset: u64) -> Result<Option<u64>> {
+        let mut block = vec![0; BLOCK_SIZE];
+        let mut claim = None;
+        self.scan_fragments_from(offset, &mut block, |fragment_type, payload| {
+            if fragment_type == FragmentType::SyncMark
+                && let Ok(bytes) = <[u8; SYNC_MARK_LEN]>::try_from(payload)
+                && u64::from_le_bytes(bytes) > offset
+            {
+                claim = Some(u64::from_le_bytes(bytes));
+                return false;
+            }
+            true
+        })?;
+        Ok(claim)
+    }
+
+    /// Calls `visit` with the type and payload of every fragment that starts at any byte offset
+    /// from `offset` on and that the writer could have written, until it returns false.
+    fn scan_fragments_from(
+        &self,
+        offset: u64,
+        block: &mut [u8],
+        mut visit: impl FnMut(FragmentType, &[u8]) -> bool,
+    ) -> Result<()> {
         let mut start = block_start(offset);
         let mut at = offset_in_block(offset);
         loop {
-            let n = read_full(self.file.as_ref(), start, &mut block)?;
+            let n = read_full(self.file.as_ref(), start, block)?;
             let bytes = block.get(..n).unwrap_or_default();
-            // The type byte (1..=4) first: it rules out most offsets before any checksum is
-            // computed. A plain loop, as this runs over whole blocks.
+            // The type byte first: it rules out most offsets before any checksum is computed. A
+            // plain loop, as this runs over whole blocks.
             let mut pos = at;
             while let Some(&type_byte) = bytes.get(pos + HEADER_SIZE - 1) {
-                if matches!(type_byte, 1..=4) && is_valid_fragment_at(bytes, pos) {
-                    return Ok(true);
+                if FragmentType::from_byte(type_byte).is_some()
+                    && let Some((fragment_type, payload)) = valid_fragment_at(bytes, pos)
+                    && !visit(fragment_type, payload)
+                {
+                    return Ok(());
                 }
                 pos += 1;
             }
             if n < BLOCK_SIZE {
-                return Ok(false);
+                return Ok(());
             }
             start += BLOCK_SIZE_U64;
             at = 0;
@@ -256,32 +295,30 @@ impl PhysicalReader {
     }
 }
 
-/// True if a fragment the writer could have written starts at `pos` of `block`: a known type,
-/// a matching checksum, and, for a first or middle fragment, an end at the block end (the writer
-/// splits a record only where a block is full).
-fn is_valid_fragment_at(block: &[u8], pos: usize) -> bool {
+/// The type and payload of a fragment the writer could have written that starts at `pos` of
+/// `block`: a known type, a matching checksum, and, for a first or middle fragment, an end at the
+/// block end (the writer splits a record only where a block is full).
+fn valid_fragment_at(block: &[u8], pos: usize) -> Option<(FragmentType, &[u8])> {
     // Type and length first: they reject most offsets without decoding or checksumming.
     let (Some(&len_low), Some(&len_high), Some(&type_byte)) =
         (block.get(pos + 4), block.get(pos + 5), block.get(pos + 6))
     else {
-        return false;
+        return None;
     };
-    let end = pos + HEADER_SIZE + usize::from(u16::from_le_bytes([len_low, len_high]));
-    let placed = match FragmentType::from_byte(type_byte) {
-        Some(FragmentType::Full | FragmentType::Last) => end <= BLOCK_SIZE,
-        Some(FragmentType::First | FragmentType::Middle) => end == BLOCK_SIZE,
-        None => false,
+    let len = usize::from(u16::from_le_bytes([len_low, len_high]));
+    let end = pos + HEADER_SIZE + len;
+    let fragment_type = FragmentType::from_byte(type_byte)?;
+    let placed = match fragment_type {
+        FragmentType::Full | FragmentType::Last => end <= BLOCK_SIZE,
+        FragmentType::First | FragmentType::Middle => end == BLOCK_SIZE,
+        FragmentType::SyncMark => len == SYNC_MARK_LEN && end <= BLOCK_SIZE,
     };
     if !placed {
-        return false;
+        return None;
     }
-    let (Some(header), Some(payload)) = (
-        block.get(pos..).and_then(Header::decode),
-        block.get(pos + HEADER_SIZE..end),
-    ) else {
-        return false;
-    };
-    checksum(type_byte, payload) == header.crc
+    let header = block.get(pos..).and_then(Header::decode)?;
+    let payload = block.get(pos + HEADER_SIZE..end)?;
+    (checksum(type_byte, payload) == header.crc).then_some((fragment_type, payload))
 }
 
 fn is_zero(bytes: &[u8]) -> bool {

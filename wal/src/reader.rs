@@ -161,7 +161,10 @@ impl LogReader {
         payload: Range<usize>,
         end: u64,
     ) -> Result<Option<(u64, Vec<u8>)>> {
-        let starts_record = matches!(fragment_type, FragmentType::Full | FragmentType::First);
+        let starts_record = matches!(
+            fragment_type,
+            FragmentType::Full | FragmentType::First | FragmentType::SyncMark
+        );
         match (starts_record, self.partial_start) {
             (true, Some(start)) => {
                 self.partial_start = None;
@@ -180,6 +183,8 @@ impl LogReader {
         }
         let bytes = self.physical.payload(payload);
         match fragment_type {
+            // Only the classification of damage reads sync marks; they are no records.
+            FragmentType::SyncMark => {}
             FragmentType::Full => return Ok(Some((offset, bytes.to_vec()))),
             FragmentType::First => {
                 self.partial.clear();
@@ -225,9 +230,17 @@ impl LogReader {
             RecoveryMode::TolerateCorruptedTail => {
                 self.done = true;
                 if self.valid_fragment_after(after)? {
-                    return Err(damage.to_error(", and valid records follow it"));
+                    // Damage before valid records is corruption only if a sync covered it; in
+                    // the unsynced tail it is a hole that pages written back out of order left.
+                    if let Some(claim) = self.physical.synced_past(offset)? {
+                        return Err(damage.to_error(&format!(
+                            ", and a later sync mark says the log was synced to offset {claim}"
+                        )));
+                    }
+                    tracing::warn!(%damage, "log's unsynced tail holds a hole; dropping it and what follows");
+                } else {
+                    tracing::info!(%damage, "log ends in a torn tail");
                 }
-                tracing::info!(%damage, "log ends in a torn tail");
             }
             RecoveryMode::PointInTime => {
                 self.done = true;

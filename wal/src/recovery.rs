@@ -15,10 +15,11 @@ use crate::Error;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum RecoveryMode {
-    /// Damage with no valid physical record anywhere after it is a torn tail, as a crash in the
-    /// middle of an append leaves: reading stops quietly before it (see
-    /// [`LogReader::stopped_at`](crate::LogReader::stopped_at)). Damage followed by a valid
-    /// physical record is mid-log corruption and an error. The default.
+    /// Damage in the log's unsynced tail is what a crash or power loss leaves, and reading stops
+    /// quietly before it (see [`LogReader::stopped_at`](crate::LogReader::stopped_at)): a torn
+    /// last record, or a hole of zeros where pages written back out of order did not persist,
+    /// with later records after it. Damage in bytes a sync covered — a sync mark after it says
+    /// the log was synced past it — is corruption and an error. The default.
     #[default]
     TolerateCorruptedTail,
     /// Any damage is an error, a torn tail included. For logs that were synced after every

@@ -5,7 +5,7 @@ use std::path::Path;
 use cairn_fs::WritableFile;
 
 use crate::format::{
-    BLOCK_SIZE, FragmentType, HEADER_SIZE, Header, MAX_RECORD_LEN, offset_in_block,
+    BLOCK_SIZE, FragmentType, HEADER_SIZE, Header, MAX_RECORD_LEN, SYNC_MARK_LEN, offset_in_block,
 };
 use crate::{Error, Result};
 
@@ -18,7 +18,9 @@ const KEEP_BUFFER_CAPACITY: usize = 1 << 20;
 /// Each [`add_record`](Self::add_record) frames the whole record (fragments, headers and any
 /// block-trailer padding) in memory and hands it to the file in **one** `append`, so once it returns
 /// the bytes are in the operating system and a process crash loses nothing. Only
-/// [`sync`](Self::sync) makes them survive power loss.
+/// [`sync`](Self::sync) makes them survive power loss. After a successful sync, the next record
+/// is preceded by a *sync mark* recording how far the log was synced, which lets a reader tell
+/// damage in synced bytes (corruption) from a hole in the unsynced tail (what power loss leaves).
 ///
 /// # Examples
 ///
@@ -42,9 +44,12 @@ pub struct LogWriter {
     len: u64,
     /// Reused across records so framing does not allocate per write.
     buf: Vec<u8>,
-    /// Set when an append fails: the file may then end in a partial record at an unknown block
-    /// position, and appending more would put valid records after garbage.
+    /// Set when an append or sync fails: the file may then end in a partial record at an
+    /// unknown block position, or in bytes a failed sync dropped, and appending more would put
+    /// valid records after garbage.
     failed: bool,
+    /// The log's length at the last successful sync, not yet recorded in a sync mark.
+    unmarked_sync: Option<u64>,
 }
 
 impl LogWriter {
@@ -65,6 +70,7 @@ impl LogWriter {
             len,
             buf: Vec::new(),
             failed: false,
+            unmarked_sync: None,
         }
     }
 
@@ -73,7 +79,7 @@ impl LogWriter {
     /// # Errors
     /// `Error::InvalidArgument` if `payload` is longer than [`MAX_RECORD_LEN`];
     /// `Error::Io` if the append fails, after which every further call returns
-    /// `Error::WriterFailed`.
+    /// `Error::WriterFailed` (as after a failed [`sync`](Self::sync)).
     pub fn add_record(&mut self, payload: &[u8]) -> Result<u64> {
         if self.failed {
             return Err(Error::WriterFailed {
@@ -90,10 +96,14 @@ impl LogWriter {
             });
         }
         self.buf.clear();
+        let marked = self.push_sync_mark();
         let start = self.frame(payload)?;
         if let Err(e) = self.file.append(&self.buf) {
             self.failed = true;
             return Err(e.into());
+        }
+        if marked {
+            self.unmarked_sync = None;
         }
         self.len += self.buf.len() as u64;
         if self.buf.capacity() > KEEP_BUFFER_CAPACITY {
@@ -130,6 +140,25 @@ impl LogWriter {
         }
     }
 
+    /// Frames the pending sync mark into `self.buf` if it fits in what is left of the block
+    /// (after any trailer padding); returns whether it did. A mark that does not fit waits for
+    /// the next record.
+    fn push_sync_mark(&mut self) -> bool {
+        let Some(synced) = self.unmarked_sync.filter(|&s| s > 0) else {
+            return false;
+        };
+        let mut left_in_block = BLOCK_SIZE - offset_in_block(self.len);
+        if left_in_block < HEADER_SIZE {
+            self.buf.resize(left_in_block, 0);
+            left_in_block = BLOCK_SIZE;
+        }
+        if left_in_block < HEADER_SIZE + SYNC_MARK_LEN {
+            return false;
+        }
+        self.push_fragment(FragmentType::SyncMark, &synced.to_le_bytes())
+            .is_ok()
+    }
+
     fn push_fragment(&mut self, fragment_type: FragmentType, fragment: &[u8]) -> Result<()> {
         let header = Header::for_fragment(fragment_type, fragment).ok_or_else(|| {
             Error::InvalidArgument {
@@ -145,9 +174,20 @@ impl LogWriter {
     /// Makes every record added so far durable.
     ///
     /// # Errors
-    /// `Error::Io` if the sync fails; whether the records are durable is then unknown.
+    /// `Error::Io` if the sync fails; whether the records are durable is then unknown (a kernel
+    /// may have dropped them), and every further call returns `Error::WriterFailed`.
     pub fn sync(&mut self) -> Result<()> {
-        Ok(self.file.sync()?)
+        if self.failed {
+            return Err(Error::WriterFailed {
+                file: self.path().to_path_buf(),
+            });
+        }
+        if let Err(e) = self.file.sync() {
+            self.failed = true;
+            return Err(e.into());
+        }
+        self.unmarked_sync = Some(self.len);
+        Ok(())
     }
 
     /// The number of bytes in the log: the offset the next record's framing starts at.

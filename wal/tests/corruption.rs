@@ -7,14 +7,16 @@ mod common;
 use std::sync::Arc;
 
 use cairn_wal::{BLOCK_SIZE, DamageKind, Error, HEADER_SIZE, RecoveryMode};
-use common::{LOG_PATH, Outcome, TestLog, corruption_offset, payload, read_all, read_prefix};
+use common::{
+    LOG_PATH, Outcome, TestLog, Where, corruption_offset, payload, read_all, read_prefix,
+};
 
 /// Masks applied in turn: all bits, the lowest, the highest, and a mixed pattern.
 const MASKS: [u8; 4] = [0xFF, 0x01, 0x80, 0x5A];
 
 /// About 34 KB over two blocks: small and mid-sized records, an empty one, one split between
 /// the blocks, and a small single-fragment record last (so damage there is a clean torn tail).
-fn log() -> TestLog {
+fn records() -> Vec<Vec<u8>> {
     let mut records: Vec<Vec<u8>> = [0, 20, 3000, 150, 900, 1, 200, 2000, 5000, 7000, 6000, 4000]
         .into_iter()
         .zip(0..)
@@ -22,20 +24,25 @@ fn log() -> TestLog {
         .collect();
     records.push(payload(20, 5000));
     records.extend([payload(21, 100), payload(22, 37)]);
-    let log = TestLog::write(records);
+    records
+}
+
+/// The records, never synced.
+fn log() -> TestLog {
+    let log = TestLog::write(records());
     let split = log.spans.get(12).cloned().unwrap_or_default();
     assert!(split.start < BLOCK_SIZE as u64 && split.end > BLOCK_SIZE as u64);
     log
 }
 
-/// Reads the log with the byte at `offset` flipped, in `mode`, for each offset of the log, and
-/// hands `check` the records written, the offset, the index of the record that holds the byte
-/// (`None` for padding), and what the reader returned.
+/// Reads `log` with the byte at `offset` flipped, in `mode`, for each offset of the log, and
+/// hands `check` the log, the records written, the offset, what the byte belongs to, and what
+/// the reader returned.
 fn for_each_flip(
+    log: &TestLog,
     mode: RecoveryMode,
-    check: impl Fn(&TestLog, &[(u64, Vec<u8>)], usize, Option<usize>, &Outcome),
+    check: impl Fn(&TestLog, &[(u64, Vec<u8>)], usize, Where, &Outcome),
 ) {
-    let log = log();
     let expected = log.expected();
     for offset in 0..log.len() {
         let mut bytes: Arc<[u8]> = Arc::from(log.bytes.as_ref());
@@ -43,13 +50,16 @@ fn for_each_flip(
             *byte ^= MASKS.get(offset % MASKS.len()).copied().unwrap_or(0xFF);
         }
         let outcome = read_prefix(&bytes, bytes.len(), mode);
-        check(
-            &log,
-            &expected,
-            offset,
-            log.record_at(offset as u64),
-            &outcome,
-        );
+        check(log, &expected, offset, log.at(offset as u64), &outcome);
+    }
+}
+
+/// The record a flip damaged, for logs without sync marks.
+fn record(at: Where) -> Option<usize> {
+    match at {
+        Where::Record(k) => Some(k),
+        Where::Mark(_) => panic!("this log has no sync marks"),
+        Where::Padding => None,
     }
 }
 
@@ -68,8 +78,9 @@ fn assert_corruption_in(log: &TestLog, damaged: usize, flipped: usize, outcome: 
 #[test]
 fn absolute_mode_returns_the_originals_or_corruption_for_every_flipped_byte() {
     for_each_flip(
+        &log(),
         RecoveryMode::AbsoluteConsistency,
-        |log, expected, flipped, damaged, outcome| match damaged {
+        |log, expected, flipped, at, outcome| match record(at) {
             None => assert_eq!(outcome.records, expected, "flip in padding at {flipped}"),
             Some(k) => {
                 assert_corruption_in(log, k, flipped, outcome);
@@ -83,37 +94,83 @@ fn absolute_mode_returns_the_originals_or_corruption_for_every_flipped_byte() {
 }
 
 #[test]
-fn tolerate_mode_returns_a_prefix_only_for_damage_in_the_last_record() {
+fn tolerate_mode_returns_a_prefix_for_any_damage_in_a_log_never_synced() {
+    // Nothing was ever promised durable: all damage lies in the unsynced tail.
     for_each_flip(
+        &log(),
         RecoveryMode::TolerateCorruptedTail,
-        |log, expected, flipped, damaged, outcome| {
-            let last = log.records.len() - 1;
-            match damaged {
-                None => assert_eq!(outcome.records, expected, "flip in padding at {flipped}"),
-                Some(k) if k == last => {
-                    assert!(
-                        outcome.error.is_none(),
-                        "flip at {flipped}: {:?}",
-                        outcome.error
-                    );
-                    assert_eq!(
-                        outcome.records.as_slice(),
-                        expected.get(..k).unwrap_or_default()
-                    );
-                    let stopped = outcome.stopped_at.as_ref().map(|d| d.offset);
-                    assert_eq!(
-                        stopped,
-                        log.spans.get(k).map(|s| s.start),
-                        "flip at {flipped}"
-                    );
-                }
-                Some(k) => {
-                    assert_corruption_in(log, k, flipped, outcome);
-                    assert_eq!(
-                        outcome.records.as_slice(),
-                        expected.get(..k).unwrap_or_default()
-                    );
-                }
+        |log, expected, flipped, at, outcome| {
+            assert!(
+                outcome.error.is_none(),
+                "flip at {flipped}: {:?}",
+                outcome.error
+            );
+            let Some(k) = record(at) else {
+                assert_eq!(outcome.records, expected, "flip in padding at {flipped}");
+                return;
+            };
+            assert_eq!(
+                outcome.records.as_slice(),
+                expected.get(..k).unwrap_or_default(),
+                "flip at {flipped}"
+            );
+            let stopped = outcome.stopped_at.as_ref().map(|d| d.offset);
+            assert!(
+                stopped.is_some_and(|o| log.spans.get(k).is_some_and(|s| s.start <= o)),
+                "flip at {flipped}: stopped at {stopped:?}"
+            );
+        },
+    );
+}
+
+#[test]
+fn tolerate_mode_on_a_synced_log_returns_a_prefix_only_for_damage_after_the_last_sync() {
+    let log = TestLog::write_synced(records());
+    assert_eq!(
+        log.marks.len(),
+        log.records.len() - 1,
+        "a mark before each record but the first"
+    );
+    let last = log.records.len() - 1;
+    for_each_flip(
+        &log,
+        RecoveryMode::TolerateCorruptedTail,
+        |log, expected, flipped, at, outcome| match at {
+            Where::Padding => assert_eq!(outcome.records, expected, "flip in padding at {flipped}"),
+            // The last record, and the mark before it, were never covered by a sync.
+            Where::Record(k) | Where::Mark(k) if k == last => {
+                assert!(
+                    outcome.error.is_none(),
+                    "flip at {flipped}: {:?}",
+                    outcome.error
+                );
+                assert_eq!(
+                    outcome.records.as_slice(),
+                    expected.get(..k).unwrap_or_default()
+                );
+            }
+            Where::Record(k) => {
+                assert_corruption_in(log, k, flipped, outcome);
+                assert_eq!(
+                    outcome.records.as_slice(),
+                    expected.get(..k).unwrap_or_default()
+                );
+            }
+            Where::Mark(k) => {
+                let mark = log
+                    .marks
+                    .iter()
+                    .find(|(i, _)| *i == k)
+                    .map(|(_, s)| s.start);
+                assert_eq!(
+                    outcome.error.as_ref().and_then(corruption_offset),
+                    mark,
+                    "flip at {flipped} in the mark before record {k}"
+                );
+                assert_eq!(
+                    outcome.records.as_slice(),
+                    expected.get(..k).unwrap_or_default()
+                );
             }
         },
     );
@@ -122,8 +179,10 @@ fn tolerate_mode_returns_a_prefix_only_for_damage_in_the_last_record() {
 #[test]
 fn point_in_time_mode_returns_the_records_before_the_damage_and_where_it_stopped() {
     for_each_flip(
+        &log(),
         RecoveryMode::PointInTime,
-        |log, expected, flipped, damaged, outcome| {
+        |log, expected, flipped, at, outcome| {
+            let damaged = record(at);
             assert!(
                 outcome.error.is_none(),
                 "flip at {flipped}: {:?}",
@@ -151,8 +210,10 @@ fn point_in_time_mode_returns_the_records_before_the_damage_and_where_it_stopped
 #[test]
 fn skip_mode_loses_only_the_damaged_block_and_reports_it() {
     for_each_flip(
+        &log(),
         RecoveryMode::SkipCorrupted,
-        |log, expected, flipped, damaged, outcome| {
+        |log, expected, flipped, at, outcome| {
+            let damaged = record(at);
             assert!(
                 outcome.error.is_none(),
                 "flip at {flipped}: {:?}",
@@ -216,9 +277,9 @@ fn flipped_trailer_padding_is_never_read() {
     }
 }
 
-/// Five small records in one block.
+/// Five small records in one block, synced after each.
 fn five_records() -> TestLog {
-    TestLog::write(
+    TestLog::write_synced(
         (0..5)
             .map(|i: usize| payload(i as u64, 100 + 10 * i))
             .collect(),
@@ -234,7 +295,7 @@ fn flipped(log: &TestLog, offset: u64) -> Vec<u8> {
 }
 
 #[test]
-fn mid_log_damage_followed_by_valid_records_is_corruption_in_tolerate_mode() {
+fn damage_a_later_sync_covers_is_corruption_in_tolerate_mode() {
     let log = five_records();
     let damaged = log.spans.get(2).cloned().unwrap_or_default();
     let outcome = read_all(&flipped(&log, damaged.start + 20), RecoveryMode::default());

@@ -4,7 +4,7 @@
 mod common;
 
 use cairn_wal::{BLOCK_SIZE, DamageKind, Error, RecoveryMode};
-use common::{fragment, read_all};
+use common::{fragment, read_all, sync_mark};
 
 const FULL: u8 = 1;
 const FIRST: u8 = 2;
@@ -13,6 +13,13 @@ const LAST: u8 = 4;
 
 fn log(fragments: &[Vec<u8>]) -> Vec<u8> {
     fragments.concat()
+}
+
+/// `bytes` followed by a sync mark saying all of them were synced.
+fn synced(bytes: &[u8]) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    out.extend(sync_mark(bytes.len() as u64));
+    out
 }
 
 fn reason(error: Option<&Error>) -> String {
@@ -30,8 +37,14 @@ fn last_fragment_without_first_is_damage() {
     assert!(reason(absolute.error.as_ref()).contains("without the start"));
     let tolerate = read_all(&bytes, RecoveryMode::TolerateCorruptedTail);
     assert!(
-        tolerate.error.is_some(),
-        "a valid record follows: not a torn tail"
+        tolerate.error.is_none() && tolerate.records.is_empty(),
+        "never synced: an unsynced tail, dropped whole: {:?}",
+        tolerate.error
+    );
+    let tolerate = read_all(&synced(&bytes), RecoveryMode::TolerateCorruptedTail);
+    assert!(
+        reason(tolerate.error.as_ref()).contains("synced to offset 16"),
+        "a later sync covers the damage: corruption"
     );
 
     let point = read_all(&bytes, RecoveryMode::PointInTime);
@@ -79,7 +92,7 @@ fn new_record_inside_a_fragmented_record_is_damage() {
         Some(Error::Corruption { offset: 0, .. })
     ));
     assert!(
-        read_all(&bytes, RecoveryMode::TolerateCorruptedTail)
+        read_all(&synced(&bytes), RecoveryMode::TolerateCorruptedTail)
             .error
             .is_some()
     );
@@ -130,9 +143,9 @@ fn unknown_record_type_is_damage() {
         absolute.error,
         Some(Error::Corruption { offset: 8, .. })
     ));
-    // "c" lies after the damage in the same block: found, so not a torn tail ...
+    // "c" lies after the damage in the same block, and a sync covers both: corruption ...
     assert!(
-        read_all(&bytes, RecoveryMode::TolerateCorruptedTail)
+        read_all(&synced(&bytes), RecoveryMode::TolerateCorruptedTail)
             .error
             .is_some()
     );

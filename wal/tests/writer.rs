@@ -83,3 +83,49 @@ fn failed_append_makes_the_writer_refuse_further_records() {
     assert_eq!(file.appends(), 2, "a refused record never reaches the file");
     assert_eq!(writer.len(), 14, "the failed record is not counted");
 }
+
+#[test]
+fn failed_sync_makes_the_writer_refuse_further_records() {
+    // The kernel may have dropped the unsynced bytes: records after them would sit behind a hole.
+    let file = MemLog::default();
+    let mut writer = LogWriter::new(file.handle());
+    writer.add_record(b"maybe lost").expect("append");
+    file.fail_syncs();
+    assert!(matches!(writer.sync(), Err(Error::Io(_))));
+    let refused = writer.add_record(b"after");
+    assert!(
+        matches!(refused, Err(Error::WriterFailed { .. })),
+        "{refused:?}"
+    );
+    assert!(matches!(writer.sync(), Err(Error::WriterFailed { .. })));
+    assert_eq!(file.appends(), 1);
+}
+
+#[test]
+fn a_sync_mark_precedes_the_first_record_after_a_sync_and_is_no_record() {
+    let file = MemLog::default();
+    let mut writer = LogWriter::new(file.handle());
+    writer.add_record(b"one").expect("append");
+    writer.sync().expect("sync");
+    let second = writer.add_record(b"two").expect("append");
+    let third = writer.add_record(b"three").expect("append");
+    assert_eq!(second, 10 + 15, "a 15-byte mark lies between the records");
+    assert_eq!(third, second + 10, "one mark per sync");
+    let bytes = file.bytes();
+    let mark = bytes.get(10..25).unwrap_or_default();
+    assert_eq!(mark.get(6), Some(&5), "the mark's type");
+    assert_eq!(
+        mark.get(7..),
+        Some(&10u64.to_le_bytes()[..]),
+        "synced to offset 10"
+    );
+    let records = common::read_all(&bytes, cairn_wal::RecoveryMode::AbsoluteConsistency);
+    assert_eq!(
+        records.records,
+        vec![
+            (0, b"one".to_vec()),
+            (25, b"two".to_vec()),
+            (35, b"three".to_vec())
+        ]
+    );
+}

@@ -4,8 +4,10 @@
 mod common;
 
 use cairn_fs::{FileSystem, RealFs};
-use cairn_wal::{BLOCK_SIZE, DamageKind, HEADER_SIZE, LogReader, LogWriter, RecoveryMode};
-use common::{ALL_MODES, TestLog, corruption_offset, len_leaving, payload, read_all};
+use cairn_wal::{BLOCK_SIZE, DamageKind, LogReader, LogWriter, RecoveryMode};
+use common::{
+    ALL_MODES, MemLog, SYNC_MARK_BYTES, TestLog, corruption_offset, len_leaving, payload, read_all,
+};
 
 fn with_zeros(log: &TestLog, zeros: usize) -> Vec<u8> {
     let mut bytes = log.bytes.to_vec();
@@ -90,16 +92,31 @@ fn zeros_where_a_fragment_belongs_are_a_torn_tail() {
     );
 }
 
+/// Four records, synced after each: the third ends exactly at the end of block 0, so the fourth
+/// (and the mark before it) starts block 1. Returns the bytes and each record's span.
+fn four_synced_records() -> (Vec<u8>, Vec<std::ops::Range<u64>>) {
+    let file = MemLog::default();
+    let mut writer = LogWriter::new(file.handle());
+    let mut spans = Vec::new();
+    for (i, len) in [100, 200, 0, 50].into_iter().enumerate() {
+        let len = if i == 2 {
+            // After the sync mark that will precede it.
+            len_leaving(writer.len() + SYNC_MARK_BYTES, 0)
+        } else {
+            len
+        };
+        let start = writer.add_record(&payload(i as u64, len)).expect("append");
+        spans.push(start..writer.len());
+        writer.sync().expect("sync");
+    }
+    assert_eq!(spans.get(2).map(|s| s.end), Some(BLOCK_SIZE as u64));
+    (file.bytes(), spans)
+}
+
 #[test]
-fn zeroed_record_before_valid_records_is_mid_log_corruption() {
-    let log = TestLog::write(vec![
-        payload(1, 100),
-        payload(2, 200),
-        payload(3, len_leaving((100 + 200 + 2 * HEADER_SIZE) as u64, 0)),
-        payload(4, 50),
-    ]);
-    let zeroed = log.spans.get(1).cloned().unwrap_or_default();
-    let mut bytes = log.bytes.to_vec();
+fn zeroed_record_a_later_sync_covers_is_mid_log_corruption() {
+    let (mut bytes, spans) = four_synced_records();
+    let zeroed = spans.get(1).cloned().unwrap_or_default();
     if let Some(record) = bytes.get_mut(common::index(zeroed.start)..common::index(zeroed.end)) {
         record.fill(0);
     }
@@ -110,13 +127,13 @@ fn zeroed_record_before_valid_records_is_mid_log_corruption() {
     );
 
     let skip = read_all(&bytes, RecoveryMode::SkipCorrupted);
-    let expected = log.expected();
-    let kept: Vec<_> = [0, 3]
+    let kept: Vec<u64> = skip.records.iter().map(|(offset, _)| *offset).collect();
+    let expected: Vec<u64> = [0, 3]
         .iter()
-        .filter_map(|&i| expected.get(i).cloned())
+        .filter_map(|&i| spans.get(i).map(|s| s.start))
         .collect();
     assert_eq!(
-        skip.records, kept,
+        kept, expected,
         "the rest of block 0 is dropped, block 1 is read"
     );
     let damage = skip.skipped.first().expect("zeroed region reported");
@@ -124,4 +141,56 @@ fn zeroed_record_before_valid_records_is_mid_log_corruption() {
         (damage.offset, damage.kind),
         (zeroed.start, DamageKind::ZeroedHeader)
     );
+}
+
+#[test]
+fn a_hole_in_the_unsynced_tail_before_later_records_is_dropped_in_tolerate_mode() {
+    // Power loss with pages written back out of order: record 1 was synced; records 2 and 3
+    // were not, and the page holding record 2 never reached the disk.
+    let file = MemLog::default();
+    let mut writer = LogWriter::new(file.handle());
+    writer.add_record(&payload(1, 300)).expect("append");
+    writer.sync().expect("sync");
+    let hole = writer.add_record(&payload(2, 5000)).expect("append");
+    writer.add_record(&payload(3, 300)).expect("append");
+    let mut bytes = file.bytes();
+    let hole_end = common::index(hole) + 4096;
+    if let Some(page) = bytes.get_mut(common::index(hole)..hole_end) {
+        page.fill(0);
+    }
+    let tolerate = read_all(&bytes, RecoveryMode::TolerateCorruptedTail);
+    assert!(tolerate.error.is_none(), "{:?}", tolerate.error);
+    assert_eq!(tolerate.records, vec![(0, payload(1, 300))]);
+    let stopped = tolerate.stopped_at.expect("the hole is reported");
+    assert_eq!(
+        stopped.dropped.end,
+        bytes.len() as u64,
+        "everything after it goes"
+    );
+    assert!(stopped.offset <= hole, "{stopped}");
+    let absolute = read_all(&bytes, RecoveryMode::AbsoluteConsistency);
+    assert!(
+        absolute.error.is_some(),
+        "absolute consistency tolerates no damage"
+    );
+}
+
+#[test]
+fn the_same_hole_once_a_later_sync_covers_it_is_corruption() {
+    let file = MemLog::default();
+    let mut writer = LogWriter::new(file.handle());
+    writer.add_record(&payload(1, 300)).expect("append");
+    writer.sync().expect("sync");
+    let hole = writer.add_record(&payload(2, 5000)).expect("append");
+    writer.add_record(&payload(3, 300)).expect("append");
+    writer.sync().expect("sync");
+    writer.add_record(&payload(4, 10)).expect("append");
+    let mut bytes = file.bytes();
+    let hole_end = common::index(hole) + 4096;
+    if let Some(page) = bytes.get_mut(common::index(hole)..hole_end) {
+        page.fill(0);
+    }
+    let tolerate = read_all(&bytes, RecoveryMode::TolerateCorruptedTail);
+    let message = tolerate.error.map(|e| e.to_string()).unwrap_or_default();
+    assert!(message.contains("sync mark"), "{message}");
 }

@@ -72,6 +72,7 @@ struct MemLogState {
     bytes: Vec<u8>,
     appends: usize,
     fail_appends: bool,
+    fail_syncs: bool,
 }
 
 impl MemLog {
@@ -88,6 +89,11 @@ impl MemLog {
     /// Makes every later append fail after writing half of its bytes, as a full disk might.
     pub fn fail_appends(&self) {
         self.lock().fail_appends = true;
+    }
+
+    /// Makes every later sync fail.
+    pub fn fail_syncs(&self) {
+        self.lock().fail_syncs = true;
     }
 
     /// A writable handle on this file, for a `LogWriter`.
@@ -114,6 +120,9 @@ impl WritableFile for MemLog {
     }
 
     fn sync(&mut self) -> cairn_fs::Result<()> {
+        if self.lock().fail_syncs {
+            return Err(std::io::Error::other("injected sync failure").into());
+        }
         Ok(())
     }
 
@@ -163,25 +172,70 @@ pub struct TestLog {
     pub records: Vec<Vec<u8>>,
     /// Each record's bytes: from its first header to the end of its last payload.
     pub spans: Vec<Range<u64>>,
+    /// The sync marks: the index of the record each precedes, and its bytes.
+    pub marks: Vec<(usize, Range<u64>)>,
+}
+
+/// The bytes of a sync mark: a header and the synced length.
+pub const SYNC_MARK_BYTES: u64 = HEADER_SIZE as u64 + 8;
+
+/// Where a byte of a [`TestLog`] lies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Where {
+    /// In record `k`.
+    Record(usize),
+    /// In the sync mark just before record `k`.
+    Mark(usize),
+    /// In trailer padding, which no reader looks at.
+    Padding,
 }
 
 impl TestLog {
-    /// Writes `records` to a new in-memory log.
+    /// Writes `records` to a new in-memory log, never synced: all of it is unsynced tail.
     pub fn write(records: Vec<Vec<u8>>) -> Self {
+        Self::write_with(records, false)
+    }
+
+    /// Writes `records` to a new in-memory log, synced after each one, so each record after the
+    /// first is preceded by a sync mark covering the ones before it.
+    pub fn write_synced(records: Vec<Vec<u8>>) -> Self {
+        Self::write_with(records, true)
+    }
+
+    fn write_with(records: Vec<Vec<u8>>, sync: bool) -> Self {
         let file = MemLog::default();
         let mut writer = LogWriter::new(file.handle());
-        let spans = records
-            .iter()
-            .map(|r| {
-                let start = writer.add_record(r).expect("in-memory append");
-                start..writer.len()
-            })
-            .collect();
+        let mut marks = Vec::new();
+        let mut spans: Vec<Range<u64>> = Vec::new();
+        for (k, r) in records.iter().enumerate() {
+            let before = writer.len();
+            let start = writer.add_record(r).expect("in-memory append");
+            // A mark, when written, is the last thing before the record's first header.
+            if sync && k > 0 && start - before >= SYNC_MARK_BYTES {
+                marks.push((k, start - SYNC_MARK_BYTES..start));
+            }
+            spans.push(start..writer.len());
+            if sync {
+                writer.sync().expect("in-memory sync");
+            }
+        }
         assert_eq!(writer.len(), file.bytes().len() as u64);
         Self {
             bytes: file.bytes().into(),
             records,
             spans,
+            marks,
+        }
+    }
+
+    /// What the byte at `offset` belongs to.
+    pub fn at(&self, offset: u64) -> Where {
+        if let Some(k) = self.record_at(offset) {
+            return Where::Record(k);
+        }
+        match self.marks.iter().find(|(_, span)| span.contains(&offset)) {
+            Some(&(k, _)) => Where::Mark(k),
+            None => Where::Padding,
         }
     }
 
@@ -272,6 +326,11 @@ pub fn fragment(type_byte: u8, payload: &[u8]) -> Vec<u8> {
     out.push(type_byte);
     out.extend_from_slice(payload);
     out
+}
+
+/// A sync mark built by hand, claiming the log was synced to `synced`.
+pub fn sync_mark(synced: u64) -> Vec<u8> {
+    fragment(5, &synced.to_le_bytes())
 }
 
 /// The seed for a randomized test: `CAIRN_SEED` if set, else a fresh one. Printed either way so
