@@ -125,9 +125,15 @@ impl DbInner {
     /// tables in no version and not being written, temporaries, and old MANIFESTs. Files
     /// created after the state is read carry numbers at or above `next_file_number` and are
     /// left alone.
+    ///
+    /// A stopped database deletes nothing: after a failed MANIFEST write or sync, the in-memory
+    /// version may lack a table an edit on disk names, and reopening must find it.
     pub(crate) fn delete_obsolete_files(&self) {
         let (keep, current, next_number, min_log, manifest) = {
             let mut state = self.lock_state();
+            if state.error.is_some() {
+                return;
+            }
             let current = state.meta.version.live_files();
             let mut keep = current.clone();
             for version in state.versions.iter().filter_map(std::sync::Weak::upgrade) {

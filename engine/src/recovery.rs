@@ -46,6 +46,7 @@ pub(crate) fn open(dir: &Path, options: Options) -> Result<DbInner> {
             )));
         }
     };
+    check_tables(fs.as_ref(), dir, &meta)?;
     let names = fs.list(dir)?;
     // Numbers are never reused, even for files a crash left behind unrecorded.
     let highest = names
@@ -61,6 +62,36 @@ pub(crate) fn open(dir: &Path, options: Options) -> Result<DbInner> {
     let inner = DbInner::new(dir.to_path_buf(), options, inner_parts);
     inner.delete_obsolete_files();
     Ok(inner)
+}
+
+/// Checks that every table the MANIFEST names is there, at the size it recorded: a missing or
+/// cut table is `Corruption` naming it, here rather than at the first read that reaches it.
+fn check_tables(fs: &dyn FileSystem, dir: &Path, meta: &ManifestState) -> Result<()> {
+    for (_, file) in meta.version.cfs.values().flat_map(|cf| cf.all_files()) {
+        let path = filename::table_path(dir, file.number);
+        match fs.file_size(&path) {
+            Ok(size) if size == file.file_size => {}
+            Ok(size) => {
+                return Err(Error::corruption(
+                    path,
+                    size,
+                    format!(
+                        "the MANIFEST records this table at {} bytes; it holds {size}",
+                        file.file_size
+                    ),
+                ));
+            }
+            Err(e) if e.is_not_found() => {
+                return Err(Error::corruption(
+                    path,
+                    0,
+                    "the MANIFEST names this table, and it is missing",
+                ));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// Creates a missing directory (when allowed) and refuses one holding foreign files.

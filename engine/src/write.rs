@@ -439,8 +439,13 @@ impl DbInner {
         Ok(())
     }
 
-    /// Appends `edit` to the MANIFEST (synced) and applies it to the state.
+    /// Appends `edit` to the MANIFEST (synced) and applies it to the state. Refused once a
+    /// failure stopped the database: after a failed MANIFEST write or sync, the file may hold an
+    /// edit the state lacks, and a later edit's sync would make it durable behind the state's back.
     pub(crate) fn log_and_apply(&self, state: &mut DbState, edit: &VersionEdit) -> Result<()> {
+        if let Some(why) = &state.error {
+            return Err(Error::Stopped(why.clone()));
+        }
         let mut edit = edit.clone();
         edit.next_file_number = Some(state.meta.next_file_number);
         edit.last_seqno = Some(self.visible_seqno.load(Ordering::Acquire));
