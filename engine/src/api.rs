@@ -34,7 +34,9 @@ impl ColumnFamily {
     ///
     /// # Errors
     /// `InvalidArgument` if the key or value is over the limit; `ColumnFamilyNotFound` if the
-    /// family was dropped; `Io` or `Stopped` if the log cannot be written.
+    /// family was dropped; `Stopped` if an earlier failure stopped the database or it is closed.
+    /// With those three the write was certainly not applied. `Io` if the log write or sync
+    /// failed: the write may or may not survive a reopen, and the database stops.
     pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
         self.write_one(|b| b.put_cf(self, key, value))
     }
@@ -356,8 +358,8 @@ impl Db {
     /// Applies `batch` atomically; returns the sequence number of its last write.
     ///
     /// # Errors
-    /// `InvalidArgument` if any write in it is (nothing is written); otherwise as
-    /// [`ColumnFamily::put`].
+    /// `InvalidArgument` if any write in it is invalid, or the whole batch is over the log's
+    /// record limit (nothing is written); otherwise as [`ColumnFamily::put`].
     pub fn write(&self, batch: WriteBatch) -> Result<SeqNo> {
         self.inner.write(batch, false)
     }

@@ -244,7 +244,47 @@ impl WriteBatch {
         }
         self.ops
             .retain(|op| !matches!(op, BatchOp::DeleteRange { start, end, .. } if start == end));
+        let encoded = self.encoded_len();
+        if encoded > cairn_wal::MAX_RECORD_LEN {
+            return Err(Error::invalid(format!(
+                "the batch encodes to {encoded} bytes, over the log's record limit of {}",
+                cairn_wal::MAX_RECORD_LEN
+            )));
+        }
         Ok(())
+    }
+
+    /// The bytes of the log record holding this batch alone (see the module doc).
+    pub(crate) fn encoded_len(&self) -> usize {
+        RECORD_HEADER_LEN
+            + varint_len(self.ops.len() as u64)
+            + self.ops.iter().map(BatchOp::encoded_len).sum::<usize>()
+    }
+}
+
+/// `first_seqno` and `write_time`.
+const RECORD_HEADER_LEN: usize = 16;
+
+fn varint_len(v: u64) -> usize {
+    let bits = 64 - v.leading_zeros() as usize;
+    bits.div_ceil(7).max(1)
+}
+
+fn prefixed_len(bytes: &[u8]) -> usize {
+    varint_len(bytes.len() as u64) + bytes.len()
+}
+
+impl BatchOp {
+    /// The bytes of this op in a log record.
+    fn encoded_len(&self) -> usize {
+        let body = match self {
+            Self::Put {
+                key, value, ttl, ..
+            } => prefixed_len(key) + prefixed_len(value) + ttl.map_or(0, varint_len),
+            Self::Delete { key, .. } | Self::SingleDelete { key, .. } => prefixed_len(key),
+            Self::DeleteRange { start, end, .. } => prefixed_len(start) + prefixed_len(end),
+        };
+        1 + varint_len(u64::from(self.cf())) + body
     }
 }
 
@@ -474,6 +514,21 @@ mod tests {
                 "cut at {cut} decoded"
             );
         }
+    }
+
+    #[test]
+    fn encoded_len_is_the_record_length() {
+        let mut batch = WriteBatch::new();
+        batch.put("k", "v");
+        batch.put_with_ttl(vec![1u8; 300], vec![2u8; 70_000], Duration::from_secs(3));
+        batch.delete("gone");
+        batch.single_delete("");
+        batch.delete_range("a", "z");
+        let refs: Vec<&BatchOp> = batch.ops.iter().collect();
+        let mut record = Vec::new();
+        encode_record(u64::MAX, 1, &refs, &mut record);
+        assert_eq!(batch.encoded_len(), record.len());
+        assert_eq!(WriteBatch::new().encoded_len(), 17);
     }
 
     #[test]

@@ -37,7 +37,8 @@ pub enum Error {
     /// The operation belongs to a capability this build does not have yet.
     #[error("unsupported: {0}")]
     Unsupported(&'static str),
-    /// An earlier failure left the database unable to accept writes safely; reopen it.
+    /// An earlier failure left the database unable to accept writes safely, or it is closed;
+    /// reopen it. A write that fails with `Stopped` was not applied.
     #[error("database stopped after an earlier error: {0}")]
     Stopped(String),
 }
@@ -122,7 +123,8 @@ impl Error {
             Self::Conflict { key } => Self::Conflict { key: key.clone() },
             Self::ColumnFamilyNotFound(name) => Self::ColumnFamilyNotFound(name.clone()),
             Self::Unsupported(what) => Self::Unsupported(what),
-            Self::Io(_) | Self::Stopped(_) => Self::Stopped(self.to_string()),
+            Self::Io(e) => Self::Io(e.duplicate()),
+            Self::Stopped(why) => Self::Stopped(why.clone()),
         }
     }
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use cairn_sstable::SeqNo;
 
 use crate::api::Snapshot;
 use crate::batch::WriteBatch;
@@ -121,9 +122,11 @@ impl Transaction<'_> {
     /// Applies the buffered writes atomically, unless a key the transaction read was written
     /// (or range-deleted) after its snapshot.
     ///
+    /// Returns the sequence number of its last write (the snapshot's, if it wrote nothing).
+    ///
     /// # Errors
     /// `Conflict` naming the first such key (nothing is written); otherwise as [`Db::write`].
-    pub fn commit(self) -> Result<()> {
+    pub fn commit(self) -> Result<SeqNo> {
         let Self {
             db,
             snapshot,
@@ -133,7 +136,7 @@ impl Transaction<'_> {
         } = self;
         batch.validate()?;
         let since = snapshot.seqno();
-        db.inner.run_exclusive(Box::new(move |inner: &DbInner| {
+        let last = db.inner.run_exclusive(Box::new(move |inner: &DbInner| {
             for (cf, key) in &reads {
                 if inner.latest_seqno(*cf, key)? > since {
                     return Err(Error::Conflict {
@@ -149,6 +152,6 @@ impl Transaction<'_> {
             Ok(first + ops.len() as u64 - 1)
         }))?;
         drop(snapshot);
-        Ok(())
+        Ok(last)
     }
 }

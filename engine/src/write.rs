@@ -470,9 +470,11 @@ fn level0_files(state: &DbState) -> usize {
         .unwrap_or(0)
 }
 
-/// The queued writers a leader serves: itself, then batches behind it up to the byte limit. An
-/// exclusive entry is always served alone, and a sync write never joins a group whose leader
-/// does not sync (so a non-sync leader never pays for a sync it did not ask for... nor delays it).
+/// The queued writers a leader serves: itself, then batches behind it while the group stays
+/// within the byte limit (so a group never grows past what one log record may hold: a batch
+/// near that limit always leads alone). An exclusive entry is always served alone, and a sync
+/// write never joins a group whose leader does not sync (so a non-sync leader never pays for a
+/// sync it did not ask for... nor delays it).
 fn take_group(queue: &VecDeque<Arc<Pending>>) -> Vec<Arc<Pending>> {
     let Some(leader) = queue.front() else {
         return Vec::new();
@@ -483,10 +485,10 @@ fn take_group(queue: &VecDeque<Arc<Pending>>) -> Vec<Arc<Pending>> {
     }
     let mut bytes = leader.bytes();
     for pending in queue.iter().skip(1) {
-        if pending.is_exclusive() || (pending.sync && !leader.sync) || bytes >= MAX_GROUP_BYTES {
+        bytes += pending.bytes();
+        if pending.is_exclusive() || (pending.sync && !leader.sync) || bytes > MAX_GROUP_BYTES {
             break;
         }
-        bytes += pending.bytes();
         group.push(Arc::clone(pending));
     }
     group

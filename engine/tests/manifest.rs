@@ -29,11 +29,7 @@ fn a_failed_manifest_sync_stops_the_database_and_deletes_no_table_it_may_have_re
         let fs = FaultyFs::new(1);
         fs.set_sync_failure(SyncFailure::KeepsBytes);
         let gate = Gate::new();
-        let db = Db::open(
-            dir.path(),
-            options(&fs).compaction_filter(gate.clone()),
-        )
-        .expect("open");
+        let db = Db::open(dir.path(), options(&fs).compaction_filter(gate.clone())).expect("open");
         db.put("a", "1").expect("put");
         db.flush().expect("flush");
         // An old reader holds the first table through a compaction: the next sweep is pending.
@@ -46,7 +42,10 @@ fn a_failed_manifest_sync_stops_the_database_and_deletes_no_table_it_may_have_re
         db.put("c", "3").expect("put");
         fs.fail_next(OpKind::Sync, "MANIFEST");
         let failed = db.flush();
-        assert!(failed.is_err(), "the flush whose edit failed to sync reports it");
+        assert!(
+            failed.is_err(),
+            "the flush whose edit failed to sync reports it"
+        );
         let refused = db.put("d", "4");
         assert!(matches!(refused, Err(Error::Stopped(_))), "{refused:?}");
         let tables = common::tables_in(dir.path());
@@ -60,12 +59,15 @@ fn a_failed_manifest_sync_stops_the_database_and_deletes_no_table_it_may_have_re
         );
         drop(db);
         if power_loss {
-            fs.power_loss(PowerLoss::DropAllUnsynced).expect("power loss");
+            fs.power_loss(PowerLoss::DropAllUnsynced)
+                .expect("power loss");
         }
         let db = Db::open(dir.path(), Options::default()).expect("reopen");
         for (key, value) in [("a", "1"), ("b", "2"), ("c", "3")] {
             assert_eq!(
-                db.get(key).expect("every table the MANIFEST names is there").as_deref(),
+                db.get(key)
+                    .expect("every table the MANIFEST names is there")
+                    .as_deref(),
                 Some(value.as_bytes()),
                 "power loss {power_loss}: {key}"
             );
@@ -112,7 +114,11 @@ fn a_compaction_in_flight_when_a_manifest_sync_fails_installs_nothing() {
     drop(db);
     let db = Db::open(dir.path(), Options::default()).expect("reopen");
     for (key, value) in [("a", "1"), ("b", "2"), ("c", "3")] {
-        assert_eq!(db.get(key).expect("get").as_deref(), Some(value.as_bytes()), "{key}");
+        assert_eq!(
+            db.get(key).expect("get").as_deref(),
+            Some(value.as_bytes()),
+            "{key}"
+        );
     }
 }
 

@@ -37,6 +37,20 @@ impl Error {
         }
     }
 
+    /// A copy of this error, for handing one failure to several waiters (`std::io::Error` is not
+    /// `Clone`: the copy keeps its kind and message).
+    #[must_use]
+    pub fn duplicate(&self) -> Self {
+        match self {
+            Self::Io { op, path, source } => Self::Io {
+                op,
+                path: path.clone(),
+                source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            Self::Locked { path } => Self::Locked { path: path.clone() },
+        }
+    }
+
     /// True when the error says the file or directory does not exist.
     pub fn is_not_found(&self) -> bool {
         matches!(self, Self::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)

@@ -376,7 +376,7 @@ impl<'h> Worker<'h> {
         let targets = [(write_key, KeyState::present(version))];
         self.h.expected.begin(&targets);
         match tx.commit() {
-            Ok(()) => {
+            Ok(_) => {
                 self.h.expected.commit(&targets);
                 self.h.log_op(self.id, "transaction", &targets);
             }

@@ -70,9 +70,9 @@ pub fn tables_in(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .map(|entries| {
             entries
-                .filter_map(|e| e.ok())
+                .filter_map(Result::ok)
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.ends_with(".sst"))
+                .filter(|n| Path::new(n).extension().is_some_and(|e| e == "sst"))
                 .collect()
         })
         .unwrap_or_default();
