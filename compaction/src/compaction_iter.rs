@@ -145,7 +145,7 @@ impl std::fmt::Debug for GcContext<'_> {
 impl GcContext<'_> {
     /// The stripe of a seqno: the index of the oldest snapshot that sees it.
     pub fn stripe(&self, seqno: SeqNo) -> usize {
-        if cfg!(feature = "bug-ignore-snapshots") {
+        if crate::planted::active(crate::planted::GcBug::IgnoreSnapshots) {
             // Planted bug: every version in one stripe, as if no snapshot were alive.
             return 0;
         }
@@ -481,7 +481,7 @@ impl<'k> Below<'k> {
     }
 
     fn get(&mut self, ctx: &GcContext<'_>) -> bool {
-        if cfg!(feature = "bug-drop-above-bottom") {
+        if crate::planted::active(crate::planted::GcBug::DropAboveBottom) {
             // Planted bug: every compaction believes it is bottommost.
             return false;
         }

@@ -17,6 +17,7 @@ mod error;
 mod filter;
 pub mod job;
 pub mod picker;
+pub mod planted;
 mod stats;
 
 pub use compaction_iter::{

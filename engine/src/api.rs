@@ -3,7 +3,6 @@
 
 use std::ops::RangeBounds;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,10 +19,6 @@ use crate::read::Version;
 use crate::stats::Stats;
 
 impl ColumnFamily {
-    fn visible(&self) -> SeqNo {
-        self.db.visible_seqno.load(Ordering::Acquire)
-    }
-
     fn write_one(&self, build: impl FnOnce(&mut WriteBatch)) -> Result<()> {
         let mut batch = WriteBatch::new();
         build(&mut batch);
@@ -87,7 +82,7 @@ impl ColumnFamily {
     /// `Corruption` if a table on the way is damaged; `ColumnFamilyNotFound` if the family was
     /// dropped.
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
-        self.db.get(self.id, key.as_ref(), self.visible())
+        self.db.get(self.id, key.as_ref(), None)
     }
 
     /// Up to `limit` live versions of `key`, newest first (at most the family's
@@ -96,8 +91,7 @@ impl ColumnFamily {
     /// # Errors
     /// As [`get`](Self::get).
     pub fn get_versions(&self, key: impl AsRef<[u8]>, limit: usize) -> Result<Vec<Version>> {
-        self.db
-            .get_versions(self.id, key.as_ref(), self.visible(), limit)
+        self.db.get_versions(self.id, key.as_ref(), None, limit)
     }
 
     /// The live keys and values in `range`, in key order, from either end.
@@ -106,12 +100,7 @@ impl ColumnFamily {
     /// `ColumnFamilyNotFound` if the family was dropped; reads that meet damage yield
     /// `Err(Corruption)` and end.
     pub fn range<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Result<DbIterator> {
-        DbIterator::new(
-            Arc::clone(&self.db),
-            self.id,
-            self.visible(),
-            owned_bounds(&range),
-        )
+        DbIterator::new(Arc::clone(&self.db), self.id, None, owned_bounds(&range))
     }
 
     /// The live keys starting with `prefix`.
@@ -122,7 +111,7 @@ impl ColumnFamily {
         DbIterator::new(
             Arc::clone(&self.db),
             self.id,
-            self.visible(),
+            None,
             prefix_bounds(prefix.as_ref()),
         )
     }
@@ -179,10 +168,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     pub(crate) fn new(db: Arc<DbInner>) -> Self {
-        // Register before reading the seqno the snapshot will use: nothing visible at it can
-        // be collected in between, because collection asks for the live list afterwards.
-        let seqno = db.visible_seqno.load(Ordering::Acquire);
-        db.snapshots.acquire(seqno);
+        let seqno = db.snapshots.acquire_current(&db.visible_seqno);
         Self { db, seqno }
     }
 
@@ -196,8 +182,11 @@ impl Snapshot {
     /// # Errors
     /// As [`ColumnFamily::get`].
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
-        self.db
-            .get(crate::column_family::DEFAULT_CF, key.as_ref(), self.seqno)
+        self.db.get(
+            crate::column_family::DEFAULT_CF,
+            key.as_ref(),
+            Some(self.seqno),
+        )
     }
 
     /// The value of `key` in `cf` at the snapshot.
@@ -205,7 +194,7 @@ impl Snapshot {
     /// # Errors
     /// As [`ColumnFamily::get`].
     pub fn get_cf(&self, cf: &ColumnFamily, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
-        self.db.get(cf.id, key.as_ref(), self.seqno)
+        self.db.get(cf.id, key.as_ref(), Some(self.seqno))
     }
 
     /// The live keys and values of the default family in `range` at the snapshot.
@@ -216,7 +205,7 @@ impl Snapshot {
         DbIterator::new(
             Arc::clone(&self.db),
             crate::column_family::DEFAULT_CF,
-            self.seqno,
+            Some(self.seqno),
             owned_bounds(&range),
         )
     }
@@ -233,7 +222,7 @@ impl Snapshot {
         DbIterator::new(
             Arc::clone(&self.db),
             cf.id,
-            self.seqno,
+            Some(self.seqno),
             owned_bounds(&range),
         )
     }
@@ -246,7 +235,7 @@ impl Snapshot {
         DbIterator::new(
             Arc::clone(&self.db),
             crate::column_family::DEFAULT_CF,
-            self.seqno,
+            Some(self.seqno),
             prefix_bounds(prefix.as_ref()),
         )
     }

@@ -301,10 +301,10 @@ impl DbIterator {
     pub(crate) fn new(
         db: Arc<crate::db::DbInner>,
         cf: u32,
-        snapshot: SeqNo,
+        snapshot: Option<SeqNo>,
         range: (Bound<Bytes>, Bound<Bytes>),
     ) -> Result<Self> {
-        let sv = db.super_version();
+        let (sv, snapshot) = db.read_view(snapshot);
         let vis = Visibility::new(db.options.clock.now_ms(), &sv.cf_options(cf)?);
         let bounds = range.clone();
         let trigger = ReadTrigger {

@@ -45,6 +45,10 @@ mod iterator;
 mod manifest;
 mod memtable;
 mod options;
+#[cfg(feature = "planted-bugs")]
+pub mod planted;
+#[cfg(not(feature = "planted-bugs"))]
+mod planted;
 mod read;
 mod recovery;
 mod snapshot;

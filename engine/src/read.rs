@@ -6,6 +6,8 @@
 //! newest puts since the last tombstone, the newest one not expired is the value.
 
 use std::ops::ControlFlow;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use cairn_sstable::{Entry, InternalIterator, Kind, SeqNo, key::user_key, seek_key};
@@ -94,9 +96,25 @@ impl<'a> Resolver<'a> {
 }
 
 impl DbInner {
-    /// The value of `key` at `snapshot`.
-    pub(crate) fn get(&self, cf: u32, key: &[u8], snapshot: SeqNo) -> Result<Option<Bytes>> {
+    /// The read view and the sequence number to read at: `snapshot`'s, or (for `None`) the
+    /// latest, read only *after* the view is taken. The other order races with compaction: a
+    /// compaction installed in between may have dropped a version the number sees, shadowed by
+    /// one it does not. In this order the view holds every write that finished before the read
+    /// began; one that lands in a memtable the view lacks is concurrent with the read.
+    pub(crate) fn read_view(&self, snapshot: Option<SeqNo>) -> (Arc<SuperVersion>, SeqNo) {
         let sv = self.super_version();
+        let seqno = snapshot.unwrap_or_else(|| self.visible_seqno.load(Ordering::Acquire));
+        (sv, seqno)
+    }
+
+    /// The value of `key` at `snapshot` (`None`: the latest).
+    pub(crate) fn get(
+        &self,
+        cf: u32,
+        key: &[u8],
+        snapshot: Option<SeqNo>,
+    ) -> Result<Option<Bytes>> {
+        let (sv, snapshot) = self.read_view(snapshot);
         let vis = Visibility::new(self.options.clock.now_ms(), &sv.cf_options(cf)?);
         let mut resolver = Resolver::new(&vis);
         let mut found = None;
@@ -113,15 +131,15 @@ impl DbInner {
         Ok(found)
     }
 
-    /// Up to `limit` live versions of `key` at `snapshot`, newest first.
+    /// Up to `limit` live versions of `key` at `snapshot` (`None`: the latest), newest first.
     pub(crate) fn get_versions(
         &self,
         cf: u32,
         key: &[u8],
-        snapshot: SeqNo,
+        snapshot: Option<SeqNo>,
         limit: usize,
     ) -> Result<Vec<Version>> {
-        let sv = self.super_version();
+        let (sv, snapshot) = self.read_view(snapshot);
         let vis = Visibility::new(self.options.clock.now_ms(), &sv.cf_options(cf)?);
         let mut resolver = Resolver::new(&vis);
         let mut out = Vec::new();

@@ -67,7 +67,12 @@ pub(crate) fn open(dir: &Path, options: Options) -> Result<DbInner> {
 /// Checks that every table the MANIFEST names is there, at the size it recorded: a missing or
 /// cut table is `Corruption` naming it, here rather than at the first read that reaches it.
 fn check_tables(fs: &dyn FileSystem, dir: &Path, meta: &ManifestState) -> Result<()> {
-    for (_, file) in meta.version.cfs.values().flat_map(crate::version::CfVersion::all_files) {
+    for (_, file) in meta
+        .version
+        .cfs
+        .values()
+        .flat_map(crate::version::CfVersion::all_files)
+    {
         let path = filename::table_path(dir, file.number);
         match fs.file_size(&path) {
             Ok(size) if size == file.file_size => {}

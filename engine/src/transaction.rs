@@ -78,7 +78,8 @@ impl Transaction<'_> {
             return Ok(local.clone());
         }
         self.reads.push((cf, key.clone()));
-        self.snapshot_db().get(cf, &key, self.snapshot.seqno())
+        self.snapshot_db()
+            .get(cf, &key, Some(self.snapshot.seqno()))
     }
 
     fn snapshot_db(&self) -> &Arc<DbInner> {

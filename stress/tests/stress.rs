@@ -1,8 +1,5 @@
 //! The harness on the real engine: short runs pass, with reopens, with faults, across power
-//! losses. (The planted-bug tests are in `planted_bugs.rs`, built only with their features; with
-//! a planted bug these would rightly fail, so they are left out of such builds.)
-
-#![cfg(not(any(feature = "bug-ignore-snapshots", feature = "bug-drop-above-bottom")))]
+//! losses. (The planted-bug tests are in `planted_bugs.rs`.)
 
 use std::time::Duration;
 

@@ -1,0 +1,76 @@
+//! Deliberately wrong rules, planted at run time so the stress harness can show it catches them
+//! (`cairn-stress`'s `planted_bugs` test). Only a build with the `planted-bugs` feature can plant
+//! one; in any other build the engine's rules are the real ones and this module is inert.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use cairn_compaction::planted::GcBug;
+
+/// A wrong rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+#[cfg_attr(not(feature = "planted-bugs"), allow(dead_code))]
+pub enum Bug {
+    /// Compaction puts every version in one stripe, as if no snapshot were alive.
+    IgnoreSnapshots,
+    /// Every compaction believes it is bottommost, so tombstones go while older data lies below.
+    DropAboveBottom,
+    /// A snapshot reads the visible sequence number before it registers (and dawdles between),
+    /// so a compaction in between can drop a version it should see.
+    SnapshotBeforeRegister,
+    /// After a failed MANIFEST sync, edits and obsolete-file deletion go on trusting the
+    /// in-memory version, so a table an edit on disk names can be deleted.
+    DeleteAfterManifestFailure,
+}
+
+#[cfg_attr(not(feature = "planted-bugs"), allow(dead_code))]
+impl Bug {
+    /// Every planted bug.
+    pub const ALL: [Bug; 4] = [
+        Bug::IgnoreSnapshots,
+        Bug::DropAboveBottom,
+        Bug::SnapshotBeforeRegister,
+        Bug::DeleteAfterManifestFailure,
+    ];
+
+    fn engine_bit(self) -> Option<u8> {
+        match self {
+            Self::SnapshotBeforeRegister => Some(1),
+            Self::DeleteAfterManifestFailure => Some(2),
+            Self::IgnoreSnapshots | Self::DropAboveBottom => None,
+        }
+    }
+
+    fn gc_bug(self) -> Option<GcBug> {
+        match self {
+            Self::IgnoreSnapshots => Some(GcBug::IgnoreSnapshots),
+            Self::DropAboveBottom => Some(GcBug::DropAboveBottom),
+            Self::SnapshotBeforeRegister | Self::DeleteAfterManifestFailure => None,
+        }
+    }
+}
+
+static PLANTED: AtomicU8 = AtomicU8::new(0);
+
+/// Plants `bug` (or removes it) for every database in the process from now on.
+#[cfg(feature = "planted-bugs")]
+pub fn set(bug: Bug, planted: bool) {
+    if let Some(gc) = bug.gc_bug() {
+        cairn_compaction::planted::set(gc, planted);
+    }
+    if let Some(bit) = bug.engine_bit() {
+        if planted {
+            PLANTED.fetch_or(bit, Ordering::SeqCst);
+        } else {
+            PLANTED.fetch_and(!bit, Ordering::SeqCst);
+        }
+    }
+}
+
+/// True if `bug` is planted. Always false without the `planted-bugs` feature.
+pub(crate) fn active(bug: Bug) -> bool {
+    cfg!(feature = "planted-bugs")
+        && bug
+            .engine_bit()
+            .is_some_and(|bit| PLANTED.load(Ordering::Relaxed) & bit != 0)
+}
