@@ -56,15 +56,8 @@ impl DbInner {
                     if state.shutting_down {
                         return;
                     }
-                    if state.error.is_none() {
-                        if self.memtable_deadline_due(&state)
-                            || std::mem::take(&mut state.freeze_requested)
-                        {
-                            break Task::FlushMemtable;
-                        }
-                        if let Some(running) = self.pick_compaction(&mut state) {
-                            break Task::Compact(running);
-                        }
+                    if let Some(task) = self.next_task(&mut state) {
+                        break task;
                     }
                     let (guard, timed_out) = self
                         .state_changed
@@ -82,13 +75,32 @@ impl DbInner {
                     self.delete_obsolete_files();
                     Ok(())
                 }
-                Task::FlushMemtable => self.freeze_memtable(),
-                Task::Compact(running) => self.run_compaction(&running),
+                Task::Freeze => self.freeze_from_background(),
+                Task::Compact(running) => self.run_compaction(&running).map(drop),
             };
             if let Err(e) = result {
                 self.stop_with(&e);
             }
         }
+    }
+
+    /// What a compaction thread should do next, if anything. A freeze goes first, but only when
+    /// no writer holds the write queue: with one, the request waits for that writer (who may be
+    /// stalled on level 0, waiting for the compaction this thread picks instead).
+    fn next_task(&self, state: &mut DbState) -> Option<Task> {
+        if state.error.is_some() {
+            return None;
+        }
+        if self.memtable_deadline_due(state) {
+            state.freeze_requested = true;
+        }
+        if state.freeze_requested
+            && state.imm.len() < self.options.max_immutable_memtables
+            && self.writes.is_idle()
+        {
+            return Some(Task::Freeze);
+        }
+        self.pick_compaction(state).map(Task::Compact)
     }
 
     /// Chooses a compaction for some column family and registers it as running.
@@ -175,16 +187,23 @@ impl DbInner {
         })
     }
 
-    /// Runs a registered compaction to the end, installing it or cleaning up after it.
-    pub(crate) fn run_compaction(&self, running: &Running) -> Result<()> {
+    /// Runs a registered compaction to the end, installing it or cleaning up after it. A
+    /// compaction whose column family was dropped meanwhile is abandoned, not an error.
+    pub(crate) fn run_compaction(&self, running: &Running) -> Result<Outcome> {
         let mut outputs = Outputs {
             db: self,
             numbers: Vec::new(),
         };
-        let result = self
-            .compaction_job(running, &mut outputs)
-            .and_then(|output| self.install_compaction(running, &outputs.numbers, &output));
-        if result.is_err() {
+        let result = match self.compaction_job(running, &mut outputs) {
+            Ok(Some(output)) => self.install_compaction(running, &outputs.numbers, &output),
+            Ok(None) => Ok(Outcome::Abandoned),
+            Err(e) if !self.cf_exists(running.cf) => {
+                tracing::debug!(cf = running.cf, error = %e, "compaction of a dropped family abandoned");
+                Ok(Outcome::Abandoned)
+            }
+            Err(e) => Err(e),
+        };
+        if !matches!(result, Ok(Outcome::Installed)) {
             for &n in &outputs.numbers {
                 let _ = self.fs.remove(&filename::temp_table_path(&self.dir, n));
             }
@@ -203,9 +222,20 @@ impl DbInner {
         result
     }
 
-    fn compaction_job(&self, running: &Running, outputs: &mut Outputs<'_>) -> Result<JobOutput> {
+    fn cf_exists(&self, cf: u32) -> bool {
+        self.lock_state().meta.cfs.contains_key(&cf)
+    }
+
+    /// Runs the job; `None` if the column family is gone.
+    fn compaction_job(
+        &self,
+        running: &Running,
+        outputs: &mut Outputs<'_>,
+    ) -> Result<Option<JobOutput>> {
         let sv = self.super_version();
-        let cf_options = sv.cf_options(running.cf)?;
+        let Ok(cf_options) = sv.cf_options(running.cf) else {
+            return Ok(None);
+        };
         let inputs = running
             .pick
             .all_inputs()
@@ -270,7 +300,7 @@ impl DbInner {
             dropped = output.drops.total(),
             "compaction finished"
         );
-        Ok(output)
+        Ok(Some(output))
     }
 
     /// Renames the outputs into place and swaps them for the inputs in one MANIFEST edit.
@@ -279,7 +309,7 @@ impl DbInner {
         running: &Running,
         numbers: &[u64],
         output: &JobOutput,
-    ) -> Result<()> {
+    ) -> Result<Outcome> {
         let mut new_files = Vec::with_capacity(output.tables.len());
         for (summary, &number) in output.tables.iter().zip(numbers) {
             self.fs
@@ -304,19 +334,26 @@ impl DbInner {
                 .iter()
                 .map(|&n| (running.cf, pick.output_level, n)),
         );
-        let mut state = self.lock_state();
-        if !state.meta.cfs.contains_key(&running.cf) {
-            return Ok(()); // The family was dropped meanwhile; its tables go with it.
-        }
-        let edit = VersionEdit {
-            new_files,
-            deleted_files,
-            ..VersionEdit::default()
-        };
-        self.log_and_apply(&mut state, &edit)?;
-        self.install_super_version(&mut state);
-        self.stats.note_compaction(output);
-        Ok(())
+        let installed = self.log_and_apply(
+            |state| {
+                // A family dropped meanwhile: its tables (and these outputs) go with it.
+                Ok(state
+                    .meta
+                    .cfs
+                    .contains_key(&running.cf)
+                    .then_some(VersionEdit {
+                        new_files,
+                        deleted_files,
+                        ..VersionEdit::default()
+                    }))
+            },
+            |_| self.stats.note_compaction(output),
+        )?;
+        Ok(if installed.is_some() {
+            Outcome::Installed
+        } else {
+            Outcome::Abandoned
+        })
     }
 
     /// Compacts every table of `cf` overlapping `range` down to the last level, and rewrites the
@@ -475,8 +512,16 @@ impl DbState {
 
 enum Task {
     Sweep,
-    FlushMemtable,
+    Freeze,
     Compact(Running),
+}
+
+/// How a compaction ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Installed,
+    /// Its column family was dropped: nothing installed, outputs deleted.
+    Abandoned,
 }
 
 /// The user-key bounds of `range` clipped to what the view holds: `None` if it holds nothing.

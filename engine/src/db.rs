@@ -17,7 +17,7 @@ use crate::options::{CfOptions, Options};
 use crate::snapshot::SnapshotList;
 use crate::super_version::{MemSet, SuperVersion};
 use crate::table_cache::TableCache;
-use crate::write::WriteQueue;
+use crate::write_queue::WriteQueue;
 
 /// An open database. The data API (`put`, `get`, `delete`, `range`, …) acts on the default
 /// column family; [`column_family`](Self::column_family) gives handles on the others.
@@ -53,6 +53,9 @@ pub(crate) struct DbInner {
     pub(crate) state: Mutex<DbState>,
     /// Signalled when a memtable is frozen, a flush finishes, or the database shuts down.
     pub(crate) state_changed: Condvar,
+    /// The MANIFEST being appended to. Its lock serialises version edits and is held across
+    /// their write and sync, which the state lock never is; it is taken before the state lock.
+    pub(crate) manifest: Mutex<ManifestWriter>,
     pub(crate) super_version: RwLock<Arc<SuperVersion>>,
     pub(crate) writes: WriteQueue,
     pub(crate) wal: Mutex<LogWriter>,
@@ -67,8 +70,9 @@ pub(crate) struct DbInner {
 /// What changes under the state lock.
 #[derive(Debug)]
 pub(crate) struct DbState {
-    pub(crate) manifest: ManifestWriter,
     pub(crate) meta: ManifestState,
+    /// The MANIFEST in use, which the sweep must not delete.
+    pub(crate) manifest_path: PathBuf,
     pub(crate) mem: Arc<MemSet>,
     /// Frozen memtables waiting for their flush, oldest first.
     pub(crate) imm: VecDeque<Arc<MemSet>>,
@@ -83,7 +87,9 @@ pub(crate) struct DbState {
     pub(crate) compacting: Vec<crate::compact::Running>,
     /// A sweep left obsolete tables that an older reader still held.
     pub(crate) sweep_pending: bool,
-    /// A scan found many tombstones in the active memtable: freeze it so compaction can reach them.
+    /// Background work (a scan over many tombstones in the active memtable, the delete
+    /// persistence deadline) wants the memtables frozen; the next leader of the write queue
+    /// does it.
     pub(crate) freeze_requested: bool,
     /// Per column family, key ranges where scans stepped over many tombstones.
     pub(crate) read_triggered: std::collections::BTreeMap<u32, Vec<(bytes::Bytes, bytes::Bytes)>>,
@@ -284,7 +290,7 @@ impl DbInner {
             options,
             fs,
             state: Mutex::new(DbState {
-                manifest: parts.manifest,
+                manifest_path: parts.manifest.path().to_path_buf(),
                 meta: parts.meta,
                 mem: parts.mem,
                 imm: VecDeque::new(),
@@ -299,6 +305,7 @@ impl DbInner {
                 read_triggered: std::collections::BTreeMap::new(),
             }),
             state_changed: Condvar::new(),
+            manifest: Mutex::new(parts.manifest),
             super_version: RwLock::new(Arc::new(sv)),
             writes: WriteQueue::default(),
             wal: Mutex::new(parts.wal),
@@ -367,23 +374,31 @@ impl DbInner {
         self.state_changed.notify_all();
     }
 
+    /// Stops the database: refuses new writes, waits for the writes in flight, stops the
+    /// background threads, syncs the log, and only then releases the directory lock.
     fn shutdown(&self) -> Result<()> {
-        let error = {
+        {
             let mut state = self.lock_state();
             if state.shutting_down {
                 return Ok(());
             }
             state.shutting_down = true;
-            state.error.clone()
-        };
+        }
         self.state_changed.notify_all();
+        // Writers stalled in the queue see `shutting_down` and give up; one writing finishes.
+        self.writes.close_and_drain();
         let threads: Vec<_> = self.lock_threads().drain(..).collect();
         for thread in threads {
             if thread.join().is_err() {
                 tracing::error!("a background thread panicked");
             }
         }
-        let synced = self.lock_wal().sync();
+        let error = self.lock_state().error.clone();
+        // A log whose write or sync failed refuses a sync; the stored error says why.
+        let synced = match error {
+            Some(_) => Ok(()),
+            None => self.lock_wal().sync(),
+        };
         self.lock
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -37,6 +37,10 @@ pub enum Error {
     /// The operation belongs to a capability this build does not have yet.
     #[error("unsupported: {0}")]
     Unsupported(&'static str),
+    /// A thread panicked while applying this write: whether it was applied is unknown, and the
+    /// database has stopped.
+    #[error("a writer panicked: {0}")]
+    Panicked(String),
     /// An earlier failure left the database unable to accept writes safely, or it is closed;
     /// reopen it. A write that fails with `Stopped` was not applied.
     #[error("database stopped after an earlier error: {0}")]
@@ -125,6 +129,7 @@ impl Error {
             Self::Unsupported(what) => Self::Unsupported(what),
             Self::Io(e) => Self::Io(e.duplicate()),
             Self::Stopped(why) => Self::Stopped(why.clone()),
+            Self::Panicked(why) => Self::Panicked(why.clone()),
         }
     }
 }

@@ -68,28 +68,33 @@ impl DbInner {
     }
 
     /// Adds flushed tables to the version and retires the oldest frozen memset.
-    fn install_flush(&self, mut new_files: Vec<(u32, usize, FileMeta)>) -> Result<()> {
-        let mut state = self.lock_state();
-        // A family dropped while we wrote: its table is not added, and is deleted below.
-        new_files.retain(|(cf, _, _)| state.meta.cfs.contains_key(cf));
-        for (_, _, file) in &new_files {
-            self.stats.note_table_written(file.file_size);
-        }
-        let next_log = state
-            .imm
-            .get(1)
-            .map_or(state.mem.log_number, |m| m.log_number);
-        let edit = VersionEdit {
-            log_number: Some(next_log),
-            new_files,
-            ..VersionEdit::default()
-        };
-        self.log_and_apply(&mut state, &edit)?;
-        state.imm.pop_front();
-        self.install_super_version(&mut state);
-        self.stats.note_flush();
-        drop(state);
-        self.state_changed.notify_all();
+    fn install_flush(&self, new_files: Vec<(u32, usize, FileMeta)>) -> Result<()> {
+        self.log_and_apply(
+            |state| {
+                // A family dropped while we wrote: its table is not added, and is deleted later.
+                let new_files: Vec<_> = new_files
+                    .into_iter()
+                    .filter(|(cf, _, _)| state.meta.cfs.contains_key(cf))
+                    .collect();
+                for (_, _, file) in &new_files {
+                    self.stats.note_table_written(file.file_size);
+                }
+                // Only this thread retires frozen memsets, so the front is still ours.
+                let next_log = state
+                    .imm
+                    .get(1)
+                    .map_or(state.mem.log_number, |m| m.log_number);
+                Ok(Some(VersionEdit {
+                    log_number: Some(next_log),
+                    new_files,
+                    ..VersionEdit::default()
+                }))
+            },
+            |state| {
+                state.imm.pop_front();
+                self.stats.note_flush();
+            },
+        )?;
         Ok(())
     }
 
@@ -142,6 +147,8 @@ impl DbInner {
                 keep.extend(version.live_files());
             }
             keep.extend(state.pending_outputs.iter().copied());
+            // A compaction's inputs until it ends, even if its family is dropped meanwhile.
+            keep.extend(state.compacting.iter().flat_map(|r| r.pick.all_inputs()));
             // Tables only an older reader still holds: a later sweep must come back for them.
             state.sweep_pending = keep
                 .iter()
@@ -155,7 +162,7 @@ impl DbInner {
                 current,
                 state.meta.next_file_number,
                 min_log,
-                state.manifest.path().to_path_buf(),
+                state.manifest_path.clone(),
             )
         };
         let Ok(names) = self.fs.list(&self.dir) else {

@@ -58,7 +58,9 @@ mod table_cache;
 mod transaction;
 mod version;
 mod version_edit;
+mod version_set;
 mod write;
+mod write_queue;
 
 pub use api::Snapshot;
 pub use batch::WriteBatch;

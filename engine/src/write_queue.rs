@@ -1,0 +1,312 @@
+//! The write queue: writers take turns, and the one at the front leads a commit group.
+//!
+//! The writer at the front becomes the leader, takes the batches queued behind it (up to a byte
+//! limit) and writes them as one group; work that must not interleave with writes (freezing a
+//! memtable, a transaction's conflict check, column-family changes) runs as an exclusive entry
+//! the leader executes alone. Only a leader writes the log, inserts into the memtables or
+//! replaces them.
+//!
+//! It does not know what a write does: `DbInner::write_ops` does that. It guarantees that a turn
+//! always ends — a leader that panics hands every writer of its group an `Error::Panicked` and
+//! stops the database — and that a closed queue drains: [`WriteQueue::close_and_drain`] refuses
+//! new writers and waits for those already in it.
+
+use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use cairn_sstable::SeqNo;
+
+use crate::batch::{BatchOp, WriteBatch};
+use crate::db::DbInner;
+use crate::error::{Error, Result};
+
+/// A commit group carries at most this many bytes of batches (a larger batch leads alone).
+const MAX_GROUP_BYTES: usize = 1 << 20;
+
+/// Work done by the leader alone, with the database's `DbInner`.
+pub(crate) type Exclusive = Box<dyn FnOnce(&DbInner) -> Result<SeqNo> + Send>;
+
+pub(crate) enum Work {
+    Batch(WriteBatch),
+    Exclusive(Exclusive),
+}
+
+struct Pending {
+    work: Mutex<Option<Work>>,
+    sync: bool,
+    result: Mutex<Option<Result<SeqNo>>>,
+}
+
+impl Pending {
+    fn take_work(&self) -> Option<Work> {
+        lock(&self.work).take()
+    }
+
+    fn finish(&self, result: Result<SeqNo>) {
+        *lock(&self.result) = Some(result);
+    }
+
+    fn take_result(&self) -> Option<Result<SeqNo>> {
+        lock(&self.result).take()
+    }
+
+    fn has_result(&self) -> bool {
+        lock(&self.result).is_some()
+    }
+
+    fn is_exclusive(&self) -> bool {
+        matches!(*lock(&self.work), Some(Work::Exclusive(_)))
+    }
+
+    fn bytes(&self) -> usize {
+        match &*lock(&self.work) {
+            Some(Work::Batch(b)) => b.size_bytes(),
+            _ => 0,
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Writers waiting their turn.
+#[derive(Default)]
+pub(crate) struct WriteQueue {
+    queue: Mutex<QueueState>,
+    /// Signalled when a turn ends.
+    turn: Condvar,
+}
+
+#[derive(Default)]
+struct QueueState {
+    /// A leader is writing (from the queue, or a writer that found it empty).
+    leading: bool,
+    /// Writers waiting; the first becomes the next leader.
+    waiting: VecDeque<Arc<Pending>>,
+    /// Closed by shutdown: new writers are refused.
+    closed: bool,
+}
+
+impl std::fmt::Debug for WriteQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteQueue").finish_non_exhaustive()
+    }
+}
+
+/// A turn at the head of the queue, taken by [`WriteQueue::try_lead`]; it ends when dropped.
+pub(crate) struct Turn<'a> {
+    queue: &'a WriteQueue,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.queue.end_turn(self.queue.lock(), false);
+    }
+}
+
+impl WriteQueue {
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
+        lock(&self.queue)
+    }
+
+    /// Ends a leader's turn and wakes whoever waits: the group just served, the next leader,
+    /// or a shutdown draining the queue.
+    fn end_turn(&self, mut queue: MutexGuard<'_, QueueState>, served_others: bool) {
+        queue.leading = false;
+        let wake = served_others || !queue.waiting.is_empty() || queue.closed;
+        drop(queue);
+        if wake {
+            self.turn.notify_all();
+        }
+    }
+
+    /// Takes the lead if nobody leads or waits: for background work, which must never wait on
+    /// writers (a writer stalled on level 0 waits for that very work). `None` if the queue is
+    /// busy or closed.
+    pub(crate) fn try_lead(&self) -> Option<Turn<'_>> {
+        let mut queue = self.lock();
+        if queue.leading || !queue.waiting.is_empty() || queue.closed {
+            return None;
+        }
+        queue.leading = true;
+        Some(Turn { queue: self })
+    }
+
+    /// True if nobody leads or waits.
+    pub(crate) fn is_idle(&self) -> bool {
+        let queue = self.lock();
+        !queue.leading && queue.waiting.is_empty()
+    }
+
+    /// Refuses new writers from now on (they get `Stopped`) and waits until the writers already
+    /// in the queue are done: a write in flight finishes before the log's last sync.
+    pub(crate) fn close_and_drain(&self) {
+        let mut queue = self.lock();
+        queue.closed = true;
+        while queue.leading || !queue.waiting.is_empty() {
+            queue = self
+                .turn
+                .wait(queue)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+}
+
+impl DbInner {
+    /// Queues `work` and returns its result, leading a group if it comes to the front.
+    pub(crate) fn submit(&self, work: Work, sync: bool) -> Result<SeqNo> {
+        let mut queue = self.writes.lock();
+        if queue.closed {
+            return Err(Error::Stopped("the database is closed".into()));
+        }
+        if !queue.leading && queue.waiting.is_empty() {
+            // Nobody to group with: write directly, with no queue entry to allocate and no one
+            // to wake unless somebody queued meanwhile.
+            queue.leading = true;
+            drop(queue);
+            let result = self.unwind_safely(&[], || self.lead_alone(work, sync));
+            self.writes.end_turn(self.writes.lock(), false);
+            return result;
+        }
+        let me = Arc::new(Pending {
+            work: Mutex::new(Some(work)),
+            sync,
+            result: Mutex::new(None),
+        });
+        queue.waiting.push_back(Arc::clone(&me));
+        loop {
+            if let Some(result) = me.take_result() {
+                return result;
+            }
+            if !queue.leading
+                && queue
+                    .waiting
+                    .front()
+                    .is_some_and(|front| Arc::ptr_eq(front, &me))
+            {
+                break;
+            }
+            queue = self
+                .writes
+                .turn
+                .wait(queue)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        queue.leading = true;
+        let group = take_group(&queue.waiting);
+        drop(queue);
+        self.unwind_safely(&group, || self.lead(&group));
+        let mut queue = self.writes.lock();
+        for _ in 0..group.len() {
+            queue.waiting.pop_front();
+        }
+        self.writes.end_turn(queue, group.len() > 1);
+        me.take_result()
+            .unwrap_or_else(|| Err(Error::Stopped("write result lost".into())))
+    }
+
+    /// Runs a leader's work. If it panics, the log may hold part of a group the memtables lack:
+    /// the database stops, every writer of the group gets `Panicked`, the turn ends, and the
+    /// panic goes on in the leader's thread.
+    fn unwind_safely<T>(&self, group: &[Arc<Pending>], lead: impl FnOnce() -> T) -> T {
+        match std::panic::catch_unwind(AssertUnwindSafe(lead)) {
+            Ok(value) => value,
+            Err(panic) => {
+                let why = "a writer panicked while leading a commit group; whether its writes \
+                           were applied is unknown";
+                self.stop_with(&Error::Panicked(why.into()));
+                for pending in group.iter().filter(|p| !p.has_result()) {
+                    pending.finish(Err(Error::Panicked(why.into())));
+                }
+                if !group.is_empty() {
+                    let mut queue = self.writes.lock();
+                    for _ in 0..group.len() {
+                        queue.waiting.pop_front();
+                    }
+                    drop(queue);
+                }
+                self.writes.end_turn(self.writes.lock(), true);
+                std::panic::resume_unwind(panic)
+            }
+        }
+    }
+
+    /// Executes one writer's work as a leader with no group; returns the last seqno written.
+    fn lead_alone(&self, work: Work, sync: bool) -> Result<SeqNo> {
+        match work {
+            Work::Exclusive(work) => work(self),
+            Work::Batch(batch) => {
+                let ops: Vec<&BatchOp> = batch.ops.iter().collect();
+                let first = self.write_ops(&ops, sync)?;
+                Ok(first + batch.len() as u64 - 1)
+            }
+        }
+    }
+
+    /// Executes a group as its leader and stores every member's result.
+    fn lead(&self, group: &[Arc<Pending>]) {
+        let mut all = Vec::with_capacity(group.len());
+        for pending in group {
+            match pending.take_work() {
+                // `take_group` serves an exclusive entry alone.
+                Some(Work::Exclusive(work)) => return pending.finish(work(self)),
+                Some(Work::Batch(batch)) => all.push((Arc::clone(pending), batch)),
+                None => {}
+            }
+        }
+        // Column families change only in exclusive entries, so this view is current.
+        let cfs = self.super_version();
+        all.retain(|(pending, batch)| {
+            match batch.ops.iter().find(|op| !cfs.cfs.contains_key(&op.cf())) {
+                Some(op) => {
+                    pending.finish(Err(Error::ColumnFamilyNotFound(format!("id {}", op.cf()))));
+                    false
+                }
+                None => true,
+            }
+        });
+        if all.is_empty() {
+            return;
+        }
+        let sync = all.iter().any(|(p, _)| p.sync);
+        let ops: Vec<&BatchOp> = all.iter().flat_map(|(_, b)| b.ops.iter()).collect();
+        let result = self.write_ops(&ops, sync);
+        let mut next = match &result {
+            Ok(first_seqno) => *first_seqno,
+            Err(_) => 0,
+        };
+        for (pending, batch) in &all {
+            next += batch.len() as u64;
+            pending.finish(match &result {
+                Ok(_) => Ok(next - 1),
+                Err(e) => Err(e.duplicate()),
+            });
+        }
+    }
+}
+
+/// The queued writers a leader serves: itself, then batches behind it while the group stays
+/// within the byte limit (so a group never grows past what one log record may hold: a batch
+/// near that limit always leads alone). An exclusive entry is always served alone, and a sync
+/// write never joins a group whose leader does not sync (so a non-sync leader never pays for a
+/// sync it did not ask for... nor delays it).
+fn take_group(queue: &VecDeque<Arc<Pending>>) -> Vec<Arc<Pending>> {
+    let Some(leader) = queue.front() else {
+        return Vec::new();
+    };
+    let mut group = vec![Arc::clone(leader)];
+    if leader.is_exclusive() {
+        return group;
+    }
+    let mut bytes = leader.bytes();
+    for pending in queue.iter().skip(1) {
+        bytes += pending.bytes();
+        if pending.is_exclusive() || (pending.sync && !leader.sync) || bytes > MAX_GROUP_BYTES {
+            break;
+        }
+        group.push(Arc::clone(pending));
+    }
+    group
+}

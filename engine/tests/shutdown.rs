@@ -1,0 +1,190 @@
+//! Shutdown and panics: `close` waits for the writes in flight, a panicking writer does not hang
+//! the writers queued behind it, and dropping a column family abandons its running compaction.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use cairn::{Clock, Db, Options};
+use common::{HoldingFs, Op, tempdir, within};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A clock that, once armed, holds the first thread named `writer-*` that reads it until the
+/// test lets it go: the leader of a commit group reads the clock after it found room in the
+/// memtable and before it writes the log, so this holds a write in flight.
+#[derive(Debug, Default)]
+struct HoldingClock {
+    armed: AtomicBool,
+    held: std::sync::Mutex<bool>,
+    released: std::sync::Condvar,
+    entered: AtomicBool,
+}
+
+impl Clock for HoldingClock {
+    fn now_ms(&self) -> u64 {
+        let writer = std::thread::current()
+            .name()
+            .is_some_and(|n| n.starts_with("writer-"));
+        if writer && self.armed.swap(false, Ordering::SeqCst) {
+            self.entered.store(true, Ordering::SeqCst);
+            let mut held = self
+                .held
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            *held = true;
+            while *held {
+                held = self
+                    .released
+                    .wait(held)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+        }
+        cairn::SystemClock.now_ms()
+    }
+}
+
+impl HoldingClock {
+    fn release(&self) {
+        *self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = false;
+        self.released.notify_all();
+    }
+}
+
+#[test]
+fn close_waits_for_the_writes_in_flight_before_its_final_sync_and_unlock() {
+    let dir = tempdir();
+    let clock = Arc::new(HoldingClock::default());
+    let db = Db::open(dir.path(), Options::default().clock(clock.clone())).expect("open");
+    let cf = db.column_family("default").expect("default family");
+    clock.armed.store(true, Ordering::SeqCst);
+    let writer = std::thread::Builder::new()
+        .name("writer-0".into())
+        .spawn(move || cf.put("k", "v"))
+        .expect("spawn");
+    while !clock.entered.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let closer = std::thread::spawn(move || db.close());
+    std::thread::sleep(Duration::from_millis(500));
+    let closed_early = closer.is_finished();
+    let locked_out = Db::open(dir.path(), Options::default()).is_err();
+    clock.release();
+    let written = writer.join().expect("writer");
+    closer.join().expect("closer").expect("close");
+    assert!(!closed_early, "close returned while a write was in flight");
+    assert!(
+        locked_out,
+        "the directory was unlocked while a write was in flight"
+    );
+    written.expect("the write in flight completes");
+    let db = Db::open(dir.path(), Options::default()).expect("reopen");
+    assert_eq!(db.get("k").expect("get").as_deref(), Some(&b"v"[..]));
+}
+
+/// A clock that panics once, on the first call from a thread named `writer-*` after it is armed:
+/// the leader of a commit group reads the clock to stamp the group.
+#[derive(Debug, Default)]
+struct PanickyClock {
+    armed: AtomicBool,
+}
+
+impl Clock for PanickyClock {
+    fn now_ms(&self) -> u64 {
+        let writer = std::thread::current()
+            .name()
+            .is_some_and(|n| n.starts_with("writer-"));
+        let breaks = writer && self.armed.swap(false, Ordering::SeqCst);
+        assert!(!breaks, "the clock broke");
+        cairn::SystemClock.now_ms()
+    }
+}
+
+#[test]
+fn a_panicking_leader_does_not_hang_the_writers_queued_behind_it() {
+    let dir = tempdir();
+    let clock = Arc::new(PanickyClock::default());
+    let db = Arc::new(Db::open(dir.path(), Options::default().clock(clock.clone())).expect("open"));
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let db = Arc::clone(&db);
+            std::thread::Builder::new()
+                .name(format!("writer-{w}"))
+                .spawn(move || {
+                    let mut errors = 0;
+                    for i in 0..2000 {
+                        if db.put(format!("w{w}-{i}"), "v").is_err() {
+                            errors += 1;
+                        }
+                    }
+                    errors
+                })
+                .expect("spawn")
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(20));
+    clock.armed.store(true, Ordering::SeqCst);
+    let Some(outcomes) = within(WAIT, move || {
+        writers
+            .into_iter()
+            .map(std::thread::JoinHandle::join)
+            .collect::<Vec<_>>()
+    }) else {
+        std::mem::forget(db);
+        panic!("writers hung behind a panicked leader");
+    };
+    let panicked = outcomes.iter().filter(|o| o.is_err()).count();
+    assert_eq!(panicked, 1, "the leader's own thread panics, no other");
+    let failed: usize = outcomes.iter().filter_map(|o| o.as_ref().ok()).sum();
+    assert!(
+        failed > 0,
+        "writes after the panic fail: the database stopped"
+    );
+    assert!(
+        matches!(db.put("after", "v"), Err(cairn::Error::Stopped(_))),
+        "a panic mid-write leaves the log uncertain: the database stops"
+    );
+}
+
+#[test]
+fn dropping_a_column_family_abandons_its_running_compaction() {
+    let dir = tempdir();
+    let fs = HoldingFs::default();
+    let db = Db::open(
+        dir.path(),
+        Options::default()
+            .file_system(Arc::new(fs.clone()))
+            .level0_triggers(2, 20, 36),
+    )
+    .expect("open");
+    let cf = db
+        .create_column_family("doomed", cairn::CfOptions::default())
+        .expect("cf");
+    // The compaction opens its inputs, the first time anything maps these tables.
+    fs.hold(Op::Map, ".sst");
+    cf.put("a", "1").expect("put");
+    db.flush().expect("flush");
+    cf.put("b", "2").expect("put");
+    db.flush().expect("flush");
+    assert!(
+        fs.wait_held(Op::Map, ".sst", WAIT),
+        "two level-0 tables start a compaction"
+    );
+    db.drop_column_family("doomed").expect("drop");
+    fs.release(Op::Map, ".sst");
+    std::thread::sleep(Duration::from_millis(300));
+    db.put("after", "ok")
+        .expect("the database goes on after the abandoned compaction");
+    db.wait_for_background_work().expect("settle");
+    assert!(db.column_family("doomed").is_err());
+    assert!(
+        common::tables_in(dir.path()).is_empty(),
+        "the dropped family's tables and the compaction's outputs are gone: {:?}",
+        common::tables_in(dir.path())
+    );
+}

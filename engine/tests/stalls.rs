@@ -1,0 +1,70 @@
+//! Write stalls: a writer stalled on level 0 waits for compaction, and compaction never waits on
+//! the writer, so the stall ends.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn::{Db, Options};
+use common::{Gate, tempdir, within};
+
+/// One background thread; writes stop at two level-0 tables. While the thread compacts another
+/// column family, the default family's level 0 fills and a writer stalls there, holding the
+/// write queue; a scan over tombstones in the memtable meanwhile asks for a freeze. When the
+/// compaction thread comes back, freezing through the write queue would wait for the stalled
+/// writer, who waits for the compaction thread: the stall must end instead.
+#[test]
+fn a_writer_stalled_on_level0_never_blocks_the_compaction_that_drains_it() {
+    let dir = tempdir();
+    let gate = Gate::new();
+    let db = Arc::new(
+        Db::open(
+            dir.path(),
+            Options::default()
+                .background_threads(1)
+                .level0_triggers(1, 2, 2)
+                .read_trigger_tombstones(10)
+                .compaction_filter(gate.clone()),
+        )
+        .expect("open"),
+    );
+    let other = db
+        .create_column_family("other", cairn::CfOptions::default())
+        .expect("cf");
+    other.put("k", "v").expect("put");
+    db.flush().expect("flush");
+    assert!(
+        gate.wait_entered(Duration::from_secs(10)),
+        "the other family's compaction is held at the gate"
+    );
+    db.put("a", "1").expect("put");
+    db.flush().expect("flush");
+    for i in 0..20 {
+        db.delete(format!("d{i:02}")).expect("delete");
+    }
+    assert_eq!(db.range("d".."e").expect("scan").count(), 0);
+    db.flush().expect("flush");
+    // The default family's level 0 holds two tables: writes are stopped.
+    let writer = {
+        let db = Arc::clone(&db);
+        std::thread::spawn(move || db.put("c", "3"))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    gate.open();
+    let Some(finished) = within(Duration::from_secs(30), move || writer.join()) else {
+        // Dropping a deadlocked database would wait for its threads forever.
+        std::mem::forget(db);
+        panic!("the stalled write never finished: deadlock");
+    };
+    finished.expect("writer thread").expect("put");
+    let db2 = Arc::clone(&db);
+    within(Duration::from_secs(30), move || {
+        db2.wait_for_background_work()
+    })
+    .expect("background work never settled")
+    .expect("settle");
+    let l0 = db.stats().levels.first().map_or(0, |l| l.files);
+    assert!(l0 < 2, "level 0 drained: {l0} tables left");
+    assert_eq!(db.get("c").expect("get").as_deref(), Some(&b"3"[..]));
+}
