@@ -285,7 +285,7 @@ impl DbInner {
         let last_seqno = parts.meta.last_seqno;
         let initial_version = Arc::clone(&parts.meta.version);
         Self {
-            tables: TableCache::new(Arc::clone(&fs), dir.clone(), cache),
+            tables: TableCache::new(Arc::clone(&fs), dir.clone(), cache, options.max_open_tables),
             dir,
             options,
             fs,

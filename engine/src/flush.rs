@@ -261,6 +261,5 @@ pub(crate) fn file_meta(number: u64, summary: &TableSummary) -> FileMeta {
         max_tombstones_in_window: props.max_tombstones_in_window,
         earliest_expiry: props.earliest_expiry,
         oldest_write_time: props.oldest_write_time,
-        open: crate::version_edit::OpenTable::default(),
     }
 }

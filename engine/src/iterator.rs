@@ -224,7 +224,7 @@ fn sources(
             if !file.overlaps(start, end) {
                 continue;
             }
-            let table = db.tables.table(file)?.clone();
+            let table = db.tables.table(file)?;
             push(
                 Box::new(table.iter()),
                 Tombstones::Table(table),

@@ -19,6 +19,10 @@ use crate::options::CfOptions;
 use crate::version::Version;
 use crate::version_edit::VersionEdit;
 
+/// File numbers stay below this: one read from disk at or above it is corruption, and every
+/// `+ 1` on a number is safe.
+pub(crate) const MAX_FILE_NUMBER: u64 = 1 << 62;
+
 /// Everything the MANIFEST records.
 #[derive(Debug, Clone)]
 pub(crate) struct ManifestState {
@@ -51,11 +55,17 @@ impl ManifestState {
     }
 
     /// Applies an edit read back from (or about to be written to) `manifest`.
+    ///
+    /// # Errors
+    /// `Corruption` (naming `manifest`) if the edit removes a table that is not there, names a
+    /// level that does not exist, or holds a number out of range.
     pub(crate) fn apply(&mut self, edit: &VersionEdit, manifest: &Path) -> Result<()> {
+        edit.check_ranges()
+            .map_err(|why| Error::corruption(manifest, 0, why))?;
         self.version = Arc::new(self.version.apply(edit, manifest)?);
         for (id, name, options) in &edit.added_cfs {
             self.cfs.insert(*id, (name.clone(), options.clone()));
-            self.next_cf_id = self.next_cf_id.max(id + 1);
+            self.next_cf_id = self.next_cf_id.max(id.saturating_add(1));
         }
         for id in &edit.dropped_cfs {
             self.cfs.remove(id);

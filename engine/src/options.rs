@@ -27,6 +27,7 @@ pub struct Options {
     pub(crate) max_immutable_memtables: usize,
     pub(crate) recovery_mode: RecoveryMode,
     pub(crate) block_cache_bytes: u64,
+    pub(crate) max_open_tables: usize,
     pub(crate) table: TableOptions,
     pub(crate) background_threads: usize,
     pub(crate) delete_persistence_deadline: Option<Duration>,
@@ -71,6 +72,7 @@ impl Default for Options {
             max_immutable_memtables: 2,
             recovery_mode: RecoveryMode::default(),
             block_cache_bytes: 64 << 20,
+            max_open_tables: 1000,
             table: TableOptions::default(),
             background_threads: 2,
             delete_persistence_deadline: None,
@@ -139,7 +141,17 @@ impl Options {
         self
     }
 
+    /// Tables kept open (mapped) at most (default 1000, at least 1); the least recently used is
+    /// closed when another must open. A reader using a table keeps it open until done.
+    #[must_use]
+    pub fn max_open_tables(mut self, n: usize) -> Self {
+        self.max_open_tables = n.max(1);
+        self
+    }
+
     /// How tables are built: block size, bloom bits per key, zstd level (defaults 4 KiB, 10, 3).
+    /// A block size outside `1..=cairn_sstable::MAX_BLOCK_SIZE` makes `open` fail with
+    /// `InvalidArgument`.
     #[must_use]
     pub fn table_options(mut self, table: TableOptions) -> Self {
         self.table = table;

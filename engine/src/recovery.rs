@@ -6,13 +6,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cairn_fs::FileSystem;
+use cairn_sstable::MAX_SEQNO;
 use cairn_wal::{LogReader, LogWriter, RecoveryMode};
 
 use crate::batch::decode_record;
 use crate::db::{DbInner, OpenedParts};
 use crate::error::{Error, Result};
 use crate::filename::{self, FileKind};
-use crate::manifest::{self, ManifestState, ManifestWriter};
+use crate::manifest::{self, MAX_FILE_NUMBER, ManifestState, ManifestWriter};
 use crate::memtable::Memtable;
 use crate::options::Options;
 use crate::super_version::MemSet;
@@ -20,6 +21,7 @@ use crate::write::apply_ops;
 
 /// Opens the database in `dir`.
 pub(crate) fn open(dir: &Path, options: Options) -> Result<DbInner> {
+    options.table.validate()?;
     let fs = Arc::clone(&options.fs);
     prepare_directory(fs.as_ref(), dir, &options)?;
     if !options.create_if_missing && !fs.exists(&filename::current_path(dir)) {
@@ -49,12 +51,20 @@ pub(crate) fn open(dir: &Path, options: Options) -> Result<DbInner> {
     check_tables(fs.as_ref(), dir, &meta)?;
     let names = fs.list(dir)?;
     // Numbers are never reused, even for files a crash left behind unrecorded.
-    let highest = names
+    if let Some((name, n)) = names
         .iter()
-        .filter_map(|n| file_number(n))
-        .max()
-        .unwrap_or(0);
-    meta.next_file_number = meta.next_file_number.max(highest + 1);
+        .filter_map(|name| Some((name, file_number(name)?)))
+        .max_by_key(|(_, n)| *n)
+    {
+        if n >= MAX_FILE_NUMBER {
+            return Err(Error::corruption(
+                dir.join(name),
+                0,
+                format!("file number {n} leaves no numbers to hand out"),
+            ));
+        }
+        meta.next_file_number = meta.next_file_number.max(n + 1);
+    }
 
     let recovered = replay_logs(fs.as_ref(), dir, &names, &meta, options.recovery_mode)?;
     meta.last_seqno = meta.last_seqno.max(recovered.last_seqno);
@@ -187,6 +197,23 @@ fn replay_logs(
                 }
             };
             let count = record.ops.len() as u64;
+            if record.first_seqno == 0
+                || record.first_seqno.saturating_add(count.saturating_sub(1)) > MAX_SEQNO
+            {
+                let damage = Error::corruption(
+                    &path,
+                    offset,
+                    format!(
+                        "log record's sequence numbers {}..+{count} are outside 1..=2^56-1",
+                        record.first_seqno
+                    ),
+                );
+                if mode == RecoveryMode::SkipCorrupted {
+                    tracing::warn!(error = %damage, "skipping a log record");
+                    continue;
+                }
+                return Err(damage);
+            }
             apply_ops(
                 &memset,
                 record.first_seqno,

@@ -69,6 +69,8 @@ pub struct Stats {
     /// Data blocks fetched (from the block cache or the file) since open, by reads and
     /// compactions: the cost of reads, for tests and tuning. Never decreases.
     pub data_blocks_read: u64,
+    /// Tables the table cache holds open (mapped) now: at most `Options::max_open_tables`.
+    pub open_tables: usize,
 }
 
 /// Running counters.
@@ -188,6 +190,7 @@ impl crate::db::DbInner {
             wal_bytes,
             memtable_entries,
             data_blocks_read: self.tables.blocks_read(),
+            open_tables: self.tables.open_tables(),
             levels,
         }
     }

@@ -1,4 +1,10 @@
-//! Open tables by file number, mapped once and shared.
+//! Open tables by file number: mapped on first use, kept in a bounded cache, and tracked while
+//! anyone holds them.
+//!
+//! The cache holds at most `Options::max_open_tables` tables; the least recently used one is
+//! closed when another is opened (a reader using it keeps its own handle until done). Every table
+//! opened is also remembered weakly, so an audit can find one that is still mapped after its
+//! file was deleted: a mapping keeps an unlinked file's bytes on disk.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -6,29 +12,45 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cairn_fs::FileSystem;
-use cairn_sstable::{BlockCache, Table};
+use cairn_sstable::{BlockCache, Table, WeakTable};
 
 use crate::error::Result;
 use crate::filename;
 use crate::version_edit::FileMeta;
 
 /// Maps file numbers to open tables.
-#[derive(Debug)]
 pub(crate) struct TableCache {
     fs: Arc<dyn FileSystem>,
     dir: PathBuf,
     blocks: Option<BlockCache>,
-    open: Mutex<HashMap<u64, Table>>,
+    open: quick_cache::sync::Cache<u64, Table>,
+    /// Every table opened, while anything holds it.
+    alive: Mutex<HashMap<u64, WeakTable>>,
     blocks_read: Arc<AtomicU64>,
 }
 
+impl std::fmt::Debug for TableCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TableCache")
+            .field("dir", &self.dir)
+            .field("open", &self.open.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl TableCache {
-    pub(crate) fn new(fs: Arc<dyn FileSystem>, dir: PathBuf, blocks: Option<BlockCache>) -> Self {
+    pub(crate) fn new(
+        fs: Arc<dyn FileSystem>,
+        dir: PathBuf,
+        blocks: Option<BlockCache>,
+        max_open: usize,
+    ) -> Self {
         Self {
             fs,
             dir,
             blocks,
-            open: Mutex::new(HashMap::new()),
+            open: quick_cache::sync::Cache::new(max_open.max(1)),
+            alive: Mutex::new(HashMap::new()),
             blocks_read: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -39,37 +61,40 @@ impl TableCache {
         self.blocks_read.load(Ordering::Relaxed)
     }
 
-    /// The table numbered `number`, opening it on first use.
-    pub(crate) fn get(&self, number: u64) -> Result<Table> {
-        if let Some(table) = self.lock().get(&number) {
-            return Ok(table.clone());
-        }
-        let table = Table::open(
-            self.fs.as_ref(),
-            &filename::table_path(&self.dir, number),
-            number,
-            self.blocks.clone(),
-        )?
-        .with_shared_counter(Arc::clone(&self.blocks_read));
-        self.lock().insert(number, table.clone());
-        Ok(table)
+    /// Tables the cache holds open now.
+    pub(crate) fn open_tables(&self) -> usize {
+        self.open.len()
     }
 
-    /// The table `file` records, kept open in the record after the first call.
-    pub(crate) fn table<'f>(&self, file: &'f FileMeta) -> Result<&'f Table> {
-        if let Some(table) = file.open.get() {
-            return Ok(table);
-        }
-        Ok(file.open.keep(self.get(file.number)?))
+    /// The table numbered `number`, opening it if the cache does not hold it.
+    pub(crate) fn get(&self, number: u64) -> Result<Table> {
+        self.open.get_or_insert_with(&number, || -> Result<Table> {
+            let table = Table::open(
+                self.fs.as_ref(),
+                &filename::table_path(&self.dir, number),
+                number,
+                self.blocks.clone(),
+            )?
+            .with_shared_counter(Arc::clone(&self.blocks_read));
+            let mut alive = self.lock_alive();
+            alive.retain(|_, weak| weak.is_alive());
+            alive.insert(number, table.downgrade());
+            Ok(table)
+        })
+    }
+
+    /// The table `file` records.
+    pub(crate) fn table(&self, file: &FileMeta) -> Result<Table> {
+        self.get(file.number)
     }
 
     /// Forgets a table that was deleted. Readers still holding it keep their mapping.
     pub(crate) fn evict(&self, number: u64) {
-        self.lock().remove(&number);
+        self.open.remove(&number);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Table>> {
-        self.open
+    fn lock_alive(&self) -> std::sync::MutexGuard<'_, HashMap<u64, WeakTable>> {
+        self.alive
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }

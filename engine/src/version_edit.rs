@@ -1,9 +1,6 @@
 //! Version edits: the records of the MANIFEST (see `engine/MANIFEST.md`).
 
-use std::sync::OnceLock;
-
 use bytes::Bytes;
-use cairn_sstable::Table;
 
 use crate::batch::{Reader, put_varint};
 use crate::options::CfOptions;
@@ -29,43 +26,6 @@ pub(crate) struct FileMeta {
     pub(crate) max_tombstones_in_window: u32,
     pub(crate) earliest_expiry: Option<u64>,
     pub(crate) oldest_write_time: Option<u64>,
-    /// The table, once opened: kept with its record so that a read reaches it without a
-    /// table-cache lookup. Not part of the record's value (equality ignores it).
-    pub(crate) open: OpenTable,
-}
-
-/// A table opened on first use; see [`FileMeta::open`].
-#[derive(Default, Clone)]
-pub(crate) struct OpenTable(OnceLock<Table>);
-
-impl OpenTable {
-    /// The table if it is open.
-    pub(crate) fn get(&self) -> Option<&Table> {
-        self.0.get()
-    }
-
-    /// Keeps `table` (or the one another thread kept first) and returns it.
-    pub(crate) fn keep(&self, table: Table) -> &Table {
-        self.0.get_or_init(|| table)
-    }
-}
-
-impl PartialEq for OpenTable {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for OpenTable {}
-
-impl std::fmt::Debug for OpenTable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.get().is_some() {
-            "open"
-        } else {
-            "closed"
-        })
-    }
 }
 
 impl FileMeta {
@@ -103,6 +63,52 @@ const TAG_NEW_FILE: u8 = 7;
 const TAG_DELETED_FILE: u8 = 8;
 
 impl VersionEdit {
+    /// Checks the numbers an edit read from disk may hold: sequence numbers within 56 bits, file
+    /// numbers below [`MAX_FILE_NUMBER`](crate::manifest::MAX_FILE_NUMBER), column family ids
+    /// below `u32::MAX`, levels that exist. A message says what is out of range.
+    pub(crate) fn check_ranges(&self) -> Result<(), String> {
+        use crate::manifest::MAX_FILE_NUMBER;
+        let seqnos = self.last_seqno.into_iter().chain(
+            self.new_files
+                .iter()
+                .flat_map(|(_, _, f)| [f.smallest_seqno, f.largest_seqno]),
+        );
+        if let Some(s) = seqnos.into_iter().find(|&s| s > cairn_sstable::MAX_SEQNO) {
+            return Err(format!("sequence number {s} past 56 bits"));
+        }
+        let numbers = self.next_file_number.into_iter().chain(
+            self.new_files
+                .iter()
+                .map(|(_, _, f)| f.number)
+                .chain(self.deleted_files.iter().map(|(_, _, n)| *n))
+                .chain(self.log_number),
+        );
+        if let Some(n) = numbers.into_iter().find(|&n| n >= MAX_FILE_NUMBER) {
+            return Err(format!("file number {n} out of range"));
+        }
+        let ids = self.next_cf_id.into_iter().chain(
+            self.added_cfs
+                .iter()
+                .map(|(id, _, _)| *id)
+                .chain(self.dropped_cfs.iter().copied()),
+        );
+        if ids.into_iter().any(|id| id == u32::MAX) {
+            return Err("column family id out of range".into());
+        }
+        let levels = self
+            .new_files
+            .iter()
+            .map(|(_, l, _)| *l)
+            .chain(self.deleted_files.iter().map(|(_, l, _)| *l));
+        if let Some(l) = levels
+            .into_iter()
+            .find(|&l| l >= crate::version::NUM_LEVELS)
+        {
+            return Err(format!("level {l} does not exist"));
+        }
+        Ok(())
+    }
+
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         for (tag, value) in [
@@ -249,7 +255,6 @@ fn decode_file(r: &mut Reader) -> Option<(u32, usize, FileMeta)> {
             max_tombstones_in_window: u32::try_from(r.varint()?).ok()?,
             earliest_expiry: read_optional(r).ok()?,
             oldest_write_time: read_optional(r).ok()?,
-            open: OpenTable::default(),
         },
     ))
 }
@@ -291,7 +296,6 @@ mod tests {
                     max_tombstones_in_window: 3,
                     earliest_expiry: Some(77),
                     oldest_write_time: Some(5),
-                    open: OpenTable::default(),
                 },
             )],
             deleted_files: vec![(0, 1, 4)],

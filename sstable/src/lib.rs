@@ -62,4 +62,7 @@ pub use table::properties::{TOMBSTONE_WINDOW, TableProperties};
 pub use table::range_tombstones::{
     Fragment, FragmentedRangeTombstones, RangeTombstone, TombstoneVersion,
 };
-pub use table::{FORMAT_VERSION, Table, TableIter, TableOptions, TableSummary, TableWriter};
+pub use table::{
+    FORMAT_VERSION, MAX_BLOCK_SIZE, Table, TableIter, TableOptions, TableSummary, TableWriter,
+    WeakTable,
+};

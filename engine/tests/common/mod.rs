@@ -80,6 +80,25 @@ pub fn tables_in(dir: &Path) -> Vec<String> {
     names
 }
 
+/// The table files under `dir` this process has mapped now, from `/proc/self/maps`, each with
+/// whether it was deleted (a mapping keeps a deleted file's bytes on disk).
+pub fn mapped_tables(dir: &Path) -> std::collections::BTreeSet<(String, bool)> {
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");
+    let dir = dir.to_string_lossy().into_owned();
+    maps.lines()
+        .filter_map(|line| {
+            // address perms offset dev inode path [(deleted)]
+            let path = line.splitn(6, char::is_whitespace).nth(5)?.trim_start();
+            let (path, deleted) = match path.strip_suffix(" (deleted)") {
+                Some(path) => (path, true),
+                None => (path, false),
+            };
+            let is_table = Path::new(path).extension().is_some_and(|e| e == "sst");
+            (path.starts_with(&dir) && is_table).then(|| (path.to_string(), deleted))
+        })
+        .collect()
+}
+
 pub fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
 }

@@ -17,8 +17,19 @@ use crate::error::{Origin, Result};
 pub(crate) const BLOCK_TRAILER_LEN: usize = 5;
 const RAW: u8 = 0;
 const ZSTD: u8 = 1;
-/// No block decompresses to more than this; a larger claim is corruption.
-const MAX_BLOCK_LEN: usize = 1 << 31;
+/// The most a properties block may decompress to: the properties are read first, before the
+/// table's recorded block bound is known. (Two keys of at most 64 KiB and a few dozen numbers.)
+pub(crate) const MAX_PROPERTIES_LEN: usize = 1 << 20;
+
+/// How a block read hands back raw (uncompressed) contents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Raw {
+    /// A slice of the file's bytes: for blocks that live and die with the open table.
+    Borrowed,
+    /// A copy: for blocks that may outlive the table (cached, or sliced into values handed to
+    /// callers), so that nothing keeps a deleted table's mapping, and so its file, alive.
+    Copied,
+}
 
 /// Compresses blocks with one reusable zstd context.
 pub(crate) struct BlockEncoder {
@@ -92,8 +103,16 @@ thread_local! {
     static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
 }
 
-/// Reads, verifies and decompresses the block at `handle` of `file`.
-pub(crate) fn read_block(file: &Bytes, handle: BlockHandle, origin: &Origin) -> Result<Bytes> {
+/// Reads, verifies and decompresses the block at `handle` of `file`. A compressed block may not
+/// claim more than `max_len` bytes uncompressed (the bound the table records): a damaged or
+/// crafted length never buys a larger allocation.
+pub(crate) fn read_block(
+    file: &Bytes,
+    handle: BlockHandle,
+    origin: &Origin,
+    max_len: usize,
+    raw: Raw,
+) -> Result<Bytes> {
     let at = Origin::new(origin.file.clone(), handle.offset);
     let (Ok(start), Ok(size)) = (usize::try_from(handle.offset), usize::try_from(handle.size))
     else {
@@ -114,18 +133,26 @@ pub(crate) fn read_block(file: &Bytes, handle: BlockHandle, origin: &Origin) -> 
         return Err(at.corruption(0, "block checksum mismatch"));
     }
     match file.get(end) {
+        Some(&RAW) if raw == Raw::Copied => Ok(Bytes::copy_from_slice(
+            file.get(start..end).unwrap_or_default(),
+        )),
         Some(&RAW) => Ok(file.slice(start..end)),
-        Some(&ZSTD) => decompress(file.get(start..end).unwrap_or_default(), &at),
+        Some(&ZSTD) => decompress(file.get(start..end).unwrap_or_default(), &at, max_len),
         other => Err(at.corruption(size, format!("unknown block type {other:?}"))),
     }
 }
 
-fn decompress(contents: &[u8], at: &Origin) -> Result<Bytes> {
+fn decompress(contents: &[u8], at: &Origin, max_len: usize) -> Result<Bytes> {
     let mut cursor = Cursor::new(contents);
     let len = cursor
         .varint_usize()
-        .filter(|&len| len <= MAX_BLOCK_LEN)
         .ok_or_else(|| at.corruption(0, "bad uncompressed length"))?;
+    if len > max_len {
+        return Err(at.corruption(
+            0,
+            format!("block claims {len} bytes uncompressed, over the table's bound of {max_len}"),
+        ));
+    }
     let frame = contents.get(cursor.pos()..).unwrap_or_default();
     // The writer always records the content size in the frame; a disagreement is damage, and
     // checking it first keeps a crafted length from buying a large allocation.
@@ -182,4 +209,45 @@ fn decompress_streaming(frame: &[u8], len: usize) -> std::io::Result<Vec<u8>> {
 /// Decodes a varint block handle stored as an index value.
 pub(crate) fn decode_handle(value: &[u8]) -> Option<BlockHandle> {
     BlockHandle::decode_varint(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoded(raw: &[u8]) -> (Bytes, BlockHandle) {
+        let mut encoder = BlockEncoder::new(Some(3)).expect("zstd");
+        let mut out = Vec::new();
+        let size = encoder.encode(raw, &mut out);
+        (Bytes::from(out), BlockHandle { offset: 0, size })
+    }
+
+    #[test]
+    fn a_block_claiming_more_than_the_recorded_bound_is_corruption() {
+        // A megabyte of zeros compresses to a few dozen bytes: a small block can ask for a lot.
+        let (file, handle) = encoded(&vec![0u8; 1 << 20]);
+        assert!(file.len() < 1000, "compressed: {} bytes", file.len());
+        let origin = Origin::new(std::sync::Arc::from(std::path::Path::new("t.sst")), 0);
+        let within = read_block(&file, handle, &origin, 1 << 20, Raw::Copied);
+        assert_eq!(within.map(|b| b.len()).ok(), Some(1 << 20));
+        let over = read_block(&file, handle, &origin, 4096, Raw::Copied);
+        assert!(
+            matches!(&over, Err(crate::Error::Corruption { .. })),
+            "{over:?}"
+        );
+    }
+
+    #[test]
+    fn copied_raw_blocks_do_not_share_the_file_bytes() {
+        let mut out = Vec::new();
+        let size = BlockEncoder::encode_raw(b"raw contents", &mut out);
+        let file = Bytes::from(out);
+        let handle = BlockHandle { offset: 0, size };
+        let origin = Origin::default();
+        let copied = read_block(&file, handle, &origin, 64, Raw::Copied).expect("read");
+        let borrowed = read_block(&file, handle, &origin, 64, Raw::Borrowed).expect("read");
+        assert_eq!(copied, borrowed);
+        let within = |b: &Bytes| file.as_ptr_range().contains(&b.as_ptr());
+        assert!(within(&borrowed) && !within(&copied));
+    }
 }

@@ -10,7 +10,7 @@ mod writer;
 
 pub use footer::FORMAT_VERSION;
 pub use iter::TableIter;
-pub use reader::Table;
+pub use reader::{Table, WeakTable};
 pub use writer::{TableSummary, TableWriter};
 
 use crate::bloom::DEFAULT_BITS_PER_KEY;
@@ -35,13 +35,32 @@ impl Default for TableOptions {
     }
 }
 
+/// The largest [`TableOptions::block_size`] accepted (64 MiB): readers hold decompression to the
+/// largest block a table records, and a target past this is a mistake, not a tuning.
+pub const MAX_BLOCK_SIZE: usize = 64 << 20;
+
 impl TableOptions {
-    /// Target size of an uncompressed data block in bytes (default 4096). A block is cut once it
-    /// reaches this size, so a block holding a large entry is larger.
+    /// Target size of an uncompressed data block in bytes (default 4096, at most
+    /// [`MAX_BLOCK_SIZE`]). A block is cut once it reaches this size, so a block holding a large
+    /// entry is larger.
     #[must_use]
     pub fn block_size(mut self, bytes: usize) -> Self {
-        self.block_size = bytes.max(1);
+        self.block_size = bytes;
         self
+    }
+
+    /// Checks the options.
+    ///
+    /// # Errors
+    /// `InvalidArgument` if the block size is 0 or over [`MAX_BLOCK_SIZE`].
+    pub fn validate(&self) -> crate::Result<()> {
+        if self.block_size == 0 || self.block_size > MAX_BLOCK_SIZE {
+            return Err(crate::Error::InvalidArgument(format!(
+                "block size {} is outside 1..={MAX_BLOCK_SIZE}",
+                self.block_size
+            )));
+        }
+        Ok(())
     }
 
     /// Entries between whole keys in a data block (default 16). Smaller seeks faster and takes

@@ -53,6 +53,9 @@ pub struct TableProperties {
     pub max_tombstones_in_window: u32,
     /// Bloom filter bits per key the table was built with (0: no filter).
     pub bloom_bits_per_key: u32,
+    /// The largest uncompressed size of any block but the properties block: the bound a reader
+    /// holds every decompression to (0: not recorded, a table from before the bound existed).
+    pub max_block_bytes: u64,
     /// The smallest internal key of a point entry.
     pub smallest_key: Option<Bytes>,
     /// The largest internal key of a point entry.
@@ -127,6 +130,7 @@ impl TableProperties {
         let mut numbers: Vec<(&str, u64)> = vec![
             ("bloom_bits_per_key", u64::from(self.bloom_bits_per_key)),
             ("largest_seqno", self.largest_seqno),
+            ("max_block_bytes", self.max_block_bytes),
             (
                 "max_tombstones_in_window",
                 u64::from(self.max_tombstones_in_window),
@@ -188,8 +192,15 @@ impl TableProperties {
                 })?;
             iter.next()?;
         }
-        if props.num_entries != props.num_puts + props.num_deletes + props.num_single_deletes {
+        let by_kind = props
+            .num_puts
+            .checked_add(props.num_deletes)
+            .and_then(|n| n.checked_add(props.num_single_deletes));
+        if by_kind != Some(props.num_entries) {
             return Err(origin.corruption(0, "entry counts by kind do not add up"));
+        }
+        if props.largest_seqno > crate::key::MAX_SEQNO {
+            return Err(origin.corruption(0, "sequence number past 56 bits"));
         }
         Ok(props)
     }
@@ -216,6 +227,7 @@ impl TableProperties {
             b"bloom_bits_per_key" => self.bloom_bits_per_key = small()?,
             b"earliest_expiry" => self.earliest_expiry = Some(v),
             b"largest_seqno" => self.largest_seqno = v,
+            b"max_block_bytes" => self.max_block_bytes = v,
             b"max_tombstones_in_window" => self.max_tombstones_in_window = small()?,
             b"newest_write_time" => self.newest_write_time = Some(v),
             b"num_data_blocks" => self.num_data_blocks = v,

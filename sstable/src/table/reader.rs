@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use cairn_fs::FileSystem;
 
-use super::block_io::read_block;
+use super::block_io::{MAX_PROPERTIES_LEN, Raw, read_block};
 use super::footer::{BlockHandle, Footer};
 use super::iter::TableIter;
 use super::properties::TableProperties;
@@ -32,6 +32,8 @@ pub struct Table {
 struct TableInner {
     id: u64,
     origin: Origin,
+    /// No block of this table decompresses to more (its recorded `max_block_bytes`).
+    max_block_len: usize,
     data: Bytes,
     index: Block,
     bloom: Bloom,
@@ -42,7 +44,28 @@ struct TableInner {
     shared_blocks_read: OnceLock<Arc<AtomicU64>>,
 }
 
+/// A handle on an open table that does not keep it open: for knowing whether anyone still does.
+#[derive(Debug, Clone)]
+pub struct WeakTable(std::sync::Weak<TableInner>);
+
+impl WeakTable {
+    /// The table, if something still holds it open.
+    pub fn upgrade(&self) -> Option<Table> {
+        self.0.upgrade().map(|inner| Table { inner })
+    }
+
+    /// True if something still holds the table open.
+    pub fn is_alive(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+}
+
 impl Table {
+    /// A handle that does not keep the table (and its mapping) open.
+    pub fn downgrade(&self) -> WeakTable {
+        WeakTable(Arc::downgrade(&self.inner))
+    }
+
     /// Maps and opens the table at `path`. `id` must be unique among tables sharing `cache`
     /// (the engine uses the file number).
     ///
@@ -71,20 +94,26 @@ impl Table {
     ) -> Result<Self> {
         let origin = Origin::new(Arc::from(path), 0);
         let footer = Footer::decode(&data, &origin)?;
-        let block = |handle: BlockHandle| -> Result<Block> {
+        // Blocks read here live and die with the table: they may borrow the file's bytes.
+        let read = |handle: BlockHandle, max_len: usize| {
+            read_block(&data, handle, &origin, max_len, Raw::Borrowed)
+        };
+        let block = |handle: BlockHandle, max_len: usize| -> Result<Block> {
             Block::new(
-                read_block(&data, handle, &origin)?,
+                read(handle, max_len)?,
                 Origin::new(origin.file.clone(), handle.offset),
             )
         };
-        let index = block(footer.index)?;
-        let properties = TableProperties::decode(&block(footer.properties)?, &origin)?;
+        let properties =
+            TableProperties::decode(&block(footer.properties, MAX_PROPERTIES_LEN)?, &origin)?;
+        let max_block_len = block_bound(&properties);
+        let index = block(footer.index, max_block_len)?;
         let filter_at = Origin::new(origin.file.clone(), footer.filter.offset);
-        let bloom = Bloom::new(read_block(&data, footer.filter, &origin)?)
+        let bloom = Bloom::new(read(footer.filter, max_block_len)?)
             .ok_or_else(|| filter_at.corruption(0, "malformed bloom filter"))?;
         let tombstones_at = Origin::new(origin.file.clone(), footer.range_tombstones.offset);
         let range_tombstones = FragmentedRangeTombstones::decode(
-            &read_block(&data, footer.range_tombstones, &origin)?,
+            &read(footer.range_tombstones, max_block_len)?,
             &tombstones_at,
         )?;
         if range_tombstones.num_versions() != properties.num_range_tombstones {
@@ -96,6 +125,7 @@ impl Table {
             inner: Arc::new(TableInner {
                 id,
                 origin,
+                max_block_len,
                 data,
                 index,
                 bloom,
@@ -199,10 +229,29 @@ impl Table {
         {
             return Block::new(cached, origin);
         }
-        let bytes = read_block(&inner.data, handle, &inner.origin)?;
+        // Copied out of the mapping: a cached block, and a value sliced from it, may outlive
+        // the table and must not keep a deleted file on disk.
+        let bytes = read_block(
+            &inner.data,
+            handle,
+            &inner.origin,
+            inner.max_block_len,
+            Raw::Copied,
+        )?;
         if let Some(cache) = &inner.cache {
             cache.insert(inner.id, handle.offset, bytes.clone());
         }
         Block::new(bytes, origin)
+    }
+}
+
+/// The most any block of a table with these properties may decompress to. A table from before
+/// the bound was recorded gets the old fixed one.
+fn block_bound(properties: &TableProperties) -> usize {
+    /// The fixed bound tables without a recorded one are held to.
+    const UNRECORDED: usize = 1 << 31;
+    match properties.max_block_bytes {
+        0 => UNRECORDED,
+        n => usize::try_from(n).unwrap_or(UNRECORDED),
     }
 }

@@ -61,8 +61,10 @@ impl TableWriter {
     /// A writer into `file`, which should be new and empty.
     ///
     /// # Errors
-    /// `InvalidArgument` if the zstd level is not one zstd accepts.
+    /// `InvalidArgument` if the options are out of bounds (see [`TableOptions::validate`]) or
+    /// the zstd level is not one zstd accepts.
     pub fn new(file: Box<dyn WritableFile>, options: TableOptions) -> Result<Self> {
+        options.validate()?;
         let encoder = BlockEncoder::new(options.compression_level)
             .map_err(|e| Error::InvalidArgument(format!("compression level: {e}")))?;
         Ok(Self {
@@ -203,6 +205,10 @@ impl TableWriter {
         let mut tombstone_block = Vec::new();
         range_tombstones.encode(&mut tombstone_block);
         let index = self.index_block.finish().to_vec();
+        for meta in [&index, &tombstone_block] {
+            self.properties.max_block_bytes =
+                self.properties.max_block_bytes.max(meta.len() as u64);
+        }
         self.properties.max_tombstones_in_window = self.window.max();
         self.properties.bloom_bits_per_key = if filter.is_empty() {
             0
@@ -233,6 +239,7 @@ impl TableWriter {
     fn flush_data_block(&mut self) -> Result<()> {
         let index_key = self.data_block.last_key().to_vec();
         let raw = self.data_block.finish();
+        self.properties.max_block_bytes = self.properties.max_block_bytes.max(raw.len() as u64);
         let handle = append_block(
             &mut self.encoder,
             &mut self.out,

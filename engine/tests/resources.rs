@@ -1,0 +1,157 @@
+//! Bounded resources: open tables, table block sizes, and numbers read back from disk.
+
+mod common;
+
+use std::io::Write;
+
+use cairn::{Db, Error, Options};
+use common::tempdir;
+
+#[test]
+fn the_table_cache_keeps_no_more_tables_open_than_its_bound() {
+    let dir = tempdir();
+    let db = Db::open(
+        dir.path(),
+        Options::default()
+            .max_open_tables(4)
+            // No compaction: every flush stays a table of its own.
+            .level0_triggers(100, 200, 300),
+    )
+    .expect("open");
+    for t in 0..12 {
+        for i in 0..50 {
+            db.put(format!("t{t:02}-{i:03}"), "v").expect("put");
+        }
+        db.flush().expect("flush");
+    }
+    assert_eq!(db.stats().levels.first().map(|l| l.files), Some(12));
+    for round in 0..2 {
+        for t in 0..12 {
+            let value = db.get(format!("t{t:02}-007")).expect("get");
+            assert_eq!(value.as_deref(), Some(&b"v"[..]), "round {round} table {t}");
+            let open = db.stats().open_tables;
+            assert!(open <= 4, "{open} tables open, bound 4");
+            let mapped = common::mapped_tables(dir.path());
+            assert!(
+                mapped.len() <= 4,
+                "{} tables mapped: {mapped:?}",
+                mapped.len()
+            );
+        }
+    }
+    assert_eq!(
+        db.iter().expect("iter").count(),
+        600,
+        "a scan over all of them"
+    );
+}
+
+#[test]
+fn a_block_size_past_the_bound_is_an_invalid_argument() {
+    let dir = tempdir();
+    for size in [0, cairn_sstable::MAX_BLOCK_SIZE + 1] {
+        let options = Options::default()
+            .table_options(cairn_sstable::TableOptions::default().block_size(size));
+        let opened = Db::open(dir.path(), options);
+        assert!(
+            matches!(opened, Err(Error::InvalidArgument(_))),
+            "block size {size}: {opened:?}"
+        );
+    }
+}
+
+/// Appends a log record (the engine's batch encoding, `engine/MANIFEST.md`) putting `key` at
+/// `first_seqno` to the newest log of `dir`.
+fn append_record(dir: &std::path::Path, first_seqno: u64, key: &[u8]) {
+    let log = std::fs::read_dir(dir)
+        .expect("list")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .max()
+        .expect("a log");
+    let mut record = Vec::new();
+    record.extend_from_slice(&first_seqno.to_le_bytes());
+    record.extend_from_slice(&1u64.to_le_bytes());
+    record.push(1); // one op
+    record.extend_from_slice(&[1, 0]); // Put, default family
+    record.push(u8::try_from(key.len()).expect("short key"));
+    record.extend_from_slice(key);
+    record.extend_from_slice(&[1, b'v']);
+    let fs = cairn_fs::RealFs::new();
+    let file = cairn_fs::FileSystem::open_append(&fs, &log).expect("open log");
+    let mut writer = cairn_wal::LogWriter::new(file);
+    writer.add_record(&record).expect("append");
+    writer.sync().expect("sync");
+}
+
+#[test]
+fn a_log_record_with_a_sequence_number_past_56_bits_is_corruption() {
+    let dir = tempdir();
+    let db = Db::open(dir.path(), Options::default()).expect("open");
+    db.put("a", "1").expect("put");
+    drop(db);
+    append_record(dir.path(), 1 << 56, b"b");
+    match Db::open(dir.path(), Options::default()) {
+        Err(Error::Corruption { file, reason, .. }) => {
+            assert!(
+                file.extension().is_some_and(|e| e == "log"),
+                "{}",
+                file.display()
+            );
+            assert!(reason.contains("sequence"), "{reason}");
+        }
+        other => panic!("expected Corruption, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn a_file_number_at_the_top_of_the_range_is_refused_not_overflowed() {
+    let dir = tempdir();
+    Db::open(dir.path(), Options::default())
+        .expect("open")
+        .close()
+        .expect("close");
+    let name = format!("{}.log", u64::MAX);
+    std::fs::File::create(dir.path().join(&name))
+        .and_then(|mut f| f.write_all(b""))
+        .expect("create");
+    match Db::open(dir.path(), Options::default()) {
+        Err(Error::Corruption { file, .. }) => {
+            assert!(file.ends_with(&name), "{}", file.display());
+        }
+        other => panic!(
+            "expected Corruption naming {name}, got {:?}",
+            other.map(|_| ())
+        ),
+    }
+}
+
+#[test]
+fn a_manifest_edit_with_a_column_family_id_at_the_top_of_the_range_is_corruption() {
+    let dir = tempdir();
+    Db::open(dir.path(), Options::default())
+        .expect("open")
+        .close()
+        .expect("close");
+    let current = std::fs::read_to_string(dir.path().join("CURRENT")).expect("CURRENT");
+    let manifest = dir.path().join(current.trim());
+    // An edit adding column family u32::MAX (`engine/MANIFEST.md`: tag 5, id, name, ttl + 1,
+    // max_versions, grace).
+    let mut edit = vec![5, 0xff, 0xff, 0xff, 0xff, 0x0f, 1, b'x', 0, 1, 0];
+    edit.shrink_to_fit();
+    let fs = cairn_fs::RealFs::new();
+    let file = cairn_fs::FileSystem::open_append(&fs, &manifest).expect("open MANIFEST");
+    let mut writer = cairn_wal::LogWriter::new(file);
+    writer.add_record(&edit).expect("append");
+    writer.sync().expect("sync");
+    match Db::open(dir.path(), Options::default()) {
+        Err(Error::Corruption { file, reason, .. }) => {
+            assert_eq!(file, manifest, "{reason}");
+        }
+        other => panic!(
+            "expected Corruption naming the MANIFEST, got {:?}",
+            other.map(|_| ())
+        ),
+    }
+}
