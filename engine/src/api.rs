@@ -8,11 +8,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use cairn_sstable::SeqNo;
 
+use crate::audit::KeyTrace;
 use crate::batch::WriteBatch;
 use crate::column_family::ColumnFamily;
 use crate::db::{Db, DbInner};
 use crate::error::Result;
-use crate::explain::{KeyTrace, TombstoneExplanation};
+use crate::explain::TombstoneExplanation;
 use crate::iterator::{DbIterator, owned_bounds, prefix_bounds};
 use crate::options::WriteOptions;
 use crate::read::Version;

@@ -76,6 +76,7 @@ impl DbInner {
                     Ok(())
                 }
                 Task::Freeze => self.freeze_from_background(),
+                Task::RollManifest => self.roll_manifest_if_due(),
                 Task::Compact(running) => self.run_compaction(&running).map(drop),
             };
             if let Err(e) = result {
@@ -100,7 +101,11 @@ impl DbInner {
         {
             return Some(Task::Freeze);
         }
-        self.pick_compaction(state).map(Task::Compact)
+        if let Some(running) = self.pick_compaction(state) {
+            return Some(Task::Compact(running));
+        }
+        // Last: the compactions the deadline forces come first, and each adds an edit.
+        self.manifest_roll_due(state).then_some(Task::RollManifest)
     }
 
     /// Chooses a compaction for some column family and registers it as running.
@@ -167,15 +172,10 @@ impl DbInner {
     /// True if the active memtables hold a tombstone that must reach a table now to meet the
     /// delete persistence deadline (its first stage, as the picker splits the deadline).
     fn memtable_deadline_due(&self, state: &DbState) -> bool {
-        let Some(deadline) = self
-            .options
-            .delete_persistence_deadline
-            .map(crate::batch::millis)
-        else {
+        let Some(stage_ms) = self.options.deadline_stage_ms() else {
             return false;
         };
         let now = self.options.clock.now_ms();
-        let stages = crate::version::NUM_LEVELS as u64 + 1;
         state.mem.tables.iter().any(|(cf, mem)| {
             let grace = state
                 .meta
@@ -183,7 +183,7 @@ impl DbInner {
                 .get(cf)
                 .map_or(0, |(_, o)| crate::batch::millis(o.tombstone_grace));
             mem.oldest_tombstone_time()
-                .is_some_and(|t| now >= t.saturating_add(grace).saturating_add(deadline / stages))
+                .is_some_and(|t| now >= t.saturating_add(grace).saturating_add(stage_ms))
         })
     }
 
@@ -405,6 +405,7 @@ impl DbInner {
                 && state.compacting.is_empty()
                 && !self.memtable_deadline_due(&state)
                 && !state.freeze_requested
+                && !self.manifest_roll_due(&state)
                 && state.meta.cfs.keys().all(|&cf| {
                     let read_triggered = state.read_triggered.get(&cf).cloned().unwrap_or_default();
                     state
@@ -514,6 +515,7 @@ enum Task {
     Sweep,
     Freeze,
     Compact(Running),
+    RollManifest,
 }
 
 /// How a compaction ended.

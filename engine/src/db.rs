@@ -71,8 +71,11 @@ pub(crate) struct DbInner {
 #[derive(Debug)]
 pub(crate) struct DbState {
     pub(crate) meta: ManifestState,
-    /// The MANIFEST in use, which the sweep must not delete.
-    pub(crate) manifest_path: PathBuf,
+    /// The MANIFEST in use; the sweep deletes those numbered below it.
+    pub(crate) manifest_number: u64,
+    /// When the oldest edit past the MANIFEST's snapshot was written (ms of the database's
+    /// clock): the delete persistence deadline rolls the MANIFEST over a stage after it.
+    pub(crate) manifest_oldest_edit: Option<u64>,
     pub(crate) mem: Arc<MemSet>,
     /// Frozen memtables waiting for their flush, oldest first.
     pub(crate) imm: VecDeque<Arc<MemSet>>,
@@ -259,7 +262,7 @@ impl Db {
     ///
     /// # Errors
     /// `Corruption` if a table on the way is damaged.
-    pub fn audit_key(&self, key: impl AsRef<[u8]>) -> Result<Vec<crate::explain::KeyTrace>> {
+    pub fn audit_key(&self, key: impl AsRef<[u8]>) -> Result<Vec<crate::audit::KeyTrace>> {
         self.default_cf.audit_key(key)
     }
 }
@@ -290,7 +293,8 @@ impl DbInner {
             options,
             fs,
             state: Mutex::new(DbState {
-                manifest_path: parts.manifest.path().to_path_buf(),
+                manifest_number: parts.manifest.number(),
+                manifest_oldest_edit: None,
                 meta: parts.meta,
                 mem: parts.mem,
                 imm: VecDeque::new(),

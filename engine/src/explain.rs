@@ -1,56 +1,22 @@
-//! Explain and audit: why each tombstone is still on disk, and every place a key still lies.
+//! Explain: why each tombstone is still in a memtable or on disk.
 //!
-//! These answer "right to be forgotten" questions no peer engine answers: `audit_key` lists every
-//! memtable, log and table that still holds any version of a key, with the time by which the
-//! delete persistence deadline promises it gone; `explain_tombstones` says, per tombstone, which
-//! garbage-collection condition keeps it — the same conditions the compaction iterator checks.
+//! `explain_tombstones` says, per tombstone, which garbage-collection condition keeps it — a
+//! snapshot, its grace period, older data below, or only a compaction that has not reached it —
+//! checking the conditions in the order the compaction iterator does. (Where a key still lies is
+//! `audit.rs`'s question.)
 
 use std::ops::Bound;
 
 use bytes::Bytes;
 use cairn_sstable::{
-    FragmentedRangeTombstones, InternalIterator, Kind, MAX_SEQNO, SeqNo, key::user_key,
-    parse_internal_key, seek_key,
+    FragmentedRangeTombstones, InternalIterator, Kind, MAX_SEQNO, SeqNo, parse_internal_key,
+    seek_key,
 };
 
+use crate::audit::Location;
 use crate::db::DbInner;
 use crate::error::Result;
 use crate::super_version::SuperVersion;
-
-/// Where a version or tombstone lies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Location {
-    /// In a memtable (and so in its write-ahead log too).
-    Memtable,
-    /// In a write-ahead log file.
-    Log {
-        /// The log's file number.
-        number: u64,
-    },
-    /// In a table.
-    Table {
-        /// Its level.
-        level: usize,
-        /// Its file number.
-        number: u64,
-    },
-}
-
-/// One place a key's version or tombstone still lies.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyTrace {
-    /// Where.
-    pub location: Location,
-    /// The write's sequence number.
-    pub seqno: SeqNo,
-    /// What it is (`RangeDelete` for a range tombstone covering the key).
-    pub kind: Kind,
-    /// When it was written, in ms of the database's clock.
-    pub write_time: u64,
-    /// When the delete persistence deadline promises it gone, in ms: set for deleted versions and
-    /// for tombstones when a deadline is configured, `None` for live data or without one.
-    pub gone_by: Option<u64>,
-}
 
 /// Why a tombstone is still kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,80 +60,6 @@ pub struct TombstoneExplanation {
 }
 
 impl DbInner {
-    /// Every trace of `key` in `cf`, newest first.
-    pub(crate) fn audit_key(&self, cf: u32, key: &[u8]) -> Result<Vec<KeyTrace>> {
-        let sv = self.super_version();
-        let grace = crate::batch::millis(sv.cf_options(cf)?.tombstone_grace);
-        let deadline = self
-            .options
-            .delete_persistence_deadline
-            .map(crate::batch::millis);
-        let mut traces: Vec<KeyTrace> = Vec::new();
-        for set in &sv.memsets {
-            let Some(mem) = set.tables.get(&cf) else {
-                continue;
-            };
-            for e in mem.versions(key, MAX_SEQNO, usize::MAX) {
-                for location in [
-                    Location::Memtable,
-                    Location::Log {
-                        number: set.log_number,
-                    },
-                ] {
-                    traces.push(trace(location, e.seqno, e.kind, e.meta.write_time));
-                }
-            }
-            for t in covering(&mem.range_tombstones(), key) {
-                for location in [
-                    Location::Memtable,
-                    Location::Log {
-                        number: set.log_number,
-                    },
-                ] {
-                    traces.push(trace(location, t.0, Kind::RangeDelete, t.1));
-                }
-            }
-        }
-        if let Some(files) = sv.version.cf(cf) {
-            for (level, file) in files.all_files() {
-                if !file.may_contain_key(key) {
-                    continue;
-                }
-                let table = self.tables.table(file)?;
-                let location = Location::Table {
-                    level,
-                    number: file.number,
-                };
-                for t in covering(table.range_tombstones(), key) {
-                    traces.push(trace(location, t.0, Kind::RangeDelete, t.1));
-                }
-                if !table.may_contain(key) {
-                    continue;
-                }
-                let mut iter = table.iter();
-                iter.seek(&seek_key(key, MAX_SEQNO))?;
-                while iter.valid() && user_key(iter.key()) == key {
-                    if let Some(k) = parse_internal_key(iter.key()) {
-                        traces.push(trace(location, k.seqno, k.kind, iter.meta().write_time));
-                    }
-                    iter.next()?;
-                }
-            }
-        }
-        traces.sort_by_key(|t| std::cmp::Reverse(t.seqno));
-        // Walking newest first: everything at or below the newest tombstone is deleted.
-        let mut deleted_at: Option<u64> = None;
-        for t in &mut traces {
-            if t.kind.is_tombstone() {
-                deleted_at = Some(deleted_at.map_or(t.write_time, |d| d.max(t.write_time)));
-            }
-            t.gone_by = deadline
-                .zip(deleted_at)
-                .map(|(d, at)| at.saturating_add(grace).saturating_add(d));
-        }
-        Ok(traces)
-    }
-
     /// Every tombstone of `cf` in `range` still in a memtable or table, and why it is kept.
     pub(crate) fn explain_tombstones(
         &self,
@@ -232,23 +124,6 @@ impl DbInner {
         }
         Ok(out)
     }
-}
-
-fn trace(location: Location, seqno: SeqNo, kind: Kind, write_time: u64) -> KeyTrace {
-    KeyTrace {
-        location,
-        seqno,
-        kind,
-        write_time,
-        gone_by: None,
-    }
-}
-
-/// `(seqno, deletion time)` of every range tombstone piece covering `key`.
-fn covering(list: &FragmentedRangeTombstones, key: &[u8]) -> Vec<(SeqNo, u64)> {
-    list.fragment_at(key)
-        .map(|f| f.versions.iter().map(|v| (v.seqno, v.write_time)).collect())
-        .unwrap_or_default()
 }
 
 fn bytes_bounds(range: &(Bound<Bytes>, Bound<Bytes>)) -> (&[u8], Option<&[u8]>) {

@@ -162,7 +162,7 @@ impl DbInner {
                 current,
                 state.meta.next_file_number,
                 min_log,
-                state.manifest_path.clone(),
+                state.manifest_number,
             )
         };
         let Ok(names) = self.fs.list(&self.dir) else {
@@ -176,7 +176,7 @@ impl DbInner {
                 Some(FileKind::Table(n) | FileKind::TempTable(n)) => {
                     n < next_number && !keep.contains(&n)
                 }
-                Some(FileKind::Manifest(_)) => path != manifest,
+                Some(FileKind::Manifest(n)) => n < manifest,
                 _ => false,
             };
             if !obsolete {

@@ -32,6 +32,7 @@
 //! of a key.
 
 mod api;
+mod audit;
 mod batch;
 mod clock;
 mod column_family;
@@ -63,6 +64,7 @@ mod write;
 mod write_queue;
 
 pub use api::Snapshot;
+pub use audit::{KeyTrace, Location};
 pub use batch::WriteBatch;
 pub use cairn_compaction::{CompactionFilter, Decision};
 pub use cairn_sstable::Kind;
@@ -72,7 +74,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use column_family::ColumnFamily;
 pub use db::Db;
 pub use error::{Error, Result};
-pub use explain::{KeyTrace, Location, TombstoneExplanation, TombstoneReason};
+pub use explain::{TombstoneExplanation, TombstoneReason};
 pub use iterator::DbIterator;
 pub use options::{CfOptions, MAX_KEY_LEN, MAX_VALUE_LEN, Options, WriteOptions};
 pub use read::Version;

@@ -2,7 +2,9 @@
 //!
 //! Each open writes a fresh MANIFEST starting with one edit that describes the whole state, then
 //! appends an edit per flush, compaction or column-family change, each synced before it takes
-//! effect. `CURRENT` is replaced by write-temp, fsync, rename, fsync-directory. The format is in
+//! effect. It rolls over to a fresh one the same way when it grows, or when the delete
+//! persistence deadline needs the deleted keys in its old edits gone (`version_set.rs`).
+//! `CURRENT` is replaced by write-temp, fsync, rename, fsync-directory. The format is in
 //! `engine/MANIFEST.md`.
 
 use std::collections::BTreeMap;
@@ -110,7 +112,11 @@ impl ManifestState {
 #[derive(Debug)]
 pub(crate) struct ManifestWriter {
     path: PathBuf,
+    number: u64,
     writer: LogWriter,
+    /// The size of its first record, the snapshot: a MANIFEST is not rolled over while its
+    /// edits are small beside it.
+    snapshot_len: u64,
 }
 
 impl ManifestWriter {
@@ -128,7 +134,24 @@ impl ManifestWriter {
         writer.sync()?;
         fs.sync_dir(dir)?;
         set_current(fs, dir, &name)?;
-        Ok(Self { path, writer })
+        let snapshot_len = writer.len();
+        Ok(Self {
+            path,
+            number,
+            writer,
+            snapshot_len,
+        })
+    }
+
+    /// True once the edits past the snapshot outweigh it and the file is past `max_bytes`: time
+    /// for a fresh snapshot.
+    pub(crate) fn outgrown(&self, max_bytes: u64) -> bool {
+        let len = self.writer.len();
+        len > max_bytes && len > self.snapshot_len.saturating_mul(2)
+    }
+
+    pub(crate) fn number(&self) -> u64 {
+        self.number
     }
 
     /// Appends `edit` and syncs it: once this returns, the edit survives a crash.

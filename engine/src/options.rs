@@ -28,6 +28,7 @@ pub struct Options {
     pub(crate) recovery_mode: RecoveryMode,
     pub(crate) block_cache_bytes: u64,
     pub(crate) max_open_tables: usize,
+    pub(crate) max_manifest_bytes: u64,
     pub(crate) table: TableOptions,
     pub(crate) background_threads: usize,
     pub(crate) delete_persistence_deadline: Option<Duration>,
@@ -73,6 +74,7 @@ impl Default for Options {
             recovery_mode: RecoveryMode::default(),
             block_cache_bytes: 64 << 20,
             max_open_tables: 1000,
+            max_manifest_bytes: 8 << 20,
             table: TableOptions::default(),
             background_threads: 2,
             delete_persistence_deadline: None,
@@ -149,6 +151,15 @@ impl Options {
         self
     }
 
+    /// The size past which the MANIFEST rolls over to a fresh snapshot of the current state
+    /// (default 8 MiB, at least 4 KiB; it waits until the edits outweigh the snapshot). Old
+    /// edits hold the keys of tables long gone: the rollover is what lets them go.
+    #[must_use]
+    pub fn max_manifest_bytes(mut self, bytes: u64) -> Self {
+        self.max_manifest_bytes = bytes.max(4096);
+        self
+    }
+
     /// How tables are built: block size, bloom bits per key, zstd level (defaults 4 KiB, 10, 3).
     /// A block size outside `1..=cairn_sstable::MAX_BLOCK_SIZE` makes `open` fail with
     /// `InvalidArgument`.
@@ -220,6 +231,17 @@ impl Options {
     pub fn compaction_filter(mut self, filter: Arc<dyn CompactionFilter>) -> Self {
         self.compaction_filter = Some(filter);
         self
+    }
+}
+
+impl Options {
+    /// One stage of the delete persistence deadline, in ms: the picker splits the deadline into
+    /// a stage per level and one more, and the memtable flush and the MANIFEST rollover each
+    /// get one. `None` without a deadline.
+    pub(crate) fn deadline_stage_ms(&self) -> Option<u64> {
+        let stages = crate::version::NUM_LEVELS as u64 + 1;
+        self.delete_persistence_deadline
+            .map(|d| crate::batch::millis(d) / stages)
     }
 }
 

@@ -93,6 +93,17 @@ impl TableCache {
         self.open.remove(&number);
     }
 
+    /// Tables still mapped, by anyone, whose numbers are not in `live`: deleted (or about to
+    /// be) while a reader holds them.
+    pub(crate) fn held_besides(&self, live: &std::collections::HashSet<u64>) -> Vec<(u64, Table)> {
+        let alive = self.lock_alive();
+        alive
+            .iter()
+            .filter(|(n, _)| !live.contains(n))
+            .filter_map(|(&n, weak)| weak.upgrade().map(|t| (n, t)))
+            .collect()
+    }
+
     fn lock_alive(&self) -> std::sync::MutexGuard<'_, HashMap<u64, WeakTable>> {
         self.alive
             .lock()

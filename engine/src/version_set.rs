@@ -7,6 +7,11 @@
 //!
 //! After a failed MANIFEST write or sync the file may hold an edit the state lacks, and a later
 //! edit's sync would make it durable: the database stops, and no further edit is written.
+//!
+//! The MANIFEST rolls over — a new one holding a snapshot of the state, `CURRENT` swapped to it
+//! durably, the old one deleted — once it outgrows `Options::max_manifest_bytes`, and, with a
+//! delete persistence deadline, once its oldest edit is a deadline stage old: old edits record
+//! the smallest and largest keys of tables long gone, deleted keys among them.
 
 use std::sync::MutexGuard;
 use std::sync::atomic::Ordering;
@@ -64,10 +69,73 @@ impl DbInner {
         // Numbers handed out while the edit was written stay handed out.
         next.next_file_number = next.next_file_number.max(state.meta.next_file_number);
         state.meta = next;
+        state
+            .manifest_oldest_edit
+            .get_or_insert_with(|| self.options.clock.now_ms());
         let result = finish(&mut state);
         self.install_super_version(&mut state);
         drop(state);
         self.state_changed.notify_all();
+        if manifest.outgrown(self.options.max_manifest_bytes) {
+            // The edit is durable and installed whatever happens here; a failure stops the
+            // database (the next operation reports it).
+            if let Err(e) = self.roll_manifest(&mut manifest) {
+                self.stop_with(&e);
+            }
+        }
         Ok(Some(result))
+    }
+
+    /// True when the delete persistence deadline wants the MANIFEST rolled over: its oldest
+    /// edit past the snapshot is a deadline stage old (the stages the picker splits the deadline
+    /// into; the rollover is the last). A compaction that erased a deleted key left the key in
+    /// the records of the tables it replaced; the rollover drops those records.
+    pub(crate) fn manifest_roll_due(&self, state: &DbState) -> bool {
+        let Some(stage_ms) = self.options.deadline_stage_ms() else {
+            return false;
+        };
+        state
+            .manifest_oldest_edit
+            .is_some_and(|t| self.options.clock.now_ms() >= t.saturating_add(stage_ms))
+    }
+
+    /// Rolls the MANIFEST over if the deadline wants it (background work).
+    pub(crate) fn roll_manifest_if_due(&self) -> Result<()> {
+        let mut manifest = self.lock_manifest();
+        {
+            let state = self.lock_state();
+            if state.error.is_some() || !self.manifest_roll_due(&state) {
+                return Ok(());
+            }
+        }
+        self.roll_manifest(&mut manifest)
+            .inspect_err(|e| self.stop_with(e))
+    }
+
+    /// Starts a new MANIFEST holding a snapshot of the state, points `CURRENT` at it durably,
+    /// and deletes the old one. The caller holds the MANIFEST lock, so the snapshot is current.
+    fn roll_manifest(&self, manifest: &mut ManifestWriter) -> Result<()> {
+        let (number, snapshot) = {
+            let mut state = self.lock_state();
+            let number = state.meta.next_file_number;
+            state.meta.next_file_number += 1;
+            (number, state.meta.clone())
+        };
+        let fresh = ManifestWriter::create(self.fs.as_ref(), &self.dir, number, &snapshot)?;
+        let old = std::mem::replace(manifest, fresh);
+        {
+            let mut state = self.lock_state();
+            state.manifest_number = number;
+            state.manifest_oldest_edit = None;
+        }
+        tracing::debug!(from = old.number(), to = number, "MANIFEST rolled over");
+        match self.fs.remove(old.path()) {
+            // The sweep may have got there first.
+            Err(e) if !e.is_not_found() => {
+                tracing::warn!(file = %old.path().display(), error = %e, "could not delete an old MANIFEST");
+            }
+            _ => {}
+        }
+        Ok(())
     }
 }

@@ -167,10 +167,14 @@ impl DbInner {
         Ok(state)
     }
 
-    /// Freezes the memtables and waits until every frozen memtable is flushed.
+    /// Freezes the memtables and waits until every frozen memtable is flushed and the logs
+    /// they came from are deleted.
     pub(crate) fn flush(&self) -> Result<()> {
         self.freeze_memtable()?;
-        self.wait_for_flushes()
+        self.wait_for_flushes()?;
+        // The flush thread deletes them too, but after it lets waiters go.
+        self.delete_obsolete_files();
+        Ok(())
     }
 
     /// Freezes the active memtables (if they hold anything) so the flush thread writes them out,
