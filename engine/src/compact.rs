@@ -396,6 +396,9 @@ impl DbInner {
 
     /// Waits until flushes are done and no compaction is running or would be picked.
     pub(crate) fn wait_for_background_work(&self) -> Result<()> {
+        if self.read_only {
+            return Ok(()); // There is none.
+        }
         loop {
             self.wait_for_flushes()?;
             self.state_changed.notify_all();

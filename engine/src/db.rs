@@ -48,6 +48,9 @@ pub struct Db {
 pub(crate) struct DbInner {
     pub(crate) dir: PathBuf,
     pub(crate) options: Options,
+    /// Opened with [`Db::open_read_only`]: no writes, no background work, nothing on disk
+    /// changes.
+    pub(crate) read_only: bool,
     pub(crate) fs: Arc<dyn FileSystem>,
     pub(crate) tables: TableCache,
     pub(crate) state: Mutex<DbState>,
@@ -135,6 +138,39 @@ impl Db {
                 .map_err(|e| Error::Io(cairn_fs::Error::from(e)))?;
             inner.lock_threads().push(handle);
         }
+        let default_cf = ColumnFamily {
+            db: Arc::clone(&inner),
+            id: DEFAULT_CF,
+            name: Arc::from("default"),
+        };
+        Ok(Self { inner, default_cf })
+    }
+
+    /// Opens the database in `path` to read only, beside no writer: nothing on disk changes —
+    /// no MANIFEST or log is written, no file renamed or deleted. The logs a writer left are
+    /// replayed into memory. Reads, snapshots, `audit_key` and `explain_tombstones` work;
+    /// writes, flushes, compactions and column-family changes fail with `ReadOnly`. Several
+    /// read-only opens may share a directory; a writer cannot open it meanwhile.
+    ///
+    /// ```
+    /// # fn main() -> cairn::Result<()> {
+    /// # let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+    /// let db = cairn::Db::open(dir.path(), cairn::Options::default())?;
+    /// db.put("k", "v")?;
+    /// db.close()?;
+    /// let reader = cairn::Db::open_read_only(dir.path(), cairn::Options::default())?;
+    /// assert_eq!(reader.get("k")?.as_deref(), Some(&b"v"[..]));
+    /// assert!(matches!(reader.put("k", "w"), Err(cairn::Error::ReadOnly)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// `Io` (`Locked`) while another process or handle holds the database open for writing;
+    /// `InvalidArgument` if `path` holds no database; `Corruption` if its files are damaged
+    /// beyond what the recovery mode tolerates.
+    pub fn open_read_only(path: impl AsRef<Path>, options: Options) -> Result<Self> {
+        let inner = Arc::new(crate::recovery::open_read_only(path.as_ref(), options)?);
         let default_cf = ColumnFamily {
             db: Arc::clone(&inner),
             id: DEFAULT_CF,
@@ -276,7 +312,7 @@ impl Drop for Db {
 }
 
 impl DbInner {
-    pub(crate) fn new(dir: PathBuf, options: Options, parts: OpenedParts) -> Self {
+    pub(crate) fn new(dir: PathBuf, options: Options, parts: OpenedParts, read_only: bool) -> Self {
         let cache =
             (options.block_cache_bytes > 0).then(|| BlockCache::new(options.block_cache_bytes));
         let fs = Arc::clone(&options.fs);
@@ -292,6 +328,7 @@ impl DbInner {
             dir,
             options,
             fs,
+            read_only,
             state: Mutex::new(DbState {
                 manifest_number: parts.manifest.number(),
                 manifest_oldest_edit: None,
@@ -316,7 +353,7 @@ impl DbInner {
             visible_seqno: AtomicU64::new(last_seqno),
             snapshots: SnapshotList::default(),
             stats: crate::stats::Counters::default(),
-            lock: Mutex::new(Some(parts.lock)),
+            lock: Mutex::new(parts.lock),
             threads: Mutex::new(Vec::new()),
         }
     }
@@ -401,6 +438,7 @@ impl DbInner {
         // A log whose write or sync failed refuses a sync; the stored error says why.
         let synced = match error {
             Some(_) => Ok(()),
+            None if self.read_only => Ok(()),
             None => self.lock_wal().sync(),
         };
         self.lock
@@ -418,7 +456,7 @@ impl DbInner {
 /// What recovery hands to a new `DbInner`.
 #[derive(Debug)]
 pub(crate) struct OpenedParts {
-    pub(crate) lock: FileLock,
+    pub(crate) lock: Option<FileLock>,
     pub(crate) manifest: ManifestWriter,
     pub(crate) meta: ManifestState,
     pub(crate) mem: Arc<MemSet>,

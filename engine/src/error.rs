@@ -37,6 +37,10 @@ pub enum Error {
     /// The operation belongs to a capability this build does not have yet.
     #[error("unsupported: {0}")]
     Unsupported(&'static str),
+    /// The database was opened read-only ([`Db::open_read_only`](crate::Db::open_read_only)):
+    /// it takes no writes, flushes, compactions or column-family changes.
+    #[error("the database is open read-only")]
+    ReadOnly,
     /// A thread panicked while applying this write: whether it was applied is unknown, and the
     /// database has stopped.
     #[error("a writer panicked: {0}")]
@@ -130,6 +134,7 @@ impl Error {
             Self::Io(e) => Self::Io(e.duplicate()),
             Self::Stopped(why) => Self::Stopped(why.clone()),
             Self::Panicked(why) => Self::Panicked(why.clone()),
+            Self::ReadOnly => Self::ReadOnly,
         }
     }
 }

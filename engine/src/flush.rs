@@ -134,6 +134,9 @@ impl DbInner {
     /// A stopped database deletes nothing: after a failed MANIFEST write or sync, the in-memory
     /// version may lack a table an edit on disk names, and reopening must find it.
     pub(crate) fn delete_obsolete_files(&self) {
+        if self.read_only {
+            return;
+        }
         let (keep, current, next_number, min_log, manifest) = {
             let mut state = self.lock_state();
             if state.error.is_some()

@@ -143,6 +143,17 @@ impl ManifestWriter {
         })
     }
 
+    /// The MANIFEST at `path` of a database open read-only: never written (every append fails).
+    pub(crate) fn read_only(path: PathBuf, number: u64) -> Self {
+        let writer = LogWriter::new(Box::new(crate::recovery::ReadOnlyFile(path.clone())));
+        Self {
+            path,
+            number,
+            writer,
+            snapshot_len: 0,
+        }
+    }
+
     /// True once the edits past the snapshot outweigh it and the file is past `max_bytes`: time
     /// for a fresh snapshot.
     pub(crate) fn outgrown(&self, max_bytes: u64) -> bool {

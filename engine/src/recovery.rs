@@ -69,9 +69,75 @@ pub(crate) fn open(dir: &Path, options: Options) -> Result<DbInner> {
     let recovered = replay_logs(fs.as_ref(), dir, &names, &meta, options.recovery_mode)?;
     meta.last_seqno = meta.last_seqno.max(recovered.last_seqno);
     let inner_parts = finish_open(fs.as_ref(), dir, &options, meta, &recovered, lock)?;
-    let inner = DbInner::new(dir.to_path_buf(), options, inner_parts);
+    let inner = DbInner::new(dir.to_path_buf(), options, inner_parts, false);
     inner.delete_obsolete_files();
     Ok(inner)
+}
+
+/// Opens the database in `dir` to read, changing nothing on disk: the MANIFEST is read, not
+/// rewritten; the logs are replayed into memtables, not flushed; nothing is deleted. A shared
+/// lock on `LOCK` keeps a writer out while it is open, and fails while a writer holds it.
+pub(crate) fn open_read_only(dir: &Path, options: Options) -> Result<DbInner> {
+    options.table.validate()?;
+    let fs = Arc::clone(&options.fs);
+    let Some(name) = manifest::read_current(fs.as_ref(), dir)? else {
+        return Err(Error::invalid(format!(
+            "{} holds no Cairn database",
+            dir.display()
+        )));
+    };
+    let lock = fs.lock_shared(&filename::lock_path(dir))?;
+    let mut meta = manifest::load(fs.as_ref(), dir, &name)?;
+    check_tables(fs.as_ref(), dir, &meta)?;
+    let names = fs.list(dir)?;
+    let recovered = replay_logs(fs.as_ref(), dir, &names, &meta, options.recovery_mode)?;
+    meta.last_seqno = meta.last_seqno.max(recovered.last_seqno);
+    let number = match filename::parse(&name) {
+        Some(FileKind::Manifest(n)) => n,
+        _ => 0,
+    };
+    let mem = Arc::new(MemSet {
+        log_number: meta.log_number,
+        tables: recovered.memtables,
+    });
+    let parts = OpenedParts {
+        lock,
+        manifest: ManifestWriter::read_only(dir.join(&name), number),
+        meta,
+        mem,
+        wal: LogWriter::new(Box::new(ReadOnlyFile(filename::log_path(dir, 0)))),
+    };
+    Ok(DbInner::new(dir.to_path_buf(), options, parts, true))
+}
+
+/// What a read-only database writes through: nothing. Every append and sync fails, so a write
+/// that slipped past the read-only checks could not reach the disk.
+#[derive(Debug)]
+pub(crate) struct ReadOnlyFile(pub(crate) std::path::PathBuf);
+
+impl cairn_fs::WritableFile for ReadOnlyFile {
+    fn append(&mut self, _: &[u8]) -> cairn_fs::Result<()> {
+        Err(read_only_write(&self.0))
+    }
+
+    fn sync(&mut self) -> cairn_fs::Result<()> {
+        Err(read_only_write(&self.0))
+    }
+
+    fn len(&self) -> u64 {
+        0
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+fn read_only_write(path: &Path) -> cairn_fs::Error {
+    cairn_fs::Error::from(std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        format!("{}: the database is open read-only", path.display()),
+    ))
 }
 
 /// Checks that every table the MANIFEST names is there, at the size it recorded: a missing or
@@ -276,7 +342,7 @@ fn finish_open(
     fs.sync_dir(dir)?;
     let mem = Arc::new(MemSet::new(log_number, meta.cfs.keys().copied()));
     Ok(OpenedParts {
-        lock,
+        lock: Some(lock),
         manifest,
         meta,
         mem,

@@ -157,6 +157,9 @@ impl WriteQueue {
 impl DbInner {
     /// Queues `work` and returns its result, leading a group if it comes to the front.
     pub(crate) fn submit(&self, work: Work, sync: bool) -> Result<SeqNo> {
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
         let mut queue = self.writes.lock();
         if queue.closed {
             return Err(Error::Stopped("the database is closed".into()));
