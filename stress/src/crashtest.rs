@@ -162,7 +162,7 @@ fn check_after_kill(
 ) -> Result<crate::StressReport, StressError> {
     let mut stress = config.stress.clone();
     stress.expected_journal = Some(journal.to_path_buf());
-    let harness = Harness::open(stress, db, Arc::new(cairn_fs::RealFs::new()), false)?;
+    let harness = Harness::open(stress, db, Arc::new(cairn_fs::RealFs::new()), None)?;
     harness.verify_all("after SIGKILL");
     let report = harness.report();
     harness.close()?;

@@ -1,5 +1,14 @@
 //! The harness: the database under test, the expected state, the workers, and the checks that
 //! run between and after them.
+//!
+//! Every full verification fails closed: a database that cannot be opened, a column family that
+//! cannot be found, a scan that errors — each is an `Unreadable` failure, never a pass. The final
+//! verification runs even after a fatal engine error.
+//!
+//! In a fault run (I/O errors injected through `FaultyFs`) a database stopped by a fault is
+//! closed, reopened with the faults paused, fully verified, and the run goes on — db_stress's
+//! error-recovery loop. The verification after a fault allows the writes not known durable (no
+//! synced write at or after them returned) to be lost: a failed sync may drop them.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -8,16 +17,19 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use cairn::{CfOptions, Db, Options};
-use cairn_fs::FileSystem;
+use cairn_fs::{FaultyFs, FileSystem};
 
 use crate::config::{Limit, StressConfig};
-use crate::expected::{ExpectedState, KeyState};
+use crate::expected::{Acceptable, ExpectedState, KeyState, SeqNo};
 use crate::report::{Failure, StressReport, Tally};
 use crate::value::key_index;
 use crate::worker::{Worker, observe};
 
 /// The column family the harness stresses (it has the configured grace period).
 pub const STRESS_CF: &str = "stress";
+
+/// A fault run that reopened fewer times than this exercised too little.
+pub const MIN_FAULT_REOPENS: u64 = 10;
 
 /// Why a run could not be carried out.
 #[derive(Debug, thiserror::Error)]
@@ -44,20 +56,39 @@ impl StressError {
     }
 }
 
+/// True if the engine says the write was certainly not applied.
+pub(crate) fn refused(e: &cairn::Error) -> bool {
+    matches!(
+        e,
+        cairn::Error::Stopped(_)
+            | cairn::Error::InvalidArgument(_)
+            | cairn::Error::ColumnFamilyNotFound(_)
+            | cairn::Error::ReadOnly
+            | cairn::Error::Conflict { .. }
+    )
+}
+
 /// Everything the workers share.
 pub struct Harness {
     pub(crate) config: StressConfig,
     pub(crate) expected: ExpectedState,
     pub(crate) tally: Tally,
+    /// Bumped by every reopen: workers drop handles of an older database.
     pub(crate) epoch: AtomicU64,
     path: PathBuf,
     options: Options,
     db: RwLock<Option<Db>>,
+    /// The faulty disk of a fault run.
+    faults: Option<FaultyFs>,
+    /// A fault stopped the database of this epoch: the next worker to look reopens it.
+    stopped_epoch: AtomicU64,
+    fault_reopens: AtomicU64,
+    stopped_ops: AtomicU64,
+    /// The sequence number of the last write known durable (fault runs).
+    durable: AtomicU64,
     stop: AtomicBool,
     ops: AtomicU64,
     started: Instant,
-    /// Engine errors are expected (fault injection) rather than fatal.
-    tolerate_errors: bool,
     fatal: Mutex<Option<String>>,
     /// Flush, compaction and drop counts of the databases closed by reopens: a database's
     /// counters start again at zero when it is opened.
@@ -73,9 +104,14 @@ impl std::fmt::Debug for Harness {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 impl Harness {
     /// Opens (or creates) the database at `path` through `fs` and loads the expected state (from
-    /// the journal, if the config names one that exists).
+    /// the journal, if the config names one that exists). With `faults`, the run is a fault run
+    /// on that faulty disk (`fs` should be it).
     ///
     /// # Errors
     /// `Config` for bad settings; `Engine` if the database cannot be opened; `Io` for the journal.
@@ -83,7 +119,7 @@ impl Harness {
         config: StressConfig,
         path: &Path,
         fs: Arc<dyn FileSystem>,
-        tolerate_errors: bool,
+        faults: Option<FaultyFs>,
     ) -> Result<Self, StressError> {
         config.validate().map_err(StressError::Config)?;
         let mut options = Options::default()
@@ -109,6 +145,10 @@ impl Harness {
         if let Some(journal) = &config.expected_journal {
             expected.journal_to(journal)?;
         }
+        let durable = db.latest_seqno();
+        if faults.is_some() {
+            expected.set_durable(Some(durable));
+        }
         let op_log = match &config.op_log {
             Some(p) => Some(Mutex::new(
                 std::fs::OpenOptions::new()
@@ -126,10 +166,14 @@ impl Harness {
             path: path.to_path_buf(),
             options,
             db: RwLock::new(Some(db)),
+            faults,
+            stopped_epoch: AtomicU64::new(u64::MAX),
+            fault_reopens: AtomicU64::new(0),
+            stopped_ops: AtomicU64::new(0),
+            durable: AtomicU64::new(durable),
             stop: AtomicBool::new(false),
             ops: AtomicU64::new(0),
             started: Instant::now(),
-            tolerate_errors,
             fatal: Mutex::new(None),
             carried: Mutex::new(cairn::Stats::default()),
             op_log,
@@ -162,43 +206,82 @@ impl Harness {
     }
 
     fn fatal_error(&self) -> Option<String> {
-        self.fatal
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        lock(&self.fatal).clone()
     }
 
-    /// Records an engine error: tolerated under fault injection, fatal otherwise.
+    fn set_fatal(&self, why: String) {
+        lock(&self.fatal).get_or_insert(why);
+    }
+
+    /// Records an engine error from a write (or a flush, a compaction: anything that changes
+    /// the database). In a fault run it is tolerated and, unless the engine merely refused the
+    /// request, asks for a reopen: a failed write stops the database. Otherwise it is fatal.
     pub(crate) fn engine_error(&self, op: &str, e: &cairn::Error) {
         self.tally.engine_error();
-        if self.tolerate_errors {
-            tracing::debug!(op, error = %e, "tolerated engine error");
+        if matches!(e, cairn::Error::Stopped(_)) {
+            self.stopped_ops.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.faults.is_none() {
+            self.set_fatal(format!("{op}: {e}"));
             return;
         }
-        let mut fatal = self
-            .fatal
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if fatal.is_none() {
-            *fatal = Some(format!("{op}: {e}"));
+        tracing::debug!(op, error = %e, "tolerated engine error");
+        if !matches!(
+            e,
+            cairn::Error::InvalidArgument(_) | cairn::Error::Conflict { .. }
+        ) {
+            self.stopped_epoch
+                .store(self.epoch.load(Ordering::Acquire), Ordering::Release);
         }
     }
 
-    /// Runs a write to `targets`: pending before, committed after. If the engine fails, the
-    /// outcome is unknown and the targets stay pending.
+    /// Records an engine error from a read a worker made: tolerated in a fault run (an injected
+    /// read fault fails the read, not the database), fatal otherwise.
+    pub(crate) fn read_error(&self, op: &str, e: &cairn::Error) {
+        self.tally.engine_error();
+        if self.faults.is_none() {
+            self.set_fatal(format!("{op}: {e}"));
+        } else {
+            tracing::debug!(op, error = %e, "tolerated read error");
+        }
+    }
+
+    /// Runs a write to `targets`: pending before, committed at its sequence number after. If
+    /// the engine refused it, it is aborted; if the outcome is unknown, the targets stay pending
+    /// until a verification settles them.
     pub(crate) fn apply(
         &self,
         targets: &[(usize, KeyState)],
         op: &'static str,
-        write: impl FnOnce() -> cairn::Result<()>,
+        sync: bool,
+        write: impl FnOnce() -> cairn::Result<SeqNo>,
     ) {
         self.expected.begin(targets);
         match write() {
-            Ok(()) => {
-                self.expected.commit(targets);
+            Ok(seqno) => {
+                self.expected.commit(targets, seqno);
+                if sync {
+                    self.note_durable(seqno);
+                }
                 self.log_op(0, op, targets);
             }
-            Err(e) => self.engine_error(op, &e),
+            Err(e) => {
+                if refused(&e) {
+                    self.expected.abort(targets);
+                }
+                self.engine_error(op, &e);
+            }
+        }
+    }
+
+    /// Every write up to `seqno` is durable (a synced write returned it).
+    pub(crate) fn note_durable(&self, seqno: SeqNo) {
+        if self.faults.is_none() {
+            return;
+        }
+        let previous = self.durable.fetch_max(seqno, Ordering::AcqRel);
+        if seqno > previous {
+            self.expected.set_durable(Some(seqno));
         }
     }
 
@@ -215,34 +298,71 @@ impl Harness {
             "{{\"thread\":{thread},\"op\":\"{op}\",\"keys\":\"{}\"}}\n",
             keys.join(" ")
         );
-        let mut file = log
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Err(e) = file.write_all(line.as_bytes()) {
+        if let Err(e) = lock(log).write_all(line.as_bytes()) {
             tracing::warn!(error = %e, "could not append to the op log");
         }
     }
 
-    /// Closes and reopens the database, then checks every key.
-    pub(crate) fn reopen(&self) {
+    /// True if a fault stopped the database of `epoch` and it should be reopened.
+    pub(crate) fn needs_fault_reopen(&self, epoch: u64) -> bool {
+        self.stopped_epoch.load(Ordering::Acquire) == epoch
+    }
+
+    /// Closes and reopens the database, then checks every key. `after_fault`: a fault may have
+    /// stopped it, so the faults pause for the close and the reopen, and the check allows the
+    /// writes not known durable to be lost.
+    pub(crate) fn reopen(&self, epoch: u64, after_fault: bool) {
         let mut slot = self
             .db
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.epoch.load(Ordering::Acquire) != epoch {
+            return; // Another worker reopened it meanwhile.
+        }
+        if let Some(faults) = &self.faults {
+            faults.pause_errors();
+        }
+        let mut lossy = after_fault;
         if let Some(db) = slot.take() {
             self.carry(&db.stats());
             if let Err(e) = db.close() {
-                self.engine_error("close", &e);
+                // A close that could not sync the log may lose unsynced writes too.
+                lossy = true;
+                if self.faults.is_none() {
+                    self.set_fatal(format!("close: {e}"));
+                }
             }
         }
         match Db::open(&self.path, self.options.clone()) {
             Ok(db) => {
                 // Checked before any worker can write again.
-                self.verify_db(&db, "after reopen");
+                let durable = self.durable.load(Ordering::Acquire);
+                self.verify_db(
+                    &db,
+                    if lossy { "after a fault and reopen" } else { "after reopen" },
+                    lossy.then_some(durable),
+                );
+                // Everything it holds now is in tables.
+                self.durable.store(db.latest_seqno(), Ordering::Release);
+                if self.faults.is_some() {
+                    self.expected.set_durable(Some(db.latest_seqno()));
+                }
                 *slot = Some(db);
                 self.epoch.fetch_add(1, Ordering::AcqRel);
+                if after_fault {
+                    self.fault_reopens.fetch_add(1, Ordering::Relaxed);
+                }
             }
-            Err(e) => self.engine_error("reopen", &e),
+            Err(e) => {
+                self.tally.fail(
+                    Failure::Unreadable,
+                    format!("the database could not be reopened: {e}"),
+                );
+                self.set_fatal(format!("reopen: {e}"));
+            }
+        }
+        if let Some(faults) = &self.faults {
+            faults.resume_errors();
         }
     }
 
@@ -251,35 +371,26 @@ impl Harness {
     /// after the workers run.
     pub fn verify_all(&self, context: &str) {
         let guard = self.db();
-        if let Some(db) = guard.as_ref() {
-            self.verify_db(db, context);
+        match guard.as_ref() {
+            Some(db) => self.verify_db(db, context, None),
+            None => self.tally.fail(
+                Failure::Unreadable,
+                format!("{context}: no database is open to verify"),
+            ),
         }
     }
 
-    fn verify_db(&self, db: &Db, context: &str) {
-        let cf = match db.column_family(STRESS_CF) {
-            Ok(cf) => cf,
-            Err(e) => return self.engine_error("verify", &e),
+    /// Checks every key of `db`. With `lossy_after`, the writes after that sequence number were
+    /// not known durable when a fault stopped the database, and may be lost.
+    fn verify_db(&self, db: &Db, context: &str, lossy_after: Option<SeqNo>) {
+        let Some(found) = self.read_all(db, context) else {
+            return;
         };
-        let mut found: Vec<Option<bytes::Bytes>> = vec![None; self.expected.len()];
-        let scan = cf.iter().and_then(|iter| {
-            for item in iter {
-                let (k, v) = item?;
-                match key_index(&k).and_then(|i| found.get_mut(i)) {
-                    Some(slot) => *slot = Some(v),
-                    None => self.tally.fail(
-                        Failure::WrongValue,
-                        format!("{context}: unknown key {:?}", String::from_utf8_lossy(&k)),
-                    ),
-                }
-            }
-            Ok(())
-        });
-        if let Err(e) = scan {
-            return self.engine_error("verify scan", &e);
-        }
         for (k, value) in found.iter().enumerate() {
-            let ok = self.expected.after(k, self.expected.before(k));
+            let ok = match lossy_after {
+                Some(durable) => self.expected.since(k, durable),
+                None => self.expected.after(k, self.expected.before(k)),
+            };
             let observed = observe(k, value.as_deref(), self.config.max_value_size);
             self.tally.judge(k, observed, &ok, context);
             if !ok.is_settled() {
@@ -288,21 +399,41 @@ impl Harness {
         }
     }
 
+    /// Every key's value, or `None` after recording why the database could not be read.
+    fn read_all(&self, db: &Db, context: &str) -> Option<Vec<Option<bytes::Bytes>>> {
+        let unreadable = |what: String| {
+            self.tally
+                .fail(Failure::Unreadable, format!("{context}: {what}"));
+            None
+        };
+        let cf = match db.column_family(STRESS_CF) {
+            Ok(cf) => cf,
+            Err(e) => return unreadable(format!("column family {STRESS_CF}: {e}")),
+        };
+        let mut found: Vec<Option<bytes::Bytes>> = vec![None; self.expected.len()];
+        let iter = match cf.iter() {
+            Ok(iter) => iter,
+            Err(e) => return unreadable(format!("scan: {e}")),
+        };
+        for item in iter {
+            let (k, v) = match item {
+                Ok(kv) => kv,
+                Err(e) => return unreadable(format!("scan: {e}")),
+            };
+            match key_index(&k).and_then(|i| found.get_mut(i)) {
+                Some(slot) => *slot = Some(v),
+                None => self.tally.fail(
+                    Failure::WrongValue,
+                    format!("{context}: unknown key {:?}", String::from_utf8_lossy(&k)),
+                ),
+            }
+        }
+        Some(found)
+    }
+
     /// Settles a key whose last write's outcome was unknown on what the database holds.
-    fn settle(
-        &self,
-        k: usize,
-        observed: crate::report::Observed,
-        ok: &crate::expected::Acceptable,
-    ) {
-        let newest = ok
-            .pending
-            .iter()
-            .flatten()
-            .chain([&ok.before, &ok.after])
-            .map(|s| s.version())
-            .max()
-            .unwrap_or(0);
+    fn settle(&self, k: usize, observed: crate::report::Observed, ok: &Acceptable) {
+        let newest = ok.states().map(KeyState::version).max().unwrap_or(0);
         let state = match observed {
             crate::report::Observed::Version(v) if ok.allows(Some(v)) => KeyState::present(v),
             crate::report::Observed::Absent if ok.allows(None) => KeyState::deleted(newest),
@@ -311,10 +442,11 @@ impl Harness {
         self.expected.resolve(k, state);
     }
 
-    /// Runs the workers to the end, then verifies everything and reports.
+    /// Runs the workers to the end, then verifies everything and reports. The final
+    /// verification runs even when an engine error ended the run, and its result counts.
     ///
     /// # Errors
-    /// `Engine` if the engine failed where the run does not tolerate it.
+    /// None today; kept for settings a run may yet refuse.
     pub fn run(&self) -> Result<StressReport, StressError> {
         self.verify_all("at start");
         std::thread::scope(|scope| {
@@ -325,16 +457,37 @@ impl Harness {
                 scope.spawn(|| self.show_progress());
             }
         });
-        if let Some(fatal) = self.fatal_error() {
-            return Err(StressError::Engine(cairn::Error::InvalidArgument(fatal)));
-        }
-        if let Some(db) = self.db().as_ref()
+        if self.faults.is_some() {
+            // End on a healthy disk: reopen with the faults paused and check everything.
+            self.reopen(self.epoch.load(Ordering::Acquire), true);
+            self.check_exercised();
+        } else if let Some(db) = self.db().as_ref()
             && let Err(e) = db.wait_for_background_work()
         {
             self.engine_error("wait_for_background_work", &e);
         }
         self.verify_all("at the end");
         Ok(self.report())
+    }
+
+    /// A fault run must have gone through enough fault → reopen cycles, and mostly on a
+    /// working database: otherwise its PASS would say little.
+    fn check_exercised(&self) {
+        let reopens = self.fault_reopens.load(Ordering::Relaxed);
+        if reopens < MIN_FAULT_REOPENS {
+            self.tally.fail(
+                Failure::Unexercised,
+                format!("only {reopens} fault → reopen cycles (at least {MIN_FAULT_REOPENS})"),
+            );
+        }
+        let ops = self.ops.load(Ordering::Relaxed);
+        let stopped = self.stopped_ops.load(Ordering::Relaxed);
+        if stopped * 2 > ops {
+            self.tally.fail(
+                Failure::Unexercised,
+                format!("{stopped} of {ops} operations met a stopped database"),
+            );
+        }
     }
 
     fn show_progress(&self) {
@@ -351,9 +504,11 @@ impl Harness {
             last = (Instant::now(), ops);
             let stats = self.stats();
             bar.set_message(format!(
-                "{ops} ops ({rate:.0}/s) | flushes {} | compactions {} | tombstones {} | failures {}",
+                "{ops} ops ({rate:.0}/s) | flushes {} | compactions {} | fault reopens {} | \
+                 tombstones {} | failures {}",
                 stats.flushes,
                 stats.compactions,
+                self.fault_reopens.load(Ordering::Relaxed),
                 stats.tombstones_pending,
                 self.tally.total_failures()
             ));
@@ -363,23 +518,13 @@ impl Harness {
     }
 
     fn carry(&self, closing: &cairn::Stats) {
-        let mut carried = self
-            .carried
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        add_counters(&mut carried, closing);
+        add_counters(&mut lock(&self.carried), closing);
     }
 
     /// The database's statistics, with the counters of the databases reopens closed added in.
     fn stats(&self) -> cairn::Stats {
         let mut stats = self.db().as_ref().map(Db::stats).unwrap_or_default();
-        add_counters(
-            &mut stats,
-            &self
-                .carried
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+        add_counters(&mut stats, &lock(&self.carried));
         stats
     }
 
@@ -411,14 +556,12 @@ impl Harness {
             dropped,
             tombstones_pending: stats.tombstones_pending,
             engine_errors: self.tally.engine_errors(),
+            fault_reopens: self.fault_reopens.load(Ordering::Relaxed),
+            stopped_ops: self.stopped_ops.load(Ordering::Relaxed),
+            fatal: self.fatal_error(),
             conflicts: self.tally.conflicts(),
             failures: self.tally.summary(),
         }
-    }
-
-    /// Takes over another harness's expected state (after a reopen of the same database).
-    pub fn adopt_expected(&self, other: &Harness) {
-        self.expected.copy_from(&other.expected);
     }
 
     /// Closes the database.
@@ -440,17 +583,6 @@ impl Harness {
     /// The database under test, while open (for fault injection and crash drivers).
     pub fn with_db<T>(&self, f: impl FnOnce(&Db) -> T) -> Option<T> {
         self.db().as_ref().map(f)
-    }
-
-    /// Drops the database without closing it cleanly (the caller has made the file system
-    /// refuse writes, as a crash would).
-    pub fn abandon(&self) {
-        let db = self
-            .db
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        drop(db);
     }
 }
 

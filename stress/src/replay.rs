@@ -38,7 +38,7 @@ pub fn replay(
         weights: OpWeights::default(),
         ..StressConfig::default()
     };
-    let harness = Harness::open(config, db, Arc::new(cairn_fs::RealFs::new()), false)?;
+    let harness = Harness::open(config, db, Arc::new(cairn_fs::RealFs::new()), None)?;
     let file = std::fs::File::open(log)?;
     for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
         let line = line?;
@@ -104,8 +104,8 @@ impl Harness {
                 }
             }
         }
-        db.write(batch)?;
-        self.expected.commit(targets);
+        let seqno = db.write(batch)?;
+        self.expected.commit(targets, seqno);
         Ok(())
     }
 }

@@ -19,8 +19,30 @@ pub enum Failure {
     WrongValue,
     /// A crash recovered writes that are not a prefix of those made.
     Hole,
-    /// A snapshot's read changed between its acquisition and its release.
-    SnapshotChanged,
+    /// A snapshot read something other than the expected state at its sequence number.
+    SnapshotMismatch,
+    /// A verification could not read the database: it could not be opened, a column family
+    /// could not be found, or a scan or get failed. Nothing was checked, so nothing passed.
+    Unreadable,
+    /// The run did not exercise what it claims: a fault run with too few fault → reopen cycles,
+    /// or one whose operations mostly met a stopped database.
+    Unexercised,
+}
+
+impl Failure {
+    const ALL: [Failure; 7] = [
+        Failure::LostWrite,
+        Failure::ResurrectedDelete,
+        Failure::WrongValue,
+        Failure::Hole,
+        Failure::SnapshotMismatch,
+        Failure::Unreadable,
+        Failure::Unexercised,
+    ];
+
+    fn index(self) -> usize {
+        Self::ALL.iter().position(|&f| f == self).unwrap_or(0)
+    }
 }
 
 /// Counters shared by the workers.
@@ -28,7 +50,7 @@ pub enum Failure {
 pub struct Tally {
     ops: Mutex<BTreeMap<&'static str, u64>>,
     verifications: AtomicU64,
-    failures: [AtomicU64; 5],
+    failures: [AtomicU64; 7],
     engine_errors: AtomicU64,
     conflicts: AtomicU64,
     messages: Mutex<Vec<String>>,
@@ -55,14 +77,7 @@ impl Tally {
 
     /// Records a failure.
     pub fn fail(&self, kind: Failure, message: String) {
-        let index = match kind {
-            Failure::LostWrite => 0,
-            Failure::ResurrectedDelete => 1,
-            Failure::WrongValue => 2,
-            Failure::Hole => 3,
-            Failure::SnapshotChanged => 4,
-        };
-        if let Some(counter) = self.failures.get(index) {
+        if let Some(counter) = self.failures.get(kind.index()) {
             counter.fetch_add(1, Ordering::Relaxed);
         }
         let mut message = message;
@@ -125,17 +140,19 @@ impl Tally {
 
     /// The counts as a report section.
     pub fn summary(&self) -> Failures {
-        let get = |i: usize| {
+        let get = |kind: Failure| {
             self.failures
-                .get(i)
+                .get(kind.index())
                 .map_or(0, |f| f.load(Ordering::Relaxed))
         };
         Failures {
-            lost_writes: get(0),
-            resurrected_deletes: get(1),
-            wrong_values: get(2),
-            holes: get(3),
-            snapshot_mismatches: get(4),
+            lost_writes: get(Failure::LostWrite),
+            resurrected_deletes: get(Failure::ResurrectedDelete),
+            wrong_values: get(Failure::WrongValue),
+            holes: get(Failure::Hole),
+            snapshot_mismatches: get(Failure::SnapshotMismatch),
+            unreadable: get(Failure::Unreadable),
+            unexercised: get(Failure::Unexercised),
             messages: self
                 .messages
                 .lock()
@@ -177,7 +194,19 @@ pub enum Observed {
     Damaged,
 }
 
-/// The failures of a run: the four zeros, and snapshot mismatches.
+impl Observed {
+    /// The version read, `None` for absent; damaged bytes match no state (`Some(u32::MAX)`).
+    pub fn version(self) -> Option<u32> {
+        match self {
+            Self::Absent => None,
+            Self::Version(v) => Some(v),
+            Self::Damaged => Some(u32::MAX),
+        }
+    }
+}
+
+/// The failures of a run: the four zeros, snapshot mismatches, reads that could not be made,
+/// and runs that did not exercise what they claim.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Failures {
     /// Acknowledged writes that were not there.
@@ -188,8 +217,12 @@ pub struct Failures {
     pub wrong_values: u64,
     /// Recovered writes that were not a prefix.
     pub holes: u64,
-    /// Snapshot reads that changed.
+    /// Snapshot reads that differed from the expected state at their sequence number.
     pub snapshot_mismatches: u64,
+    /// Verifications that could not read the database.
+    pub unreadable: u64,
+    /// Claims the run could not back (see [`Failure::Unexercised`]).
+    pub unexercised: u64,
     /// The first few failures, described.
     pub messages: Vec<String>,
 }
@@ -202,18 +235,39 @@ impl Failures {
         self.wrong_values += other.wrong_values;
         self.holes += other.holes;
         self.snapshot_mismatches += other.snapshot_mismatches;
+        self.unreadable += other.unreadable;
+        self.unexercised += other.unexercised;
         let room = MAX_MESSAGES.saturating_sub(self.messages.len());
         self.messages.extend(other.messages.into_iter().take(room));
     }
 
     /// True if nothing went wrong.
     pub fn is_clean(&self) -> bool {
+        self.total() == 0
+    }
+
+    /// Failures of every kind.
+    pub fn total(&self) -> u64 {
         self.lost_writes
             + self.resurrected_deletes
             + self.wrong_values
             + self.holes
             + self.snapshot_mismatches
-            == 0
+            + self.unreadable
+            + self.unexercised
+    }
+
+    /// How many failures of `kind`.
+    pub fn count(&self, kind: Failure) -> u64 {
+        match kind {
+            Failure::LostWrite => self.lost_writes,
+            Failure::ResurrectedDelete => self.resurrected_deletes,
+            Failure::WrongValue => self.wrong_values,
+            Failure::Hole => self.holes,
+            Failure::SnapshotMismatch => self.snapshot_mismatches,
+            Failure::Unreadable => self.unreadable,
+            Failure::Unexercised => self.unexercised,
+        }
     }
 }
 
@@ -240,6 +294,14 @@ pub struct StressReport {
     pub tombstones_pending: u64,
     /// Engine errors tolerated (injected faults).
     pub engine_errors: u64,
+    /// Fault runs: times a database stopped by a fault was closed, reopened on a healthy disk,
+    /// fully verified, and the run went on.
+    pub fault_reopens: u64,
+    /// Operations refused because the database had stopped.
+    pub stopped_ops: u64,
+    /// The engine error that ended the run early, if one did (the final verification still
+    /// ran, and its failures count).
+    pub fatal: Option<String>,
     /// Transactions that failed with a conflict.
     pub conflicts: u64,
     /// What went wrong.
@@ -247,9 +309,15 @@ pub struct StressReport {
 }
 
 impl StressReport {
-    /// The process exit code: 0 clean, 1 a verification failed.
+    /// The process exit code: 1 if a verification failed, else 2 if the engine failed, else 0.
     pub fn exit_code(&self) -> i32 {
-        i32::from(!self.failures.is_clean())
+        if !self.failures.is_clean() {
+            1
+        } else if self.fatal.is_some() {
+            2
+        } else {
+            0
+        }
     }
 
     /// A human summary.
@@ -279,19 +347,35 @@ impl StressReport {
         let _ = writeln!(out, "dropped by rule: {}", dropped.join(" "));
         let _ = writeln!(
             out,
-            "engine errors tolerated {}, transaction conflicts {}",
-            self.engine_errors, self.conflicts
+            "engine errors tolerated {}, fault reopens {}, ops on a stopped database {}, \
+             transaction conflicts {}",
+            self.engine_errors, self.fault_reopens, self.stopped_ops, self.conflicts
         );
         let f = &self.failures;
         let _ = writeln!(
             out,
-            "lost writes {}, resurrected deletes {}, holes {}, wrong values {}, snapshot mismatches {}",
-            f.lost_writes, f.resurrected_deletes, f.holes, f.wrong_values, f.snapshot_mismatches
+            "lost writes {}, resurrected deletes {}, holes {}, wrong values {}, snapshot \
+             mismatches {}, unreadable {}, unexercised {}",
+            f.lost_writes,
+            f.resurrected_deletes,
+            f.holes,
+            f.wrong_values,
+            f.snapshot_mismatches,
+            f.unreadable,
+            f.unexercised
         );
         for m in &f.messages {
             let _ = writeln!(out, "  {m}");
         }
-        let _ = write!(out, "{}", if f.is_clean() { "PASS" } else { "FAIL" });
+        if let Some(fatal) = &self.fatal {
+            let _ = writeln!(out, "engine failed: {fatal}");
+        }
+        let verdict = match self.exit_code() {
+            0 => "PASS",
+            1 => "FAIL",
+            _ => "ENGINE FAILED",
+        };
+        let _ = write!(out, "{verdict}");
         out
     }
 }

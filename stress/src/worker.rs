@@ -6,7 +6,7 @@ use cairn::{ColumnFamily, Db, Snapshot, WriteBatch, WriteOptions};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::expected::KeyState;
+use crate::expected::{Floor, KeyState};
 use crate::harness::{Harness, STRESS_CF};
 use crate::report::{Failure, Observed};
 use crate::value::{is_single_delete_key, key, parse_value, value};
@@ -14,12 +14,14 @@ use crate::value::{is_single_delete_key, key, parse_value, value};
 /// Keys a range delete or scan spans at most.
 const MAX_SPAN: usize = 32;
 
-/// A snapshot held across operations, with what it read when taken.
-struct HeldSnapshot {
+/// A snapshot held across operations, checked against the expected state at its sequence
+/// number when taken and again when released, whatever flushes and compactions ran meanwhile.
+struct HeldSnapshot<'h> {
     snapshot: Snapshot,
+    /// Keeps the expected state's history back to the snapshot's sequence number.
+    _floor: Floor<'h>,
     start: usize,
     end: usize,
-    checksum: u64,
     ops_left: u32,
 }
 
@@ -28,7 +30,7 @@ pub(crate) struct Worker<'h> {
     id: usize,
     rng: SmallRng,
     cf: Option<(u64, ColumnFamily)>,
-    snapshots: Vec<HeldSnapshot>,
+    snapshots: Vec<HeldSnapshot<'h>>,
 }
 
 impl<'h> Worker<'h> {
@@ -61,24 +63,27 @@ impl<'h> Worker<'h> {
                 }
                 pick -= weight;
             }
-            if op == "reopen" {
+            let epoch = self.h.epoch.load(Ordering::Acquire);
+            let after_fault = self.h.needs_fault_reopen(epoch);
+            if op == "reopen" || after_fault {
                 self.snapshots.clear();
                 self.cf = None;
-                self.h.reopen();
-                self.h.tally.op("reopen");
+                self.h.reopen(epoch, after_fault);
+                self.h.tally.op(if after_fault { "fault_reopen" } else { "reopen" });
                 continue;
             }
             let guard = self.h.db();
             let Some(db) = guard.as_ref() else {
                 return;
             };
+            // Read again under the guard: a reopen may have come between.
             let epoch = self.h.epoch.load(Ordering::Acquire);
             if self.cf.as_ref().is_none_or(|(e, _)| *e != epoch) {
                 self.snapshots.clear();
                 match db.column_family(STRESS_CF) {
                     Ok(cf) => self.cf = Some((epoch, cf)),
                     Err(e) => {
-                        self.h.engine_error("column_family", &e);
+                        self.h.read_error("column_family", &e);
                         continue;
                     }
                 }
@@ -167,8 +172,8 @@ impl<'h> Worker<'h> {
             }
         }
         let options = self.sync();
-        self.h.apply(&targets, "write", || {
-            db.write_opt(batch, &options).map(drop)
+        self.h.apply(&targets, "write", options.sync, || {
+            db.write_opt(batch, &options)
         });
     }
 
@@ -179,10 +184,10 @@ impl<'h> Worker<'h> {
         let mut batch = WriteBatch::new();
         batch.delete_cf(&cf, key(k));
         let options = self.sync();
-        self.h
-            .apply(&[(k, KeyState::deleted(old.version()))], "delete", || {
-                db.write_opt(batch, &options).map(drop)
-            });
+        let targets = [(k, KeyState::deleted(old.version()))];
+        self.h.apply(&targets, "delete", options.sync, || {
+            db.write_opt(batch, &options)
+        });
     }
 
     /// On a key reserved for single deletes: put it if absent, single-delete it if present, so
@@ -206,8 +211,8 @@ impl<'h> Worker<'h> {
             KeyState::present(version)
         };
         let options = self.sync();
-        self.h.apply(&[(k, target)], "single_delete", || {
-            db.write_opt(batch, &options).map(drop)
+        self.h.apply(&[(k, target)], "single_delete", options.sync, || {
+            db.write_opt(batch, &options)
         });
     }
 
@@ -224,8 +229,8 @@ impl<'h> Worker<'h> {
         let mut batch = WriteBatch::new();
         batch.delete_range_cf(&cf, key(start), key(end));
         let options = self.sync();
-        self.h.apply(&targets, "delete_range", || {
-            db.write_opt(batch, &options).map(drop)
+        self.h.apply(&targets, "delete_range", options.sync, || {
+            db.write_opt(batch, &options)
         });
     }
 
@@ -239,7 +244,7 @@ impl<'h> Worker<'h> {
                 let observed = observe(k, found.as_deref(), self.h.config.max_value_size);
                 self.h.tally.judge(k, observed, &ok, "get");
             }
-            Err(e) => self.h.engine_error("get", &e),
+            Err(e) => self.h.read_error("get", &e),
         }
     }
 
@@ -259,7 +264,7 @@ impl<'h> Worker<'h> {
         });
         let found = match found {
             Ok(found) => found,
-            Err(e) => return self.h.engine_error("scan", &e),
+            Err(e) => return self.h.read_error("scan", &e),
         };
         let mut seen = std::collections::HashMap::new();
         for (k, v) in &found {
@@ -301,8 +306,8 @@ impl<'h> Worker<'h> {
         }
     }
 
-    /// Acquires a snapshot and remembers what it reads over a range; `age_snapshots` checks it
-    /// reads the same later, across whatever flushes and compactions ran meanwhile.
+    /// Takes a snapshot, checks what it reads over a range against the expected state at its
+    /// sequence number, and holds it; `age_snapshots` checks it again when it lets it go.
     fn snapshot(&mut self, db: &Db) {
         if self.snapshots.len() >= 4 {
             self.release_oldest();
@@ -311,20 +316,19 @@ impl<'h> Worker<'h> {
         let Some(cf) = self.cf().cloned() else { return };
         let start = self.random_key();
         let end = (start + 100).min(self.h.expected.len());
+        // The floor goes in first, at or below the number the snapshot will get.
+        let floor = self.h.expected.floor(db.latest_seqno());
         let snapshot = db.snapshot();
-        match checksum(&snapshot, &cf, start, end) {
-            Ok(checksum) => {
-                let ops_left = self.rng.random_range(10..200);
-                self.snapshots.push(HeldSnapshot {
-                    snapshot,
-                    start,
-                    end,
-                    checksum,
-                    ops_left,
-                });
-            }
-            Err(e) => self.h.engine_error("snapshot", &e),
-        }
+        floor.raise(snapshot.seqno());
+        self.check_snapshot(&snapshot, &cf, start, end, "snapshot taken");
+        let ops_left = self.rng.random_range(10..200);
+        self.snapshots.push(HeldSnapshot {
+            snapshot,
+            _floor: floor,
+            start,
+            end,
+            ops_left,
+        });
     }
 
     fn age_snapshots(&mut self) {
@@ -342,18 +346,66 @@ impl<'h> Worker<'h> {
         }
         let held = self.snapshots.remove(0);
         let Some(cf) = self.cf().cloned() else { return };
-        match checksum(&held.snapshot, &cf, held.start, held.end) {
-            Ok(now) if now == held.checksum => self.h.tally.verified(),
-            Ok(_) => self.h.tally.fail(
-                Failure::SnapshotChanged,
-                format!(
-                    "snapshot at seqno {} read {}..{} differently at release",
-                    held.snapshot.seqno(),
-                    held.start,
-                    held.end
+        self.check_snapshot(&held.snapshot, &cf, held.start, held.end, "snapshot released");
+    }
+
+    /// Reads `[start, end)` at `snapshot` and judges every key against the expected state at
+    /// the snapshot's sequence number.
+    fn check_snapshot(
+        &self,
+        snapshot: &Snapshot,
+        cf: &ColumnFamily,
+        start: usize,
+        end: usize,
+        context: &str,
+    ) {
+        let seqno = snapshot.seqno();
+        let found = snapshot
+            .range_cf(cf, key(start)..key(end))
+            .and_then(|iter| iter.collect::<cairn::Result<Vec<_>>>());
+        let found = match found {
+            Ok(found) => found,
+            Err(e) => return self.h.read_error("snapshot read", &e),
+        };
+        let mut seen = std::collections::HashMap::new();
+        for (k, v) in &found {
+            match crate::value::key_index(k).filter(|i| (start..end).contains(i)) {
+                Some(i) => {
+                    seen.insert(i, v.clone());
+                }
+                None => self.h.tally.fail(
+                    Failure::SnapshotMismatch,
+                    format!(
+                        "{context} at seqno {seqno}: read key {:?} outside {start}..{end}",
+                        String::from_utf8_lossy(k)
+                    ),
                 ),
-            ),
-            Err(e) => self.h.engine_error("snapshot verify", &e),
+            }
+        }
+        for k in start..end {
+            let observed = observe(
+                k,
+                seen.get(&k).map(AsRef::as_ref),
+                self.h.config.max_value_size,
+            );
+            let Some(ok) = self.h.expected.at(k, seqno) else {
+                self.h.tally.fail(
+                    Failure::SnapshotMismatch,
+                    format!("{context}: the harness kept no history of key {k} at seqno {seqno}"),
+                );
+                continue;
+            };
+            if !ok.allows(observed.version()) {
+                self.h.tally.fail(
+                    Failure::SnapshotMismatch,
+                    format!(
+                        "{context} at seqno {seqno}: key {k} read {observed:?}, expected {:?}",
+                        ok.before
+                    ),
+                );
+            } else {
+                self.h.tally.verified();
+            }
         }
     }
 
@@ -365,7 +417,7 @@ impl<'h> Worker<'h> {
         let _locks = self.h.expected.lock(&[write_key]);
         let mut tx = db.transaction();
         if let Err(e) = tx.get_cf(&cf, key(read_key)) {
-            return self.h.engine_error("transaction read", &e);
+            return self.h.read_error("transaction read", &e);
         }
         let version = self.h.expected.get(write_key).version() + 1;
         tx.put_cf(
@@ -376,15 +428,20 @@ impl<'h> Worker<'h> {
         let targets = [(write_key, KeyState::present(version))];
         self.h.expected.begin(&targets);
         match tx.commit() {
-            Ok(_) => {
-                self.h.expected.commit(&targets);
+            Ok(seqno) => {
+                self.h.expected.commit(&targets, seqno);
                 self.h.log_op(self.id, "transaction", &targets);
             }
             Err(cairn::Error::Conflict { .. }) => {
                 self.h.tally.conflict();
                 self.h.expected.abort(&targets);
             }
-            Err(e) => self.h.engine_error("transaction commit", &e),
+            Err(e) => {
+                if crate::harness::refused(&e) {
+                    self.h.expected.abort(&targets);
+                }
+                self.h.engine_error("transaction commit", &e);
+            }
         }
     }
 
@@ -407,21 +464,4 @@ pub(crate) fn observe(k: usize, found: Option<&[u8]>, max_value_size: usize) -> 
             parse_value(k, bytes, max_value_size).map_or(Observed::Damaged, Observed::Version)
         }
     }
-}
-
-/// A checksum of everything `snapshot` reads in `[start, end)`.
-fn checksum(
-    snapshot: &Snapshot,
-    cf: &ColumnFamily,
-    start: usize,
-    end: usize,
-) -> cairn::Result<u64> {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for item in snapshot.range_cf(cf, key(start)..key(end))? {
-        let (k, v) = item?;
-        for &b in k.iter().chain(b"=").chain(v.iter()).chain(b";") {
-            hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    Ok(hash)
 }
