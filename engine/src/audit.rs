@@ -10,7 +10,7 @@
 //! It does not look inside files still being written (a table's temporary file, which a
 //! failed write leaves for the next open to delete).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use cairn_sstable::{
     FragmentedRangeTombstones, InternalIterator, Kind, MAX_SEQNO, SeqNo, Table, key::user_key,
@@ -101,46 +101,51 @@ impl DbInner {
                 traces.push(trace(Location::Memtable, seqno, Kind::RangeDelete, time));
             }
         }
-        let mut on_disk = HashSet::new();
-        for name in self.fs.list(&self.dir)? {
-            let path = self.dir.join(&name);
-            match filename::parse(&name) {
+        let names = self.fs.list(&self.dir)?;
+        // The MANIFESTs first: they also say which family each table they record belongs to,
+        // so a table no version reads is searched only if it is (or may be) this family's.
+        let mut families = HashMap::new();
+        for name in &names {
+            if let Some(FileKind::Manifest(number)) = filename::parse(name) {
+                let path = self.dir.join(name);
+                manifest_traces(self, &path, number, cf, key, &mut traces, &mut families)?;
+            }
+        }
+        let ours = |number: u64| families.get(&number).is_none_or(|&c| c == cf);
+        let live = sv.version.live_files();
+        for name in &names {
+            let path = self.dir.join(name);
+            match filename::parse(name) {
                 Some(FileKind::Log(number)) => {
                     log_traces(self, &path, number, cf, key, &mut traces)?;
                 }
-                Some(FileKind::Manifest(number)) => {
-                    manifest_traces(self, &path, number, cf, key, &mut traces)?;
-                }
-                Some(FileKind::Table(number)) => {
-                    on_disk.insert(number);
-                    let level = sv.version.cf(cf).and_then(|v| {
-                        v.all_files()
-                            .find(|(_, f)| f.number == number)
-                            .map(|(level, _)| level)
-                    });
-                    let location = match level {
-                        Some(level) => Location::Table { level, number },
-                        None if sv.version.live_files().contains(&number) => continue,
-                        None => Location::UnreadTable { number },
-                    };
-                    let table = match level {
-                        Some(_) => self.tables.get(number),
-                        None => {
-                            Table::open(self.fs.as_ref(), &path, number, None).map_err(Into::into)
-                        }
-                    };
-                    match table {
+                Some(FileKind::Table(number)) if !live.contains(&number) && ours(number) => {
+                    let location = Location::UnreadTable { number };
+                    match Table::open(self.fs.as_ref(), &path, number, None) {
                         Ok(table) => table_traces(&table, key, location, &mut traces)?,
                         // Deleted since the directory was listed: no trace there.
-                        Err(crate::Error::Io(e)) if e.is_not_found() => {}
-                        Err(e) => return Err(e),
+                        Err(cairn_sstable::Error::Io(e)) if e.is_not_found() => {}
+                        Err(e) => return Err(e.into()),
                     }
                 }
                 _ => {}
             }
         }
-        for (number, table) in self.tables.held_besides(&on_disk) {
-            table_traces(&table, key, Location::UnlinkedTable { number }, &mut traces)?;
+        if let Some(files) = sv.version.cf(cf) {
+            for (level, file) in files.all_files() {
+                let location = Location::Table {
+                    level,
+                    number: file.number,
+                };
+                table_traces(&self.tables.table(file)?, key, location, &mut traces)?;
+            }
+        }
+        for (number, table) in self.tables.held_besides(&live) {
+            let gone = !self.fs.exists(&filename::table_path(&self.dir, number));
+            if gone && ours(number) {
+                let location = Location::UnlinkedTable { number };
+                table_traces(&table, key, location, &mut traces)?;
+            }
         }
         traces.sort_by_key(|t| std::cmp::Reverse(t.seqno));
         self.promise_gone_by(&mut traces, grace);
@@ -248,7 +253,8 @@ fn log_traces(
     Ok(())
 }
 
-/// The tables of `cf` the MANIFEST at `path` records with `key` as a bound.
+/// The tables of `cf` the MANIFEST at `path` records with `key` as a bound; also notes the
+/// family of every table it records in `families`.
 fn manifest_traces(
     db: &DbInner,
     path: &std::path::Path,
@@ -256,6 +262,7 @@ fn manifest_traces(
     cf: u32,
     key: &[u8],
     out: &mut Vec<KeyTrace>,
+    families: &mut HashMap<u64, u32>,
 ) -> Result<()> {
     let mut reader = match LogReader::open(db.fs.as_ref(), path, RecoveryMode::SkipCorrupted) {
         Ok(reader) => reader,
@@ -268,6 +275,7 @@ fn manifest_traces(
             continue;
         };
         for (file_cf, _, file) in &edit.new_files {
+            families.insert(file.number, *file_cf);
             let bound = file.smallest.as_ref() == key || file.largest.as_ref() == key;
             if *file_cf == cf && bound && seen.insert(file.number) {
                 out.push(KeyTrace {
@@ -304,12 +312,12 @@ mod tests {
             .into_iter()
             .next()
             .ok_or_else(|| crate::Error::invalid("no table"))?;
-        // A reader holds the table while its file goes (as a sweep would delete it).
+        // Something holds the table while compaction replaces it and the sweep deletes it.
         let held = db.inner.tables.get(number)?;
-        db.inner.tables.evict(number);
-        db.inner
-            .fs
-            .remove(&filename::table_path(dir.path(), number))?;
+        db.put("k", "newer")?;
+        db.compact_range::<&str>(..)?;
+        db.wait_for_background_work()?;
+        assert!(!filename::table_path(dir.path(), number).exists());
         let traces = db.audit_key("k")?;
         assert!(
             traces

@@ -70,7 +70,7 @@ impl DbInner {
                     }
                 }
             };
-            let result = match task {
+            self.run_task("background work", || match task {
                 Task::Sweep => {
                     self.delete_obsolete_files();
                     Ok(())
@@ -78,10 +78,7 @@ impl DbInner {
                 Task::Freeze => self.freeze_from_background(),
                 Task::RollManifest => self.roll_manifest_if_due(),
                 Task::Compact(running) => self.run_compaction(&running).map(drop),
-            };
-            if let Err(e) = result {
-                self.stop_with(&e);
-            }
+            });
         }
     }
 
@@ -194,14 +191,26 @@ impl DbInner {
             db: self,
             numbers: Vec::new(),
         };
-        let result = match self.compaction_job(running, &mut outputs) {
-            Ok(Some(output)) => self.install_compaction(running, &outputs.numbers, &output),
-            Ok(None) => Ok(Outcome::Abandoned),
-            Err(e) if !self.cf_exists(running.cf) => {
-                tracing::debug!(cf = running.cf, error = %e, "compaction of a dropped family abandoned");
-                Ok(Outcome::Abandoned)
+        // A panic (a compaction filter's, say) must not leave the compaction registered, or
+        // `close` would wait for it forever: clean up, stop, and let the panic go on.
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            match self.compaction_job(running, &mut outputs) {
+                Ok(Some(output)) => self.install_compaction(running, &outputs.numbers, &output),
+                Ok(None) => Ok(Outcome::Abandoned),
+                Err(e) if !self.cf_exists(running.cf) => {
+                    tracing::debug!(cf = running.cf, error = %e, "compaction of a dropped family abandoned");
+                    Ok(Outcome::Abandoned)
+                }
+                Err(e) => Err(e),
             }
-            Err(e) => Err(e),
+        }));
+        let (result, panic) = match result {
+            Ok(result) => (result, None),
+            Err(panic) => {
+                let e = Error::Panicked("a compaction panicked".into());
+                self.stop_with(&e);
+                (Err(e), Some(panic))
+            }
         };
         if !matches!(result, Ok(Outcome::Installed)) {
             for &n in &outputs.numbers {
@@ -216,6 +225,9 @@ impl DbInner {
         }
         self.release_outputs(outputs.numbers.iter().copied());
         self.state_changed.notify_all();
+        if let Some(panic) = panic {
+            std::panic::resume_unwind(panic);
+        }
         if result.is_ok() {
             self.delete_obsolete_files();
         }

@@ -167,8 +167,9 @@ impl Db {
     ///
     /// # Errors
     /// `Io` (`Locked`) while another process or handle holds the database open for writing;
-    /// `InvalidArgument` if `path` holds no database; `Corruption` if its files are damaged
-    /// beyond what the recovery mode tolerates.
+    /// `InvalidArgument` if `path` holds no database, or no `LOCK` file to share (a writer
+    /// creates it); `Corruption` if its files are damaged beyond what the recovery mode
+    /// tolerates.
     pub fn open_read_only(path: impl AsRef<Path>, options: Options) -> Result<Self> {
         let inner = Arc::new(crate::recovery::open_read_only(path.as_ref(), options)?);
         let default_cf = ColumnFamily {
@@ -404,6 +405,16 @@ impl DbInner {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = sv;
     }
 
+    /// Runs one task of a background thread; a panic in it stops the database (whatever it was
+    /// doing may be half done) instead of quietly ending the thread.
+    pub(crate) fn run_task(&self, what: &str, task: impl FnOnce() -> Result<()>) {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task))
+            .unwrap_or_else(|_| Err(Error::Panicked(format!("{what} panicked"))));
+        if let Err(e) = result {
+            self.stop_with(&e);
+        }
+    }
+
     /// Records a failure after which writes must stop until the database is reopened.
     pub(crate) fn stop_with(&self, error: &Error) {
         let mut state = self.lock_state();
@@ -434,12 +445,26 @@ impl DbInner {
                 tracing::error!("a background thread panicked");
             }
         }
-        let error = self.lock_state().error.clone();
+        // A compaction a caller runs on its own thread (`compact_range`) is not ours to join:
+        // wait for it, as it writes files and edits.
+        let mut state = self.lock_state();
+        while !state.compacting.is_empty() {
+            state = self
+                .state_changed
+                .wait(state)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        let error = state.error.clone();
+        drop(state);
         // A log whose write or sync failed refuses a sync; the stored error says why.
         let synced = match error {
             Some(_) => Ok(()),
             None if self.read_only => Ok(()),
-            None => self.lock_wal().sync(),
+            // Sealed: the next open reads these logs, and damage in them is then corruption.
+            None => {
+                let wal = self.lock_wal().seal();
+                wal.and_then(|()| self.lock_manifest().seal())
+            }
         };
         self.lock
             .lock()

@@ -40,9 +40,7 @@ impl DbInner {
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
                 }
             };
-            if let Err(e) = self.flush_memset(&memset) {
-                self.stop_with(&e);
-            }
+            self.run_task("a flush", || self.flush_memset(&memset));
         }
     }
 
@@ -132,7 +130,8 @@ impl DbInner {
     /// left alone.
     ///
     /// A stopped database deletes nothing: after a failed MANIFEST write or sync, the in-memory
-    /// version may lack a table an edit on disk names, and reopening must find it.
+    /// version may lack a table an edit on disk names, and reopening must find it. Nor does a
+    /// closing one.
     pub(crate) fn delete_obsolete_files(&self) {
         if self.read_only {
             return;
@@ -142,6 +141,11 @@ impl DbInner {
             if state.error.is_some()
                 && !crate::planted::active(crate::planted::Bug::DeleteAfterManifestFailure)
             {
+                return;
+            }
+            // Closing: the next open sweeps. (A caller's thread may still be in here after
+            // `close` released the directory to another process.)
+            if state.shutting_down {
                 return;
             }
             let current = state.meta.version.live_files();

@@ -161,6 +161,11 @@ impl ManifestWriter {
         len > max_bytes && len > self.snapshot_len.saturating_mul(2)
     }
 
+    /// Seals the MANIFEST at close (see `cairn_wal::LogWriter::seal`).
+    pub(crate) fn seal(&mut self) -> cairn_wal::Result<()> {
+        self.writer.seal()
+    }
+
     pub(crate) fn number(&self) -> u64 {
         self.number
     }

@@ -80,13 +80,19 @@ pub(crate) fn open(dir: &Path, options: Options) -> Result<DbInner> {
 pub(crate) fn open_read_only(dir: &Path, options: Options) -> Result<DbInner> {
     options.table.validate()?;
     let fs = Arc::clone(&options.fs);
-    let Some(name) = manifest::read_current(fs.as_ref(), dir)? else {
+    let no_database = || Error::invalid(format!("{} holds no Cairn database", dir.display()));
+    if !fs.exists(&filename::current_path(dir)) {
+        return Err(no_database());
+    }
+    // Without a LOCK to share, nothing would keep a writer from deleting files under us.
+    let Some(lock) = fs.lock_shared(&filename::lock_path(dir))? else {
         return Err(Error::invalid(format!(
-            "{} holds no Cairn database",
+            "{} has no LOCK file to hold against writers",
             dir.display()
         )));
     };
-    let lock = fs.lock_shared(&filename::lock_path(dir))?;
+    // Read under the lock: a writer may have rolled the MANIFEST over before it let go.
+    let name = manifest::read_current(fs.as_ref(), dir)?.ok_or_else(no_database)?;
     let mut meta = manifest::load(fs.as_ref(), dir, &name)?;
     check_tables(fs.as_ref(), dir, &meta)?;
     let names = fs.list(dir)?;
@@ -101,7 +107,7 @@ pub(crate) fn open_read_only(dir: &Path, options: Options) -> Result<DbInner> {
         tables: recovered.memtables,
     });
     let parts = OpenedParts {
-        lock,
+        lock: Some(lock),
         manifest: ManifestWriter::read_only(dir.join(&name), number),
         meta,
         mem,

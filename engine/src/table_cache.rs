@@ -93,8 +93,8 @@ impl TableCache {
         self.open.remove(&number);
     }
 
-    /// Tables still mapped, by anyone, whose numbers are not in `live`: deleted (or about to
-    /// be) while a reader holds them.
+    /// Tables still mapped, by anyone, whose numbers are not in `live`: no longer read by the
+    /// version, and maybe deleted while a reader holds them.
     pub(crate) fn held_besides(&self, live: &std::collections::HashSet<u64>) -> Vec<(u64, Table)> {
         let alive = self.lock_alive();
         alive

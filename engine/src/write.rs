@@ -51,9 +51,11 @@ impl DbInner {
         let first = self.visible_seqno.load(Ordering::Acquire) + 1;
         let last = first + ops.len() as u64 - 1;
         if last > MAX_SEQNO {
-            return Err(Error::Stopped(format!(
+            let e = Error::Stopped(format!(
                 "sequence numbers are used up (the last is {MAX_SEQNO})"
-            )));
+            ));
+            self.stop_with(&e);
+            return Err(e);
         }
         let write_time = self.options.clock.now_ms();
         // Sized up front: growing it a few bytes at a time was a sixth of a put's cost.
@@ -140,8 +142,9 @@ impl DbInner {
         drop(state);
         let opened = (|| -> Result<LogWriter> {
             // Sync the old log first: a later synced write must never survive power loss while
-            // an earlier unsynced one in the old log does not.
-            self.lock_wal().sync()?;
+            // an earlier unsynced one in the old log does not. Sealed, since it takes no more:
+            // damage anywhere in it is then corruption, not a tail to drop.
+            self.lock_wal().seal()?;
             let file = self.fs.create(&filename::log_path(&self.dir, number))?;
             self.fs.sync_dir(&self.dir)?;
             Ok(LogWriter::new(file))

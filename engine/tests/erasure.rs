@@ -129,3 +129,28 @@ fn the_audit_finds_a_key_in_logs_and_manifests_and_not_once_it_is_erased() {
     let traces = db.audit_key("secret").expect("audit");
     assert!(traces.is_empty(), "{traces:?}");
 }
+
+#[test]
+fn the_audit_of_one_family_ignores_another_familys_tables() {
+    let dir = tempdir();
+    let db = Db::open(dir.path(), Options::default()).expect("open");
+    let other = db
+        .create_column_family("other", cairn::CfOptions::default())
+        .expect("cf");
+    other.put("k", "theirs").expect("put");
+    db.flush().expect("flush");
+    // A reader pins the other family's table through a compaction: it stays on disk, unread.
+    let reader = other.iter().expect("iter");
+    other.delete("k").expect("delete");
+    other.compact_range::<&str>(..).expect("compact");
+    let theirs = other.audit_key("k").expect("audit");
+    assert!(
+        theirs
+            .iter()
+            .any(|t| matches!(t.location, Location::UnreadTable { .. })),
+        "{theirs:?}"
+    );
+    let ours = db.audit_key("k").expect("audit");
+    assert!(ours.is_empty(), "the default family never held k: {ours:?}");
+    drop(reader);
+}

@@ -138,3 +138,23 @@ fn read_only_open_refuses_a_live_writer_and_changes_nothing_beside_a_dead_one() 
     let writer = Db::open(dir.path(), Options::default()).expect("a writer once readers left");
     assert_eq!(writer.iter().expect("scan").count(), KEYS as usize);
 }
+
+#[test]
+fn read_only_open_refuses_a_directory_without_a_lock_file() {
+    let dir = tempdir();
+    Db::open(dir.path(), Options::default())
+        .expect("open")
+        .close()
+        .expect("close");
+    std::fs::remove_file(dir.path().join("LOCK")).expect("remove LOCK");
+    let opened = Db::open_read_only(dir.path(), Options::default());
+    assert!(
+        matches!(&opened, Err(Error::InvalidArgument(why)) if why.contains("LOCK")),
+        "{:?}",
+        opened.map(|_| ())
+    );
+    assert!(
+        !dir.path().join("LOCK").exists(),
+        "and it does not create one"
+    );
+}

@@ -188,3 +188,93 @@ fn dropping_a_column_family_abandons_its_running_compaction() {
         common::tables_in(dir.path())
     );
 }
+
+/// A compaction a caller runs on its own thread (`compact_range`) is no background thread
+/// `close` joins: close must still wait for it before it unlocks the directory, or a new open
+/// and the old compaction would write and delete files under each other.
+#[test]
+fn close_waits_for_a_compaction_running_on_a_callers_thread() {
+    let dir = tempdir();
+    let gate = common::Gate::new();
+    let db = Db::open(
+        dir.path(),
+        Options::default()
+            .compaction_filter(gate.clone())
+            .level0_triggers(100, 200, 300),
+    )
+    .expect("open");
+    for i in 0..100 {
+        db.put(format!("k{i:03}"), "v").expect("put");
+    }
+    db.flush().expect("flush");
+    let cf = db.column_family("default").expect("default family");
+    let compactor = std::thread::spawn(move || cf.compact_range::<&str>(..));
+    assert!(gate.wait_entered(WAIT), "the compaction started");
+    let closer = std::thread::spawn(move || db.close());
+    std::thread::sleep(Duration::from_millis(500));
+    let closed_early = closer.is_finished();
+    let locked_out = Db::open(dir.path(), Options::default()).is_err();
+    gate.open();
+    let _ = compactor.join().expect("compactor");
+    let _ = closer.join().expect("closer");
+    assert!(
+        !closed_early,
+        "close returned while a compaction was writing"
+    );
+    assert!(
+        locked_out,
+        "the directory was unlocked while a compaction was writing"
+    );
+    let db = Db::open(dir.path(), Options::default()).expect("reopen");
+    assert_eq!(db.iter().expect("scan").count(), 100);
+    drop(db);
+    Db::open(dir.path(), Options::default()).expect("and again");
+}
+
+/// A panic in background work (here a compaction filter's) stops the database instead of
+/// killing the thread quietly and leaving writes to stall forever.
+#[test]
+fn a_panic_in_a_background_compaction_stops_the_database() {
+    #[derive(Debug)]
+    struct Panics;
+    impl cairn::CompactionFilter for Panics {
+        fn filter(&self, _: &str, _: &[u8], _: &[u8]) -> cairn::Decision {
+            panic!("the filter broke");
+        }
+    }
+    let dir = tempdir();
+    let db = Arc::new(
+        Db::open(
+            dir.path(),
+            Options::default()
+                .compaction_filter(Arc::new(Panics))
+                .level0_triggers(1, 2, 3),
+        )
+        .expect("open"),
+    );
+    db.put("a", "1").expect("put");
+    db.flush().expect("flush");
+    let writer = Arc::clone(&db);
+    let outcome = within(WAIT, move || {
+        for i in 0..10_000 {
+            if let Err(e) = writer.put(format!("k{i}"), "v") {
+                return Some(e);
+            }
+            if i % 100 == 0 {
+                let _ = writer.flush();
+            }
+        }
+        None
+    });
+    let Some(outcome) = outcome else {
+        std::mem::forget(db);
+        panic!("writes stalled forever behind a dead compaction thread");
+    };
+    assert!(
+        matches!(outcome, Some(cairn::Error::Stopped(_))),
+        "the database stopped: {outcome:?}"
+    );
+    drop(db);
+    let db = Db::open(dir.path(), Options::default()).expect("reopen");
+    assert_eq!(db.get("a").expect("get").as_deref(), Some(&b"1"[..]));
+}

@@ -103,7 +103,9 @@ impl Acceptable {
 
     /// True if no write was in flight: the read must match exactly.
     pub fn is_settled(&self) -> bool {
-        self.before == self.after && self.pending.iter().all(Option::is_none) && self.also.is_empty()
+        self.before == self.after
+            && self.pending.iter().all(Option::is_none)
+            && self.also.is_empty()
     }
 }
 
@@ -325,10 +327,7 @@ impl ExpectedState {
                 let mut history = lock(history);
                 history.push((seqno, state));
                 // Keep the newest entry at or below the floor, and all after it.
-                let keep_from = history
-                    .iter()
-                    .rposition(|(s, _)| *s <= floor)
-                    .unwrap_or(0);
+                let keep_from = history.iter().rposition(|(s, _)| *s <= floor).unwrap_or(0);
                 history.drain(..keep_from);
             }
             if let Some(c) = self.committed.get(key) {

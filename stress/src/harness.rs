@@ -6,7 +6,7 @@
 //! verification runs even after a fatal engine error.
 //!
 //! In a fault run (I/O errors injected through `FaultyFs`) a database stopped by a fault is
-//! closed, reopened with the faults paused, fully verified, and the run goes on — db_stress's
+//! closed, reopened with the faults paused, fully verified, and the run goes on — `db_stress`'s
 //! error-recovery loop. The verification after a fault allows the writes not known durable (no
 //! synced write at or after them returned) to be lost: a failed sync may drop them.
 
@@ -339,7 +339,11 @@ impl Harness {
                 let durable = self.durable.load(Ordering::Acquire);
                 self.verify_db(
                     &db,
-                    if lossy { "after a fault and reopen" } else { "after reopen" },
+                    if lossy {
+                        "after a fault and reopen"
+                    } else {
+                        "after reopen"
+                    },
                     lossy.then_some(durable),
                 );
                 // Everything it holds now is in tables.

@@ -69,7 +69,11 @@ impl<'h> Worker<'h> {
                 self.snapshots.clear();
                 self.cf = None;
                 self.h.reopen(epoch, after_fault);
-                self.h.tally.op(if after_fault { "fault_reopen" } else { "reopen" });
+                self.h.tally.op(if after_fault {
+                    "fault_reopen"
+                } else {
+                    "reopen"
+                });
                 continue;
             }
             let guard = self.h.db();
@@ -211,9 +215,10 @@ impl<'h> Worker<'h> {
             KeyState::present(version)
         };
         let options = self.sync();
-        self.h.apply(&[(k, target)], "single_delete", options.sync, || {
-            db.write_opt(batch, &options)
-        });
+        self.h
+            .apply(&[(k, target)], "single_delete", options.sync, || {
+                db.write_opt(batch, &options)
+            });
     }
 
     fn delete_range(&mut self, db: &Db) {
@@ -346,7 +351,13 @@ impl<'h> Worker<'h> {
         }
         let held = self.snapshots.remove(0);
         let Some(cf) = self.cf().cloned() else { return };
-        self.check_snapshot(&held.snapshot, &cf, held.start, held.end, "snapshot released");
+        self.check_snapshot(
+            &held.snapshot,
+            &cf,
+            held.start,
+            held.end,
+            "snapshot released",
+        );
     }
 
     /// Reads `[start, end)` at `snapshot` and judges every key against the expected state at
@@ -362,7 +373,7 @@ impl<'h> Worker<'h> {
         let seqno = snapshot.seqno();
         let found = snapshot
             .range_cf(cf, key(start)..key(end))
-            .and_then(|iter| iter.collect::<cairn::Result<Vec<_>>>());
+            .and_then(Iterator::collect::<cairn::Result<Vec<_>>>);
         let found = match found {
             Ok(found) => found,
             Err(e) => return self.h.read_error("snapshot read", &e),
@@ -395,7 +406,9 @@ impl<'h> Worker<'h> {
                 );
                 continue;
             };
-            if !ok.allows(observed.version()) {
+            if ok.allows(observed.version()) {
+                self.h.tally.verified();
+            } else {
                 self.h.tally.fail(
                     Failure::SnapshotMismatch,
                     format!(
@@ -403,8 +416,6 @@ impl<'h> Worker<'h> {
                         ok.before
                     ),
                 );
-            } else {
-                self.h.tally.verified();
             }
         }
     }

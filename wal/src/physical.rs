@@ -309,9 +309,9 @@ fn valid_fragment_at(block: &[u8], pos: usize) -> Option<(FragmentType, &[u8])> 
     let end = pos + HEADER_SIZE + len;
     let fragment_type = FragmentType::from_byte(type_byte)?;
     let placed = match fragment_type {
-        FragmentType::Full | FragmentType::Last => end <= BLOCK_SIZE,
+        // (A sync mark of another length than 8 fills a block's end; it claims nothing.)
+        FragmentType::Full | FragmentType::Last | FragmentType::SyncMark => end <= BLOCK_SIZE,
         FragmentType::First | FragmentType::Middle => end == BLOCK_SIZE,
-        FragmentType::SyncMark => len == SYNC_MARK_LEN && end <= BLOCK_SIZE,
     };
     if !placed {
         return None;

@@ -190,6 +190,49 @@ impl LogWriter {
         Ok(())
     }
 
+    /// Syncs, then records that sync in a sync mark and syncs again: for a log that will take
+    /// no more records (one being replaced, or closed). A sync mark otherwise waits for the next
+    /// record, so damage in a log's last synced records would read as its unsynced tail and be
+    /// dropped quietly; in a sealed log all damage is corruption.
+    ///
+    /// # Errors
+    /// As [`sync`](Self::sync), and `Error::Io` if the mark cannot be appended.
+    pub fn seal(&mut self) -> Result<()> {
+        self.sync()?;
+        if self.unmarked_sync.is_none_or(|s| s == 0) {
+            return Ok(());
+        }
+        self.buf.clear();
+        let mut left_in_block = BLOCK_SIZE - offset_in_block(self.len);
+        if left_in_block < HEADER_SIZE {
+            self.buf.resize(left_in_block, 0);
+        } else if left_in_block < HEADER_SIZE + SYNC_MARK_LEN {
+            // Too small for the mark: a mark of a shorter payload, which claims nothing, fills it.
+            left_in_block -= HEADER_SIZE;
+            self.push_fragment(FragmentType::SyncMark, &vec![0; left_in_block])?;
+        }
+        if !self.push_sync_mark_at_end() {
+            return Ok(());
+        }
+        if let Err(e) = self.file.append(&self.buf) {
+            self.failed = true;
+            return Err(e.into());
+        }
+        self.len += self.buf.len() as u64;
+        self.unmarked_sync = None;
+        self.sync()
+    }
+
+    /// Frames the pending sync mark after what `self.buf` holds, which ends at a position where
+    /// it fits; returns whether there was one.
+    fn push_sync_mark_at_end(&mut self) -> bool {
+        let Some(synced) = self.unmarked_sync else {
+            return false;
+        };
+        self.push_fragment(FragmentType::SyncMark, &synced.to_le_bytes())
+            .is_ok()
+    }
+
     /// The number of bytes in the log: the offset the next record's framing starts at.
     pub fn len(&self) -> u64 {
         self.len

@@ -129,3 +129,54 @@ fn a_sync_mark_precedes_the_first_record_after_a_sync_and_is_no_record() {
         ]
     );
 }
+
+#[test]
+fn damage_in_the_last_synced_records_of_a_sealed_log_is_corruption() {
+    let write = |seal: bool| {
+        let file = MemLog::default();
+        let mut writer = LogWriter::new(file.handle());
+        writer.add_record(&payload(1, 100)).expect("append");
+        writer.sync().expect("sync");
+        let second = writer.add_record(&payload(2, 100)).expect("append");
+        writer.add_record(&payload(3, 100)).expect("append");
+        if seal {
+            writer.seal().expect("seal");
+        } else {
+            writer.sync().expect("sync");
+        }
+        let mut bytes = file.bytes();
+        if let Some(byte) = bytes.get_mut(common::index(second) + 20) {
+            *byte ^= 0x40;
+        }
+        common::read_all(&bytes, cairn_wal::RecoveryMode::TolerateCorruptedTail)
+    };
+    let unsealed = write(false);
+    assert!(
+        unsealed.error.is_none() && unsealed.records.len() == 1,
+        "without a mark after the last sync the damage reads as tail: {:?}",
+        unsealed.error
+    );
+    let sealed = write(true);
+    assert!(
+        matches!(sealed.error, Some(Error::Corruption { .. })),
+        "{:?}",
+        sealed.error
+    );
+}
+
+#[test]
+fn a_seal_fits_its_mark_at_any_block_position() {
+    for leave in 0..20 {
+        let file = MemLog::default();
+        let mut writer = LogWriter::new(file.handle());
+        let len = common::len_leaving(0, leave);
+        writer.add_record(&payload(1, len)).expect("append");
+        writer.seal().expect("seal");
+        let bytes = file.bytes();
+        let read = common::read_all(&bytes, cairn_wal::RecoveryMode::AbsoluteConsistency);
+        assert!(read.error.is_none(), "leave {leave}: {:?}", read.error);
+        assert_eq!(read.records.len(), 1, "leave {leave}");
+        let appended = writer.add_record(b"after").expect("append after a seal");
+        assert!(appended >= bytes.len() as u64);
+    }
+}
