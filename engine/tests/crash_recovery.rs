@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn::{Db, Options, WriteBatch, WriteOptions};
-use cairn_fs::{FaultyFs, OpKind, PowerLoss};
+use cairn_fs::{FaultyFs, OpKind, PowerLoss, SyncFailure};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -447,7 +447,20 @@ fn write_round(
     synced
 }
 
+/// Which power losses a run simulates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Losses {
+    /// Unsynced bytes dropped all, as a random tail, or as random pages.
+    Any,
+    /// Unsynced pages persisted out of order, leaving holes before later records.
+    ReorderedPages,
+}
+
 fn run_power_loss(seed: u64, variant: Variant) {
+    run_power_losses(seed, variant, Losses::Any);
+}
+
+fn run_power_losses(seed: u64, variant: Variant, losses: Losses) {
     let mut rng = SmallRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().expect("tempdir");
     let fs = FaultyFs::new(seed);
@@ -457,10 +470,12 @@ fn run_power_loss(seed: u64, variant: Variant) {
         let count = rng.random_range(100..500);
         let sync_every = (!rng.random_ratio(1, 5)).then(|| rng.random_range(1..=16));
         let synced = write_round(&db, &mut rng, variant, held..held + count, sync_every);
-        let mode = if rng.random_bool(0.5) {
-            PowerLoss::DropAllUnsynced
-        } else {
-            PowerLoss::DropRandomTail { seed: rng.random() }
+        let mode = match (losses, rng.random_range(0..3)) {
+            (Losses::ReorderedPages, _) | (Losses::Any, 2) => {
+                PowerLoss::ReorderedPages { seed: rng.random() }
+            }
+            (Losses::Any, 0) => PowerLoss::DropAllUnsynced,
+            (Losses::Any, _) => PowerLoss::DropRandomTail { seed: rng.random() },
         };
         let ctx = format!(
             "{variant:?} seed {seed} round {round}: batches {held}..{} synced every {sync_every:?} \
@@ -543,12 +558,98 @@ fn power_loss_amid_log_switches_keeps_synced_writes_and_a_prefix() {
     );
 }
 
+/// Writeback is not in file order: a power loss can keep later pages of a log and lose earlier
+/// ones, leaving a hole of zeros before valid records. All of it was unsynced, so recovery in
+/// the default mode must open, lose only unsynced writes, and keep a prefix.
+#[test]
+fn power_loss_with_pages_written_out_of_order_keeps_synced_writes_and_a_prefix() {
+    for_each_seed(
+        "power_loss_with_pages_written_out_of_order_keeps_synced_writes_and_a_prefix",
+        |seed| run_power_losses(seed, Variant::LogSwitches, Losses::ReorderedPages),
+    );
+}
+
 #[test]
 fn power_loss_during_recovery_keeps_synced_writes_and_a_prefix() {
     for_each_seed(
         "power_loss_during_recovery_keeps_synced_writes_and_a_prefix",
         |seed| run_power_loss(seed, Variant::RecoveryCrash),
     );
+}
+
+/// Writes batches `0..n` (every fourth synced) until `fail` makes one fail; returns the
+/// number of batches acknowledged and the last synced one. Every write after the failure must
+/// be refused: the database stopped.
+fn write_until_failure(db: &Db, n: u64, fail_at: u64, fail: impl FnOnce()) -> (u64, Option<u64>) {
+    let mut fail = Some(fail);
+    let mut synced = None;
+    for i in 0..n {
+        if i == fail_at
+            && let Some(fail) = fail.take()
+        {
+            fail();
+        }
+        let sync = i % 4 == 0;
+        match db.write_opt(batch(i), &WriteOptions { sync }) {
+            Ok(_) if sync => synced = Some(i),
+            Ok(_) => {}
+            Err(e) => {
+                assert!(i >= fail_at, "batch {i} failed before the fault: {e}");
+                let refused = db.write_opt(batch(i + 1), &WriteOptions::default());
+                assert!(
+                    matches!(refused, Err(cairn::Error::Stopped(_))),
+                    "the database goes on after a failed log write: {refused:?}"
+                );
+                return (i, synced);
+            }
+        }
+    }
+    panic!("the injected fault never failed a write");
+}
+
+/// A failed log sync that drops the unsynced bytes (Linux after a writeback error): the
+/// database stops, and reopening — with or without a power loss after — keeps every write
+/// synced before it and a prefix of the rest.
+#[test]
+fn a_failed_log_sync_that_drops_unsynced_bytes_loses_only_unsynced_writes() {
+    for power_loss in [false, true] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fs = FaultyFs::new(9);
+        fs.set_sync_failure(SyncFailure::DropsUnsynced);
+        let db = Db::open(dir.path(), faulty_options(&fs, Variant::Plain)).expect("open");
+        let (acked, synced) = write_until_failure(&db, 400, 201, || {
+            fs.fail_next(OpKind::Sync, ".log");
+        });
+        drop(db);
+        if power_loss {
+            fs.power_loss(PowerLoss::DropAllUnsynced)
+                .expect("power loss");
+        }
+        let db = Db::open(dir.path(), faulty_options(&fs, Variant::Plain)).expect("reopen");
+        let ctx = format!("power loss {power_loss}: {acked} acknowledged, last synced {synced:?}");
+        let n = check_recovered(&db, &ctx);
+        assert!(
+            synced.is_some_and(|s| n > s),
+            "{ctx}: a synced write is lost: 0..{n}"
+        );
+        assert!(n <= acked + 1, "{ctx}: 0..{n} is more than was written");
+    }
+}
+
+/// A failed append that leaves a torn prefix of the record in the log: the database stops, and
+/// reopening keeps every acknowledged write and drops the torn one.
+#[test]
+fn a_torn_log_append_loses_only_the_write_that_tore() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fs = FaultyFs::new(4);
+    let db = Db::open(dir.path(), faulty_options(&fs, Variant::Plain)).expect("open");
+    let (acked, _) = write_until_failure(&db, 400, 150, || {
+        fs.fail_next(OpKind::Append, ".log");
+    });
+    drop(db);
+    let db = Db::open(dir.path(), faulty_options(&fs, Variant::Plain)).expect("reopen");
+    let n = check_recovered(&db, "after a torn append");
+    assert_eq!(n, acked, "every acknowledged write, and not the torn one");
 }
 
 /// The newest write-ahead log (`NNNNNN.log`) in `dir`.

@@ -6,9 +6,11 @@
 //!   had succeeded must be there, synced or not (a process crash loses nothing the log had been
 //!   handed), and no deleted key may return.
 //! - **Power loss**: in process, on [`FaultyFs`]: one writer makes numbered writes, some synced;
-//!   then the disk stops, the power goes (unsynced bytes dropped, all or a random tail), and the
-//!   database is reopened. What it holds must be exactly the state after some prefix of the writes
-//!   — no holes — and that prefix must include every write acknowledged with sync.
+//!   every other cycle a disk fault (a log sync that fails dropping or keeping its bytes, or a
+//!   torn append) stops the database first; then the disk stops, the power goes (unsynced bytes
+//!   dropped all, as a random tail, or as random pages), and the database is reopened. What it
+//!   holds must be exactly the state after some prefix of the writes — no holes — and that
+//!   prefix must include every write acknowledged with sync.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairn::{Db, Options, WriteBatch, WriteOptions};
-use cairn_fs::{FaultyFs, PowerLoss};
+use cairn_fs::{FaultyFs, OpKind, PowerLoss, SyncFailure};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -176,6 +178,59 @@ type State = Option<u32>;
 struct Write {
     changes: Vec<(usize, State)>,
     synced: bool,
+    /// False for the write a fault failed: it may or may not have reached the log.
+    acknowledged: bool,
+}
+
+/// A disk fault a power-loss cycle meets before the power goes.
+#[derive(Debug, Clone, Copy)]
+struct Fault {
+    /// The write it falls on.
+    at: usize,
+    kind: FaultKind,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum FaultKind {
+    /// A log sync fails and drops the unsynced bytes.
+    SyncDrops,
+    /// A log sync fails but its bytes stay.
+    SyncKeeps,
+    /// A log append fails after writing a prefix of the record.
+    TornAppend,
+}
+
+impl Fault {
+    /// Every other cycle meets one, on a random write.
+    fn pick(cycle: usize, rng: &mut SmallRng, writes: usize) -> Option<Self> {
+        if cycle.is_multiple_of(2) || writes < 2 {
+            return None;
+        }
+        let kind = match rng.random_range(0..3) {
+            0 => FaultKind::SyncDrops,
+            1 => FaultKind::SyncKeeps,
+            _ => FaultKind::TornAppend,
+        };
+        Some(Self {
+            at: rng.random_range(1..writes),
+            kind,
+        })
+    }
+
+    fn arm(self, fs: &FaultyFs) {
+        match self.kind {
+            FaultKind::SyncDrops => {
+                fs.set_sync_failure(SyncFailure::DropsUnsynced);
+                // Every sync from here on fails until one is asked for and fails.
+                fs.inject_errors(OpKind::Sync, 1);
+            }
+            FaultKind::SyncKeeps => {
+                fs.set_sync_failure(SyncFailure::KeepsBytes);
+                fs.inject_errors(OpKind::Sync, 1);
+            }
+            FaultKind::TornAppend => fs.fail_next(OpKind::Append, ".log"),
+        }
+    }
 }
 
 /// Runs the power-loss loop in `dir`.
@@ -217,10 +272,15 @@ pub fn power_loss(config: &CrashConfig, dir: &Path) -> Result<CrashReport, Stres
         let mut history: Vec<Write> = Vec::new();
         let sync_every = rng.random_range(1..20);
         let writes = rng.random_range(config.writes_per_cycle / 4..=config.writes_per_cycle.max(4));
+        // Some cycles meet a disk fault first: the database stops at it, then the power goes.
+        let fault = Fault::pick(cycle, &mut rng, writes);
         let mut current = baseline.clone();
         for i in 0..writes {
+            if let Some(fault) = fault.filter(|f| f.at == i) {
+                fault.arm(&fs);
+            }
             let synced = i % sync_every == 0;
-            let Some(write) = one_write(
+            match one_write(
                 &db,
                 &mut rng,
                 &mut current,
@@ -228,34 +288,47 @@ pub fn power_loss(config: &CrashConfig, dir: &Path) -> Result<CrashReport, Stres
                 keys,
                 max_value,
                 synced,
-            )?
-            else {
-                continue;
-            };
-            history.push(write);
-            if rng.random_ratio(1, 200) {
+            ) {
+                Ok(write) => history.push(write),
+                Err(failed) if fault.is_some() => {
+                    // Not acknowledged: it may or may not have reached the log.
+                    history.push(failed);
+                    break;
+                }
+                Err(failed) => {
+                    return Err(StressError::Config(format!(
+                        "cycle {cycle}: a write failed with no fault injected ({} keys)",
+                        failed.changes.len()
+                    )));
+                }
+            }
+            if fault.is_none() && rng.random_ratio(1, 200) {
                 db.flush()?;
             }
         }
+        fs.clear_errors();
         report.writes += history.len() as u64;
         // The disk stops as a dying machine's would, then the power goes.
         fs.set_active(false);
         drop(db);
-        let mode = if cycle % 2 == 0 {
-            PowerLoss::DropAllUnsynced
-        } else {
-            PowerLoss::DropRandomTail { seed: rng.random() }
+        let mode = match cycle % 3 {
+            0 => PowerLoss::DropAllUnsynced,
+            1 => PowerLoss::DropRandomTail { seed: rng.random() },
+            _ => PowerLoss::ReorderedPages { seed: rng.random() },
         };
         fs.power_loss(mode).map_err(cairn::Error::from)?;
         fs.set_active(true);
         let db = Db::open(dir, options())?;
         let observed = read_all(&db, keys, max_value, &mut report.failures)?;
         report.verifications += keys as u64;
-        let last_synced = history.iter().rposition(|w| w.synced).map_or(0, |i| i + 1);
+        let last_synced = history
+            .iter()
+            .rposition(|w| w.synced && w.acknowledged)
+            .map_or(0, |i| i + 1);
         if consistent_prefix(&baseline, &history, &observed, last_synced).is_none() {
             report.failures.holes += 1;
             report.failures.messages.push(format!(
-                "cycle {cycle} ({mode:?}): the recovered state is no prefix of the {} writes that includes the {last_synced} up to the last synced one",
+                "cycle {cycle} ({mode:?}, fault {fault:?}): the recovered state is no prefix of the {} writes that includes the {last_synced} up to the last synced one",
                 history.len()
             ));
         }
@@ -270,7 +343,8 @@ pub fn power_loss(config: &CrashConfig, dir: &Path) -> Result<CrashReport, Stres
     Ok(report)
 }
 
-/// Makes one random write (put, delete, batch or range delete) and returns what it changed.
+/// Makes one random write (put, delete, batch or range delete) and returns what it changed;
+/// `Err` with the same if the engine failed it.
 fn one_write(
     db: &Db,
     rng: &mut SmallRng,
@@ -279,7 +353,7 @@ fn one_write(
     keys: usize,
     max_value: usize,
     sync: bool,
-) -> Result<Option<Write>, StressError> {
+) -> Result<Write, Write> {
     let mut batch = WriteBatch::new();
     let mut changes: Vec<(usize, State)> = Vec::new();
     match rng.random_range(0..10) {
@@ -308,17 +382,22 @@ fn one_write(
             }
         }
     }
-    db.write_opt(batch, &WriteOptions { sync })?;
-    for &(k, state) in &changes {
+    let written = db.write_opt(batch, &WriteOptions { sync });
+    let write = Write {
+        changes,
+        synced: sync,
+        acknowledged: written.is_ok(),
+    };
+    if written.is_err() {
+        return Err(write);
+    }
+    for &(k, state) in &write.changes {
         match state {
             Some(v) => current.insert(k, v),
             None => current.remove(&k),
         };
     }
-    Ok(Some(Write {
-        changes,
-        synced: sync,
-    }))
+    Ok(write)
 }
 
 fn read_all(
@@ -426,6 +505,7 @@ mod tests {
         Write {
             changes: changes.to_vec(),
             synced: false,
+            acknowledged: true,
         }
     }
 

@@ -308,16 +308,16 @@ impl Harness {
         self.stopped_epoch.load(Ordering::Acquire) == epoch
     }
 
-    /// Closes and reopens the database, then checks every key. `after_fault`: a fault may have
-    /// stopped it, so the faults pause for the close and the reopen, and the check allows the
-    /// writes not known durable to be lost.
-    pub(crate) fn reopen(&self, epoch: u64, after_fault: bool) {
+    /// Closes and reopens the database, then checks every key; false if another worker
+    /// reopened it first. `after_fault`: a fault may have stopped it, so the faults pause for the
+    /// close and the reopen, and the check allows the writes not known durable to be lost.
+    pub(crate) fn reopen(&self, epoch: u64, after_fault: bool) -> bool {
         let mut slot = self
             .db
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if self.epoch.load(Ordering::Acquire) != epoch {
-            return; // Another worker reopened it meanwhile.
+            return false; // Another worker reopened it meanwhile.
         }
         if let Some(faults) = &self.faults {
             faults.pause_errors();
@@ -368,6 +368,7 @@ impl Harness {
         if let Some(faults) = &self.faults {
             faults.resume_errors();
         }
+        true
     }
 
     /// Checks every key against the expected state, and settles keys whose last write's outcome
@@ -461,8 +462,9 @@ impl Harness {
                 scope.spawn(|| self.show_progress());
             }
         });
-        if self.faults.is_some() {
-            // End on a healthy disk: reopen with the faults paused and check everything.
+        if let Some(faults) = &self.faults {
+            // End on a healthy disk: stop the faults, reopen, and check everything.
+            faults.clear_errors();
             self.reopen(self.epoch.load(Ordering::Acquire), true);
             self.check_exercised();
         } else if let Some(db) = self.db().as_ref()

@@ -67,23 +67,58 @@ pub fn run_stress(config: StressConfig) -> Result<StressReport, StressError> {
 /// # Errors
 /// `Config` for bad settings; `Engine` if the database cannot be created.
 pub fn run_with_faults(config: StressConfig, one_in: u32) -> Result<StressReport, StressError> {
-    use cairn_fs::{FaultyFs, OpKind, SyncFailure};
+    run_with_fault_plan(config, &FaultPlan::every_kind(one_in))
+}
+
+/// Which faults a fault run injects.
+#[derive(Debug, Clone)]
+pub struct FaultPlan {
+    /// One operation in this many of each kind fails.
+    pub one_in: u32,
+    /// The kinds of operation that fail.
+    pub kinds: Vec<cairn_fs::OpKind>,
+    /// What a failed sync does to the unsynced bytes.
+    pub sync_failure: cairn_fs::SyncFailure,
+    /// Only files whose path contains this fail (empty: every file).
+    pub path_contains: String,
+}
+
+impl FaultPlan {
+    /// Every kind that writes or reads, one in `one_in`; syncs drop or keep bytes at random.
+    pub fn every_kind(one_in: u32) -> Self {
+        use cairn_fs::OpKind;
+        Self {
+            one_in,
+            kinds: vec![
+                OpKind::Append,
+                OpKind::Sync,
+                OpKind::Create,
+                OpKind::Rename,
+                OpKind::SyncDir,
+                OpKind::Read,
+            ],
+            sync_failure: cairn_fs::SyncFailure::Either,
+            path_contains: String::new(),
+        }
+    }
+}
+
+/// Runs a fault run with `plan`'s faults (see [`run_with_faults`]).
+///
+/// # Errors
+/// `Config` for bad settings; `Engine` if the database cannot be created.
+pub fn run_with_fault_plan(
+    config: StressConfig,
+    plan: &FaultPlan,
+) -> Result<StressReport, StressError> {
     let dir = tempfile::tempdir()?;
-    let fs = FaultyFs::new(config.seed);
-    fs.set_sync_failure(SyncFailure::Either);
+    let fs = cairn_fs::FaultyFs::new(config.seed);
+    fs.set_sync_failure(plan.sync_failure);
     let harness = Harness::open(config, dir.path(), Arc::new(fs.clone()), Some(fs.clone()))?;
-    for kind in [
-        OpKind::Append,
-        OpKind::Sync,
-        OpKind::Create,
-        OpKind::Rename,
-        OpKind::SyncDir,
-        OpKind::Read,
-    ] {
-        fs.inject_errors(kind, one_in);
+    for &kind in &plan.kinds {
+        fs.inject_errors_matching(kind, plan.one_in, &plan.path_contains);
     }
     let report = harness.run()?;
-    fs.clear_errors();
     if report.fatal.is_none() {
         harness.close()?;
     }

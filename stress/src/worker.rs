@@ -68,12 +68,14 @@ impl<'h> Worker<'h> {
             if op == "reopen" || after_fault {
                 self.snapshots.clear();
                 self.cf = None;
-                self.h.reopen(epoch, after_fault);
-                self.h.tally.op(if after_fault {
-                    "fault_reopen"
-                } else {
-                    "reopen"
-                });
+                if self.h.reopen(epoch, after_fault) {
+                    let op = if after_fault {
+                        "fault_reopen"
+                    } else {
+                        "reopen"
+                    };
+                    self.h.tally.op(op);
+                }
                 continue;
             }
             let guard = self.h.db();

@@ -1,16 +1,32 @@
-//! The harness catches wrong GC rules. Built only with a planted-bug feature:
+//! Planted bugs: each wrong rule, planted at run time, is caught by the harness as the kind of
+//! failure it causes, while the same seeds and settings without it pass. Built only with the
+//! `planted-bugs` feature:
 //!
 //! ```sh
-//! cargo test -p cairn-stress --features bug-ignore-snapshots --test planted_bugs
-//! cargo test -p cairn-stress --features bug-drop-above-bottom --test planted_bugs
+//! cargo test -p cairn-stress --features planted-bugs --test planted_bugs
 //! ```
+//!
+//! `CAIRN_SEEDS` sets how many seeds each bug runs (default 3).
 
 #![cfg(feature = "planted-bugs")]
 
-use cairn_stress::{Limit, OpWeights, StressConfig};
+use std::sync::Mutex;
 
-/// A short run heavy on what the planted bugs break: deletes, snapshots and compactions over a
-/// tree deep enough that not every compaction is bottommost.
+use cairn::planted::{self, Bug};
+use cairn_stress::{Failure, FaultPlan, Limit, OpWeights, StressConfig, StressError, StressReport};
+
+/// Planted bugs are process-wide: one case at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn seeds() -> u64 {
+    std::env::var("CAIRN_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3)
+}
+
+/// Deletes, snapshots and compactions over a tree deep enough that not every compaction is
+/// bottommost, with reopens.
 fn deletion_heavy(seed: u64) -> StressConfig {
     let weights = OpWeights {
         delete: 1500,
@@ -18,7 +34,7 @@ fn deletion_heavy(seed: u64) -> StressConfig {
         snapshot: 600,
         compact_range: 150,
         flush: 150,
-        reopen: 0,
+        reopen: 3,
         ..OpWeights::default()
     };
     StressConfig {
@@ -32,21 +48,113 @@ fn deletion_heavy(seed: u64) -> StressConfig {
     }
 }
 
-#[test]
-fn the_harness_fails_on_a_planted_gc_bug_within_a_short_run()
--> Result<(), cairn_stress::StressError> {
-    cairn::planted::set(cairn::planted::Bug::IgnoreSnapshots, true);
-    let mut caught = 0;
-    for seed in 0..3 {
-        let report = cairn_stress::run_stress(deletion_heavy(seed))?;
-        println!("seed {seed}:\n{}", report.summary());
-        if !report.failures.is_clean() {
-            caught += 1;
+/// Overwrites of few keys under many snapshots, flushed and compacted all the time, with
+/// reopens: a version a snapshot should see is soon shadowed, flushed and compacted.
+fn snapshot_heavy(seed: u64) -> StressConfig {
+    let weights = OpWeights {
+        get: 300,
+        scan: 100,
+        put: 3000,
+        batch: 500,
+        snapshot: 1500,
+        flush: 400,
+        compact_range: 300,
+        reopen: 3,
+        ..OpWeights::default()
+    };
+    StressConfig {
+        threads: 4,
+        keys: 400,
+        seed,
+        limit: Limit::Ops(20_000),
+        weights,
+        memtable_size: 16 * 1024,
+        ..StressConfig::default()
+    }
+}
+
+/// A fault run whose MANIFEST syncs fail keeping their bytes (the edit of a failed sync may be
+/// durable), with reopens after every fault.
+fn manifest_faults(seed: u64) -> Result<StressReport, StressError> {
+    let weights = OpWeights {
+        flush: 300,
+        compact_range: 100,
+        reopen: 3,
+        ..OpWeights::default()
+    };
+    let config = StressConfig {
+        threads: 4,
+        keys: 2_000,
+        seed,
+        limit: Limit::Ops(15_000),
+        weights,
+        memtable_size: 16 * 1024,
+        ..StressConfig::default()
+    };
+    let plan = FaultPlan {
+        one_in: 3,
+        kinds: vec![cairn_fs::OpKind::Sync],
+        sync_failure: cairn_fs::SyncFailure::KeepsBytes,
+        path_contains: "MANIFEST".into(),
+    };
+    cairn_stress::run_with_fault_plan(config, &plan)
+}
+
+/// Runs `run` for each seed without and with `bug`: every bug-free run must pass, and every run
+/// with the bug must fail with `expect`.
+fn caught(bug: Bug, expect: Failure, run: impl Fn(u64) -> Result<StressReport, StressError>) {
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut missed_by = Vec::new();
+    for seed in 0..seeds() {
+        planted::set(bug, false);
+        let clean = run(seed).expect("the bug-free run");
+        println!("{bug:?} seed {seed} without the bug:\n{}", clean.summary());
+        assert_eq!(clean.exit_code(), 0, "seed {seed} fails without {bug:?}");
+        planted::set(bug, true);
+        let buggy = run(seed);
+        planted::set(bug, false);
+        let buggy = buggy.expect("the run with the bug");
+        println!("{bug:?} seed {seed} with the bug:\n{}", buggy.summary());
+        if buggy.failures.count(expect) == 0 {
+            missed_by.push(seed);
         }
     }
     assert!(
-        caught > 0,
-        "a planted GC bug went unnoticed by three short runs"
+        missed_by.is_empty(),
+        "{bug:?} went unnoticed as {expect:?} with seeds {missed_by:?}"
     );
-    Ok(())
+}
+
+#[test]
+fn compaction_ignoring_snapshots_is_caught_as_a_snapshot_mismatch() {
+    caught(Bug::IgnoreSnapshots, Failure::SnapshotMismatch, |seed| {
+        cairn_stress::run_stress(snapshot_heavy(seed))
+    });
+}
+
+#[test]
+fn tombstones_dropped_above_the_bottom_are_caught_as_resurrected_deletes() {
+    caught(Bug::DropAboveBottom, Failure::ResurrectedDelete, |seed| {
+        cairn_stress::run_stress(deletion_heavy(seed))
+    });
+}
+
+#[test]
+fn a_snapshot_registered_after_reading_its_number_is_caught_as_a_snapshot_mismatch() {
+    caught(
+        Bug::SnapshotBeforeRegister,
+        Failure::SnapshotMismatch,
+        |seed| cairn_stress::run_stress(snapshot_heavy(seed)),
+    );
+}
+
+#[test]
+fn deleting_after_a_failed_manifest_sync_is_caught_as_an_unreadable_database() {
+    caught(
+        Bug::DeleteAfterManifestFailure,
+        Failure::Unreadable,
+        manifest_faults,
+    );
 }

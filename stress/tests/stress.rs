@@ -46,7 +46,7 @@ fn a_short_stress_with_reopens_finds_nothing_wrong() -> Result<(), cairn_stress:
 }
 
 #[test]
-fn injected_io_errors_never_produce_wrong_data_and_a_clean_reopen_verifies()
+fn injected_io_errors_never_produce_wrong_data_and_each_stop_is_reopened_and_verified()
 -> Result<(), cairn_stress::StressError> {
     let mut config = short(7);
     config.weights.reopen = 0;
@@ -57,7 +57,46 @@ fn injected_io_errors_never_produce_wrong_data_and_a_clean_reopen_verifies()
         "no fault was injected: {}",
         report.summary()
     );
-    assert!(report.failures.is_clean(), "{}", report.summary());
+    assert!(
+        report.fault_reopens >= cairn_stress::MIN_FAULT_REOPENS,
+        "{}",
+        report.summary()
+    );
+    assert!(
+        report.stopped_ops * 2 < report.ops.values().sum::<u64>(),
+        "mostly a stopped database: {}",
+        report.summary()
+    );
+    assert!(report.seconds > 0.0 && report.fatal.is_none());
+    assert_eq!(report.exit_code(), 0, "{}", report.summary());
+    Ok(())
+}
+
+/// The checker fails closed: a run whose database cannot be read at the end is a failure.
+#[test]
+fn a_verification_that_cannot_read_the_database_fails() -> Result<(), cairn_stress::StressError> {
+    let dir = tempfile::tempdir()?;
+    let config = StressConfig {
+        limit: Limit::Ops(200),
+        keys: 200,
+        ..short(3)
+    };
+    let harness = cairn_stress::Harness::open(
+        config,
+        dir.path(),
+        std::sync::Arc::new(cairn_fs::RealFs::new()),
+        None,
+    )?;
+    let report = harness.run()?;
+    assert_eq!(report.exit_code(), 0, "{}", report.summary());
+    harness
+        .with_db(|db| db.drop_column_family(cairn_stress::STRESS_CF))
+        .expect("open")
+        .expect("drop the stressed family");
+    harness.verify_all("after the family went");
+    let report = harness.report();
+    assert!(report.failures.unreadable > 0, "{}", report.summary());
+    assert_eq!(report.exit_code(), 1);
     Ok(())
 }
 

@@ -21,7 +21,8 @@ pub(super) struct Ledger {
     /// Handles from an earlier epoch belong to a process that lost power.
     pub(super) epoch: u64,
     pub(super) active: bool,
-    pub(super) error_one_in: HashMap<OpKind, u32>,
+    /// Random injection: one in N operations of the kind, on paths containing the string.
+    pub(super) error_one_in: HashMap<OpKind, (u32, String)>,
     /// Random injection is off while set (targeted failures still happen).
     pub(super) paused: bool,
     /// One-shot failures: the next operation of the kind on a path containing the string.
@@ -92,8 +93,11 @@ impl Ledger {
             return false;
         }
         match self.error_one_in.get(&kind) {
-            Some(&one_in) => self.rng.random_ratio(1, one_in),
-            None => false,
+            Some((one_in, pattern)) if text.contains(pattern.as_str()) => {
+                let one_in = *one_in;
+                self.rng.random_ratio(1, one_in)
+            }
+            _ => false,
         }
     }
 

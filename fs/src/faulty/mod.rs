@@ -133,11 +133,18 @@ impl FaultyFs {
 
     /// Fails operations of `kind` at random, one in `one_in` on average; 0 stops injecting.
     pub fn inject_errors(&self, kind: OpKind, one_in: u32) {
+        self.inject_errors_matching(kind, one_in, "");
+    }
+
+    /// As [`inject_errors`](Self::inject_errors), only on paths containing `path_contains`.
+    pub fn inject_errors_matching(&self, kind: OpKind, one_in: u32, path_contains: &str) {
         let mut ledger = self.lock_ledger();
         if one_in == 0 {
             ledger.error_one_in.remove(&kind);
         } else {
-            ledger.error_one_in.insert(kind, one_in);
+            ledger
+                .error_one_in
+                .insert(kind, (one_in, path_contains.to_string()));
         }
     }
 
