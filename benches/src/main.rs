@@ -78,6 +78,9 @@ struct Args {
     /// Keep every database directory (under --dir) for inspection
     #[arg(long)]
     keep_dirs: bool,
+    /// Store every engine's tables uncompressed (the cost of reading raw blocks shows)
+    #[arg(long)]
+    uncompressed: bool,
 }
 
 fn compiled_engines() -> Vec<EngineKind> {
@@ -147,6 +150,7 @@ fn plan(args: &Args) -> Result<(Vec<EngineKind>, Vec<Workload>, Settings)> {
         queue_cap_secs: args.queue_cap_secs,
         idle_secs: args.idle_secs,
         keep_dirs: args.keep_dirs,
+        uncompressed: args.uncompressed,
     };
     Ok((engines, workloads, settings))
 }

@@ -41,6 +41,8 @@ pub struct Settings {
     pub idle_secs: u64,
     /// Keep each database's directory for inspection instead of removing it.
     pub keep_dirs: bool,
+    /// Tables uncompressed, in every engine.
+    pub uncompressed: bool,
 }
 
 /// A workload of the command line. Some yield several rows: `delete90` yields `delete90`,
@@ -196,7 +198,7 @@ pub fn run(
     round: u64,
 ) -> Result<Vec<Measurement>> {
     std::fs::create_dir_all(dir)?;
-    let engine = kind.open(dir)?;
+    let engine = kind.open(dir, settings.uncompressed)?;
     let mut ctx = Context {
         kind,
         engine: engine.as_ref(),

@@ -21,10 +21,14 @@ impl CairnEngine {
     ///
     /// # Errors
     /// Cairn's error.
-    pub fn open(dir: &Path) -> Result<Self> {
+    pub fn open(dir: &Path, uncompressed: bool) -> Result<Self> {
+        let mut table = TableOptions::default().bloom_bits_per_key(BLOOM_BITS_PER_KEY);
+        if uncompressed {
+            table = table.compression(None);
+        }
         let options = Options::default()
             .block_cache_bytes(CACHE_BYTES)
-            .table_options(TableOptions::default().bloom_bits_per_key(BLOOM_BITS_PER_KEY))
+            .table_options(table)
             .error_if_exists(true);
         Ok(Self {
             db: Db::open(dir, options)?,

@@ -28,7 +28,12 @@ impl FjallEngine {
     ///
     /// # Errors
     /// fjall's error.
-    pub fn open(dir: &Path) -> Result<Self> {
+    pub fn open(dir: &Path, uncompressed: bool) -> Result<Self> {
+        let compression = if uncompressed {
+            CompressionType::None
+        } else {
+            CompressionType::Lz4
+        };
         let db = Database::builder(dir).cache_size(CACHE_BYTES).open()?;
         let keyspace = db.keyspace("bench", || {
             KeyspaceCreateOptions::default()
@@ -37,7 +42,7 @@ impl FjallEngine {
                         u16::try_from(BLOOM_BITS_PER_KEY).unwrap_or(10),
                     )),
                 )))
-                .data_block_compression_policy(CompressionPolicy::all(CompressionType::Lz4))
+                .data_block_compression_policy(CompressionPolicy::all(compression))
         })?;
         Ok(Self { db, keyspace })
     }

@@ -133,17 +133,17 @@ impl EngineKind {
         }
     }
 
-    /// Opens a new database of this engine in `dir`.
+    /// Opens a new database of this engine in `dir`, its tables uncompressed if asked.
     ///
     /// # Errors
     /// The engine's error, or if the engine was not compiled in.
-    pub fn open(self, dir: &Path) -> Result<Box<dyn Engine>> {
+    pub fn open(self, dir: &Path, uncompressed: bool) -> Result<Box<dyn Engine>> {
         match self {
-            Self::Cairn => Ok(Box::new(cairn::CairnEngine::open(dir)?)),
+            Self::Cairn => Ok(Box::new(cairn::CairnEngine::open(dir, uncompressed)?)),
             #[cfg(feature = "fjall")]
-            Self::Fjall => Ok(Box::new(fjall::FjallEngine::open(dir)?)),
+            Self::Fjall => Ok(Box::new(fjall::FjallEngine::open(dir, uncompressed)?)),
             #[cfg(feature = "rocksdb")]
-            Self::Rocksdb => Ok(Box::new(rocksdb::RocksDbEngine::open(dir)?)),
+            Self::Rocksdb => Ok(Box::new(rocksdb::RocksDbEngine::open(dir, uncompressed)?)),
             #[allow(unreachable_patterns, reason = "reached when a peer's feature is off")]
             other => Err(format!(
                 "{} is not compiled in: build with `--features {}`",

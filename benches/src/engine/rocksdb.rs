@@ -24,7 +24,12 @@ impl RocksDbEngine {
     ///
     /// # Errors
     /// `RocksDB`'s error.
-    pub fn open(dir: &Path) -> Result<Self> {
+    pub fn open(dir: &Path, uncompressed: bool) -> Result<Self> {
+        let compression = if uncompressed {
+            DBCompressionType::None
+        } else {
+            DBCompressionType::Zstd
+        };
         let cache = Cache::new_lru_cache(usize::try_from(CACHE_BYTES)?);
         let mut table = BlockBasedOptions::default();
         table.set_block_cache(&cache);
@@ -32,8 +37,8 @@ impl RocksDbEngine {
         let mut options = Options::default();
         options.create_if_missing(true);
         options.set_error_if_exists(true);
-        options.set_compression_type(DBCompressionType::Zstd);
-        options.set_bottommost_compression_type(DBCompressionType::Zstd);
+        options.set_compression_type(compression);
+        options.set_bottommost_compression_type(compression);
         options.set_block_based_table_factory(&table);
         Ok(Self {
             db: DB::open(&options, dir)?,
