@@ -81,6 +81,10 @@ struct Args {
     /// Store every engine's tables uncompressed (the cost of reading raw blocks shows)
     #[arg(long)]
     uncompressed: bool,
+    /// Cairn only: its memtable size in MiB [default: Cairn's, 64]. Small memtables mean many
+    /// flushes and compactions, so their installs meet the writes.
+    #[arg(long)]
+    memtable_mib: Option<usize>,
 }
 
 fn compiled_engines() -> Vec<EngineKind> {
@@ -151,7 +155,11 @@ fn plan(args: &Args) -> Result<(Vec<EngineKind>, Vec<Workload>, Settings)> {
         idle_secs: args.idle_secs,
         keep_dirs: args.keep_dirs,
         uncompressed: args.uncompressed,
+        memtable_bytes: args.memtable_mib.map(|m| m << 20),
     };
+    if settings.memtable_bytes.is_some() && engines.iter().any(|e| *e != EngineKind::Cairn) {
+        return Err("--memtable-mib applies to cairn alone: run it with --engines cairn".into());
+    }
     Ok((engines, workloads, settings))
 }
 

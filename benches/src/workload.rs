@@ -43,6 +43,8 @@ pub struct Settings {
     pub keep_dirs: bool,
     /// Tables uncompressed, in every engine.
     pub uncompressed: bool,
+    /// Cairn's memtable size, if not its default.
+    pub memtable_bytes: Option<usize>,
 }
 
 /// A workload of the command line. Some yield several rows: `delete90` yields `delete90`,
@@ -198,7 +200,7 @@ pub fn run(
     round: u64,
 ) -> Result<Vec<Measurement>> {
     std::fs::create_dir_all(dir)?;
-    let engine = kind.open(dir, settings.uncompressed)?;
+    let engine = kind.open(dir, settings)?;
     let mut ctx = Context {
         kind,
         engine: engine.as_ref(),

@@ -212,8 +212,17 @@ fn table_traces(
     Ok(())
 }
 
-/// The writes to `key` in `cf` in the log at `path`. A log being written, or cut by a crash,
-/// is read as far as it is whole.
+/// A reader of the log or MANIFEST at `path` that reads past damage (a file being written, or
+/// cut by a crash, is read as far as it is whole); `None` if the file is gone.
+fn open_log(db: &DbInner, path: &std::path::Path) -> Result<Option<LogReader>> {
+    match LogReader::open(db.fs.as_ref(), path, RecoveryMode::SkipCorrupted) {
+        Ok(reader) => Ok(Some(reader)),
+        Err(cairn_wal::Error::Io(e)) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The writes to `key` in `cf` in the log at `path`.
 fn log_traces(
     db: &DbInner,
     path: &std::path::Path,
@@ -222,10 +231,8 @@ fn log_traces(
     key: &[u8],
     out: &mut Vec<KeyTrace>,
 ) -> Result<()> {
-    let mut reader = match LogReader::open(db.fs.as_ref(), path, RecoveryMode::SkipCorrupted) {
-        Ok(reader) => reader,
-        Err(cairn_wal::Error::Io(e)) if e.is_not_found() => return Ok(()),
-        Err(e) => return Err(e.into()),
+    let Some(mut reader) = open_log(db, path)? else {
+        return Ok(());
     };
     let location = Location::Log { number };
     while let Some((_, bytes)) = reader.next_record()? {
@@ -264,10 +271,8 @@ fn manifest_traces(
     out: &mut Vec<KeyTrace>,
     families: &mut HashMap<u64, u32>,
 ) -> Result<()> {
-    let mut reader = match LogReader::open(db.fs.as_ref(), path, RecoveryMode::SkipCorrupted) {
-        Ok(reader) => reader,
-        Err(cairn_wal::Error::Io(e)) if e.is_not_found() => return Ok(()),
-        Err(e) => return Err(e.into()),
+    let Some(mut reader) = open_log(db, path)? else {
+        return Ok(());
     };
     let mut seen = HashSet::new();
     while let Some((_, bytes)) = reader.next_record()? {

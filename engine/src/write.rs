@@ -142,9 +142,9 @@ impl DbInner {
         drop(state);
         let opened = (|| -> Result<LogWriter> {
             // Sync the old log first: a later synced write must never survive power loss while
-            // an earlier unsynced one in the old log does not. Sealed, since it takes no more:
-            // damage anywhere in it is then corruption, not a tail to drop.
-            self.lock_wal().seal()?;
+            // an earlier unsynced one in the old log does not. (No seal: recovery takes damage in
+            // any log but the last for corruption anyway.)
+            self.lock_wal().sync()?;
             let file = self.fs.create(&filename::log_path(&self.dir, number))?;
             self.fs.sync_dir(&self.dir)?;
             Ok(LogWriter::new(file))

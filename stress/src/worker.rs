@@ -273,21 +273,7 @@ impl<'h> Worker<'h> {
             Ok(found) => found,
             Err(e) => return self.h.read_error("scan", &e),
         };
-        let mut seen = std::collections::HashMap::new();
-        for (k, v) in &found {
-            match crate::value::key_index(k).filter(|i| (start..end).contains(i)) {
-                Some(i) => {
-                    seen.insert(i, v.clone());
-                }
-                None => self.h.tally.fail(
-                    Failure::WrongValue,
-                    format!(
-                        "scan of {start}..{end} returned key {:?}",
-                        String::from_utf8_lossy(k)
-                    ),
-                ),
-            }
-        }
+        let seen = self.by_index(&found, start..end, Failure::WrongValue, "scan");
         let ordered = found
             .windows(2)
             .all(|w| matches!(w, [a, b] if (a.0 < b.0) != backward));
@@ -362,6 +348,33 @@ impl<'h> Worker<'h> {
         );
     }
 
+    /// The values a read of `range` returned, by key index; a key outside the range (or none
+    /// of ours) is a failure of `kind`.
+    fn by_index(
+        &self,
+        found: &[(bytes::Bytes, bytes::Bytes)],
+        range: std::ops::Range<usize>,
+        kind: Failure,
+        context: &str,
+    ) -> std::collections::HashMap<usize, bytes::Bytes> {
+        let mut seen = std::collections::HashMap::new();
+        for (k, v) in found {
+            match crate::value::key_index(k).filter(|i| range.contains(i)) {
+                Some(i) => {
+                    seen.insert(i, v.clone());
+                }
+                None => self.h.tally.fail(
+                    kind,
+                    format!(
+                        "{context} of {range:?} returned key {:?}",
+                        String::from_utf8_lossy(k)
+                    ),
+                ),
+            }
+        }
+        seen
+    }
+
     /// Reads `[start, end)` at `snapshot` and judges every key against the expected state at
     /// the snapshot's sequence number.
     fn check_snapshot(
@@ -380,21 +393,12 @@ impl<'h> Worker<'h> {
             Ok(found) => found,
             Err(e) => return self.h.read_error("snapshot read", &e),
         };
-        let mut seen = std::collections::HashMap::new();
-        for (k, v) in &found {
-            match crate::value::key_index(k).filter(|i| (start..end).contains(i)) {
-                Some(i) => {
-                    seen.insert(i, v.clone());
-                }
-                None => self.h.tally.fail(
-                    Failure::SnapshotMismatch,
-                    format!(
-                        "{context} at seqno {seqno}: read key {:?} outside {start}..{end}",
-                        String::from_utf8_lossy(k)
-                    ),
-                ),
-            }
-        }
+        let seen = self.by_index(
+            &found,
+            start..end,
+            Failure::SnapshotMismatch,
+            &format!("{context} at seqno {seqno}"),
+        );
         for k in start..end {
             let observed = observe(
                 k,

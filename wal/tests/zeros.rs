@@ -143,21 +143,31 @@ fn zeroed_record_a_later_sync_covers_is_mid_log_corruption() {
     );
 }
 
-#[test]
-fn a_hole_in_the_unsynced_tail_before_later_records_is_dropped_in_tolerate_mode() {
-    // Power loss with pages written back out of order: record 1 was synced; records 2 and 3
-    // were not, and the page holding record 2 never reached the disk.
+/// A log as power loss with pages written back out of order leaves it: record 1 synced, then
+/// records 2 and 3 (and, with `later_sync`, a sync and record 4), and the page holding the start
+/// of record 2 never reached the disk. Returns the bytes and the hole's offset.
+fn log_with_a_hole(later_sync: bool) -> (Vec<u8>, u64) {
     let file = MemLog::default();
     let mut writer = LogWriter::new(file.handle());
     writer.add_record(&payload(1, 300)).expect("append");
     writer.sync().expect("sync");
     let hole = writer.add_record(&payload(2, 5000)).expect("append");
     writer.add_record(&payload(3, 300)).expect("append");
+    if later_sync {
+        writer.sync().expect("sync");
+        writer.add_record(&payload(4, 10)).expect("append");
+    }
     let mut bytes = file.bytes();
     let hole_end = common::index(hole) + 4096;
     if let Some(page) = bytes.get_mut(common::index(hole)..hole_end) {
         page.fill(0);
     }
+    (bytes, hole)
+}
+
+#[test]
+fn a_hole_in_the_unsynced_tail_before_later_records_is_dropped_in_tolerate_mode() {
+    let (bytes, hole) = log_with_a_hole(false);
     let tolerate = read_all(&bytes, RecoveryMode::TolerateCorruptedTail);
     assert!(tolerate.error.is_none(), "{:?}", tolerate.error);
     assert_eq!(tolerate.records, vec![(0, payload(1, 300))]);
@@ -177,19 +187,7 @@ fn a_hole_in_the_unsynced_tail_before_later_records_is_dropped_in_tolerate_mode(
 
 #[test]
 fn the_same_hole_once_a_later_sync_covers_it_is_corruption() {
-    let file = MemLog::default();
-    let mut writer = LogWriter::new(file.handle());
-    writer.add_record(&payload(1, 300)).expect("append");
-    writer.sync().expect("sync");
-    let hole = writer.add_record(&payload(2, 5000)).expect("append");
-    writer.add_record(&payload(3, 300)).expect("append");
-    writer.sync().expect("sync");
-    writer.add_record(&payload(4, 10)).expect("append");
-    let mut bytes = file.bytes();
-    let hole_end = common::index(hole) + 4096;
-    if let Some(page) = bytes.get_mut(common::index(hole)..hole_end) {
-        page.fill(0);
-    }
+    let (bytes, _) = log_with_a_hole(true);
     let tolerate = read_all(&bytes, RecoveryMode::TolerateCorruptedTail);
     let message = tolerate.error.map(|e| e.to_string()).unwrap_or_default();
     assert!(message.contains("sync mark"), "{message}");

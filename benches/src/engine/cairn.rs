@@ -21,15 +21,18 @@ impl CairnEngine {
     ///
     /// # Errors
     /// Cairn's error.
-    pub fn open(dir: &Path, uncompressed: bool) -> Result<Self> {
+    pub fn open(dir: &Path, uncompressed: bool, memtable_bytes: Option<usize>) -> Result<Self> {
         let mut table = TableOptions::default().bloom_bits_per_key(BLOOM_BITS_PER_KEY);
         if uncompressed {
             table = table.compression(None);
         }
-        let options = Options::default()
+        let mut options = Options::default()
             .block_cache_bytes(CACHE_BYTES)
             .table_options(table)
             .error_if_exists(true);
+        if let Some(bytes) = memtable_bytes {
+            options = options.memtable_size(bytes);
+        }
         Ok(Self {
             db: Db::open(dir, options)?,
         })

@@ -133,13 +133,18 @@ impl EngineKind {
         }
     }
 
-    /// Opens a new database of this engine in `dir`, its tables uncompressed if asked.
+    /// Opens a new database of this engine in `dir` with the settings that concern it.
     ///
     /// # Errors
     /// The engine's error, or if the engine was not compiled in.
-    pub fn open(self, dir: &Path, uncompressed: bool) -> Result<Box<dyn Engine>> {
+    pub fn open(self, dir: &Path, settings: &crate::workload::Settings) -> Result<Box<dyn Engine>> {
+        let uncompressed = settings.uncompressed;
         match self {
-            Self::Cairn => Ok(Box::new(cairn::CairnEngine::open(dir, uncompressed)?)),
+            Self::Cairn => Ok(Box::new(cairn::CairnEngine::open(
+                dir,
+                uncompressed,
+                settings.memtable_bytes,
+            )?)),
             #[cfg(feature = "fjall")]
             Self::Fjall => Ok(Box::new(fjall::FjallEngine::open(dir, uncompressed)?)),
             #[cfg(feature = "rocksdb")]
