@@ -193,9 +193,22 @@ impl Snapshot {
     /// The value of `key` in `cf` at the snapshot.
     ///
     /// # Errors
-    /// As [`ColumnFamily::get`].
+    /// As [`ColumnFamily::get`]; `InvalidArgument` if `cf` belongs to another database.
     pub fn get_cf(&self, cf: &ColumnFamily, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
+        self.check_family(cf)?;
         self.db.get(cf.id, key.as_ref(), Some(self.seqno))
+    }
+
+    /// A family of another database (same id, other data) is a caller's mistake.
+    fn check_family(&self, cf: &ColumnFamily) -> Result<()> {
+        if Arc::ptr_eq(&cf.db, &self.db) {
+            Ok(())
+        } else {
+            Err(crate::Error::invalid(format!(
+                "column family {:?} belongs to another database than the snapshot",
+                cf.name()
+            )))
+        }
     }
 
     /// The live keys and values of the default family in `range` at the snapshot.
@@ -214,12 +227,13 @@ impl Snapshot {
     /// The live keys and values of `cf` in `range` at the snapshot.
     ///
     /// # Errors
-    /// As [`ColumnFamily::range`].
+    /// As [`ColumnFamily::range`]; `InvalidArgument` if `cf` belongs to another database.
     pub fn range_cf<K: AsRef<[u8]>>(
         &self,
         cf: &ColumnFamily,
         range: impl RangeBounds<K>,
     ) -> Result<DbIterator> {
+        self.check_family(cf)?;
         DbIterator::new(
             Arc::clone(&self.db),
             cf.id,

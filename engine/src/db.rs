@@ -51,6 +51,8 @@ pub(crate) struct DbInner {
     /// Opened with [`Db::open_read_only`]: no writes, no background work, nothing on disk
     /// changes.
     pub(crate) read_only: bool,
+    /// Closed: reads through a handle that outlived the database fail.
+    pub(crate) closed: std::sync::atomic::AtomicBool,
     pub(crate) fs: Arc<dyn FileSystem>,
     pub(crate) tables: TableCache,
     pub(crate) state: Mutex<DbState>,
@@ -84,6 +86,8 @@ pub(crate) struct DbState {
     pub(crate) imm: VecDeque<Arc<MemSet>>,
     /// Set once a write or flush failed in a way that leaves the files uncertain.
     pub(crate) error: Option<String>,
+    /// Sweeps past their checks and deleting: close waits for them.
+    pub(crate) sweeps: usize,
     pub(crate) shutting_down: bool,
     /// Numbers of tables being written, not yet in the version: never deleted as obsolete.
     pub(crate) pending_outputs: std::collections::BTreeSet<u64>,
@@ -330,6 +334,7 @@ impl DbInner {
             options,
             fs,
             read_only,
+            closed: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(DbState {
                 manifest_number: parts.manifest.number(),
                 manifest_oldest_edit: None,
@@ -337,6 +342,7 @@ impl DbInner {
                 mem: parts.mem,
                 imm: VecDeque::new(),
                 error: None,
+                sweeps: 0,
                 shutting_down: false,
                 pending_outputs: std::collections::BTreeSet::new(),
                 // The first read view's tables must outlive compactions like any other's.
@@ -454,16 +460,27 @@ impl DbInner {
                 .wait(state)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
+        // And for a sweep already past its check.
+        while state.sweeps > 0 {
+            state = self
+                .state_changed
+                .wait(state)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
         let error = state.error.clone();
         drop(state);
-        // A log whose write or sync failed refuses a sync; the stored error says why.
-        let synced = match error {
-            Some(_) => Ok(()),
-            None if self.read_only => Ok(()),
-            // Sealed: the next open reads these logs, and damage in them is then corruption.
-            None => {
-                let wal = self.lock_wal().seal();
-                wal.and_then(|()| self.lock_manifest().seal())
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Release);
+        // Sealed: the next open reads these logs, and damage in them is then corruption. A
+        // stopped database still syncs its log if it can (a log whose write or sync failed
+        // refuses; the stored error says why the database stopped).
+        let synced = if self.read_only {
+            Ok(())
+        } else {
+            let wal = self.lock_wal().seal();
+            match error {
+                Some(_) => Ok(()),
+                None => wal.and_then(|()| self.lock_manifest().seal()),
             }
         };
         self.lock

@@ -148,6 +148,7 @@ impl DbInner {
             if state.shutting_down {
                 return;
             }
+            state.sweeps += 1;
             let current = state.meta.version.live_files();
             let mut keep = current.clone();
             for version in state.versions.iter().filter_map(std::sync::Weak::upgrade) {
@@ -172,10 +173,23 @@ impl DbInner {
                 state.manifest_number,
             )
         };
+        self.sweep_files(&keep, next_number, min_log, manifest);
+        drop(current);
+        self.lock_state().sweeps -= 1;
+        self.state_changed.notify_all();
+    }
+
+    /// Deletes the files of the directory that none of the sweep's reasons keep.
+    fn sweep_files(
+        &self,
+        keep: &std::collections::HashSet<u64>,
+        next_number: u64,
+        min_log: u64,
+        manifest: u64,
+    ) {
         let Ok(names) = self.fs.list(&self.dir) else {
             return;
         };
-        drop(current);
         for name in names {
             let path = self.dir.join(&name);
             let obsolete = match filename::parse(&name) {

@@ -304,7 +304,7 @@ impl DbIterator {
         snapshot: Option<SeqNo>,
         range: (Bound<Bytes>, Bound<Bytes>),
     ) -> Result<Self> {
-        let (sv, snapshot) = db.read_view(snapshot);
+        let (sv, snapshot) = db.read_view(snapshot)?;
         let vis = Visibility::new(db.options.clock.now_ms(), &sv.cf_options(cf)?);
         let bounds = range.clone();
         let trigger = ReadTrigger {

@@ -101,10 +101,16 @@ impl DbInner {
     /// compaction installed in between may have dropped a version the number sees, shadowed by
     /// one it does not. In this order the view holds every write that finished before the read
     /// began; one that lands in a memtable the view lacks is concurrent with the read.
-    pub(crate) fn read_view(&self, snapshot: Option<SeqNo>) -> (Arc<SuperVersion>, SeqNo) {
+    ///
+    /// # Errors
+    /// `Stopped` once the database is closed: a handle that outlived it reads nothing stale.
+    pub(crate) fn read_view(&self, snapshot: Option<SeqNo>) -> Result<(Arc<SuperVersion>, SeqNo)> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(crate::Error::Stopped("the database is closed".into()));
+        }
         let sv = self.super_version();
         let seqno = snapshot.unwrap_or_else(|| self.visible_seqno.load(Ordering::Acquire));
-        (sv, seqno)
+        Ok((sv, seqno))
     }
 
     /// The value of `key` at `snapshot` (`None`: the latest).
@@ -114,7 +120,7 @@ impl DbInner {
         key: &[u8],
         snapshot: Option<SeqNo>,
     ) -> Result<Option<Bytes>> {
-        let (sv, snapshot) = self.read_view(snapshot);
+        let (sv, snapshot) = self.read_view(snapshot)?;
         let vis = Visibility::new(self.options.clock.now_ms(), &sv.cf_options(cf)?);
         let mut resolver = Resolver::new(&vis);
         let mut found = None;
@@ -139,7 +145,7 @@ impl DbInner {
         snapshot: Option<SeqNo>,
         limit: usize,
     ) -> Result<Vec<Version>> {
-        let (sv, snapshot) = self.read_view(snapshot);
+        let (sv, snapshot) = self.read_view(snapshot)?;
         let vis = Visibility::new(self.options.clock.now_ms(), &sv.cf_options(cf)?);
         let mut resolver = Resolver::new(&vis);
         let mut out = Vec::new();

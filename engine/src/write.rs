@@ -28,6 +28,18 @@ impl DbInner {
     /// Writes `batch` atomically; returns the sequence number of its last write.
     pub(crate) fn write(&self, mut batch: WriteBatch, sync: bool) -> Result<SeqNo> {
         batch.validate()?;
+        if batch.is_empty() && sync {
+            // Nothing to write, but the caller asked for what came before to be durable.
+            return self.run_exclusive(Box::new(|db: &DbInner| {
+                db.lock_state().check_running()?;
+                db.lock_wal().sync().map_err(|e| {
+                    let e = Error::from(e);
+                    db.stop_with(&e);
+                    e
+                })?;
+                Ok(db.visible_seqno.load(Ordering::Acquire))
+            }));
+        }
         if batch.is_empty() {
             return Ok(self.visible_seqno.load(Ordering::Acquire));
         }
@@ -142,9 +154,10 @@ impl DbInner {
         drop(state);
         let opened = (|| -> Result<LogWriter> {
             // Sync the old log first: a later synced write must never survive power loss while
-            // an earlier unsynced one in the old log does not. (No seal: recovery takes damage in
-            // any log but the last for corruption anyway.)
-            self.lock_wal().sync()?;
+            // an earlier unsynced one in the old log does not. Sealed, since it takes no more
+            // records: if the new log stays empty, recovery takes this one for the last and would
+            // otherwise read damage in its synced records as a torn tail.
+            self.lock_wal().seal()?;
             let file = self.fs.create(&filename::log_path(&self.dir, number))?;
             self.fs.sync_dir(&self.dir)?;
             Ok(LogWriter::new(file))

@@ -778,3 +778,41 @@ fn close_makes_unsynced_writes_survive_power_loss() {
     assert_eq!(check_recovered(&db, "power loss after close"), 300);
     db.close().expect("close again");
 }
+
+/// A log switched away from was sealed: if the newer log stays empty (the flush of the old one
+/// failed, then the database closed), recovery reads the old log as the last one, and damage in
+/// its records — all synced — must be corruption, not a torn tail dropped quietly.
+#[test]
+fn damage_in_a_log_switched_away_from_is_corruption_even_when_the_next_log_is_empty() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fs = FaultyFs::new(2);
+    let db = Db::open(dir.path(), faulty_options(&fs, Variant::Plain)).expect("open");
+    for i in 0..20 {
+        db.write(batch(i)).expect("write");
+    }
+    // The freeze switches logs; the flush of the frozen memtable then fails.
+    fs.fail_next(OpKind::Create, ".sst.tmp");
+    assert!(db.flush().is_err(), "the flush fails");
+    drop(db);
+    let logs = logs_in(dir.path());
+    let old = logs
+        .iter()
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 0))
+        .expect("the log holding the batches")
+        .clone();
+    let mut bytes = std::fs::read(&old).expect("read");
+    // A byte inside the last batch's record (the seal's 15-byte mark comes after it).
+    let at = bytes.len() - 40;
+    if let Some(b) = bytes.get_mut(at) {
+        *b ^= 0x55;
+    }
+    std::fs::write(&old, &bytes).expect("damage");
+    match Db::open(dir.path(), Options::default()) {
+        Err(cairn::Error::Corruption { file, .. }) => assert_eq!(file, old),
+        other => panic!(
+            "expected Corruption in {}, got {:?}",
+            old.display(),
+            other.map(|_| ())
+        ),
+    }
+}

@@ -278,3 +278,40 @@ fn a_panic_in_a_background_compaction_stops_the_database() {
     let db = Db::open(dir.path(), Options::default()).expect("reopen");
     assert_eq!(db.get("a").expect("get").as_deref(), Some(&b"1"[..]));
 }
+
+/// A handle that outlives `close` reads nothing stale: the reads fail.
+#[test]
+fn reads_through_a_handle_that_outlived_close_fail() {
+    let dir = tempdir();
+    let db = Db::open(dir.path(), Options::default()).expect("open");
+    db.put("k", "v").expect("put");
+    let cf = db.column_family("default").expect("default family");
+    db.close().expect("close");
+    assert!(matches!(cf.get("k"), Err(cairn::Error::Stopped(_))));
+    assert!(matches!(cf.iter(), Err(cairn::Error::Stopped(_))));
+}
+
+/// An empty batch written with sync makes the writes before it durable, as a barrier.
+#[test]
+fn an_empty_synced_write_syncs_the_log() {
+    let dir = tempdir();
+    let fs = cairn_fs::FaultyFs::new(1);
+    let db = Db::open(
+        dir.path(),
+        Options::default().file_system(Arc::new(fs.clone())),
+    )
+    .expect("open");
+    db.put("k", "v").expect("put");
+    db.write_opt(
+        cairn::WriteBatch::new(),
+        &cairn::WriteOptions { sync: true },
+    )
+    .expect("barrier");
+    fs.set_active(false);
+    drop(db);
+    fs.power_loss(cairn_fs::PowerLoss::DropAllUnsynced)
+        .expect("power loss");
+    fs.set_active(true);
+    let db = Db::open(dir.path(), Options::default()).expect("reopen");
+    assert_eq!(db.get("k").expect("get").as_deref(), Some(&b"v"[..]));
+}
