@@ -403,6 +403,18 @@ impl DbInner {
                 break;
             }
         }
+        // A background compaction of this family may have taken the tables first: once it
+        // ends, its inputs are swept too, so nothing the rules let go is left on disk.
+        let mut state = self.lock_state();
+        while state.compacting.iter().any(|r| r.cf == cf) {
+            state.check_running()?;
+            state = self
+                .state_changed
+                .wait_timeout(state, IDLE_POLL)
+                .map_or_else(|e| e.into_inner().0, |(guard, _)| guard);
+        }
+        drop(state);
+        self.delete_obsolete_files();
         Ok(())
     }
 
