@@ -317,10 +317,11 @@ fn crashtest(args: &CrashArgs) -> i32 {
         match result {
             Ok(report) => {
                 println!(
-                    "{}: {} cycles survived in {:.1}s, {} writes, {} keys verified; lost writes {}, resurrected deletes {}, holes {}, wrong values {}",
+                    "{}: {} cycles survived in {:.1}s ({} with a disk fault), {} writes, {} keys verified; lost writes {}, resurrected deletes {}, holes {}, wrong values {}",
                     report.mode,
                     report.cycles,
                     report.seconds,
+                    report.faults,
                     report.writes,
                     report.verifications,
                     report.failures.lost_writes,
@@ -375,9 +376,11 @@ fn run_mode(
     cycle_config.cycles = 1;
     while started.elapsed() < Duration::from_secs(duration) {
         cycle_config.seed = config.seed + total.cycles as u64;
+        cycle_config.first_cycle = config.first_cycle + total.cycles;
         let r = one(&cycle_config)?;
         total.cycles += r.cycles;
         total.writes += r.writes;
+        total.faults += r.faults;
         total.verifications += r.verifications;
         total.seconds += r.seconds;
         total.failures.merge(r.failures);

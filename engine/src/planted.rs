@@ -21,22 +21,27 @@ pub enum Bug {
     /// After a failed MANIFEST sync, edits and obsolete-file deletion go on trusting the
     /// in-memory version, so a table an edit on disk names can be deleted.
     DeleteAfterManifestFailure,
+    /// A transaction commits without checking whether a key it read was written since its
+    /// snapshot.
+    IgnoreConflicts,
 }
 
 #[cfg_attr(not(feature = "planted-bugs"), allow(dead_code))]
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 4] = [
+    pub const ALL: [Bug; 5] = [
         Bug::IgnoreSnapshots,
         Bug::DropAboveBottom,
         Bug::SnapshotBeforeRegister,
         Bug::DeleteAfterManifestFailure,
+        Bug::IgnoreConflicts,
     ];
 
     fn engine_bit(self) -> Option<u8> {
         match self {
             Self::SnapshotBeforeRegister => Some(1),
             Self::DeleteAfterManifestFailure => Some(2),
+            Self::IgnoreConflicts => Some(4),
             Self::IgnoreSnapshots | Self::DropAboveBottom => None,
         }
     }
@@ -45,7 +50,9 @@ impl Bug {
         match self {
             Self::IgnoreSnapshots => Some(GcBug::IgnoreSnapshots),
             Self::DropAboveBottom => Some(GcBug::DropAboveBottom),
-            Self::SnapshotBeforeRegister | Self::DeleteAfterManifestFailure => None,
+            Self::SnapshotBeforeRegister
+            | Self::DeleteAfterManifestFailure
+            | Self::IgnoreConflicts => None,
         }
     }
 }

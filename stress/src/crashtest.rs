@@ -42,6 +42,9 @@ pub struct CrashConfig {
     pub writes_per_cycle: usize,
     /// The stress settings of each child (blackbox) or the key space (power loss).
     pub stress: StressConfig,
+    /// The number of the first cycle: a loop run one cycle at a time still rotates through
+    /// the faults and power-loss modes, which are picked by cycle number.
+    pub first_cycle: usize,
 }
 
 impl Default for CrashConfig {
@@ -55,6 +58,7 @@ impl Default for CrashConfig {
                 keys: 10_000,
                 ..StressConfig::default()
             },
+            first_cycle: 0,
         }
     }
 }
@@ -72,6 +76,10 @@ pub struct CrashReport {
     pub writes: u64,
     /// Seconds the loop took.
     pub seconds: f64,
+    /// Power-loss cycles in which an injected disk fault failed a write (each is followed by
+    /// further writes, which a stopped database must refuse).
+    #[serde(default)]
+    pub faults: u64,
     /// What went wrong.
     pub failures: Failures,
 }
@@ -267,45 +275,24 @@ pub fn power_loss(config: &CrashConfig, dir: &Path) -> Result<CrashReport, Stres
     let mut next_version: Vec<u32> = (0..keys)
         .map(|k| baseline.get(&k).map_or(1, |v| v + 1))
         .collect();
-    for cycle in 0..config.cycles {
+    for cycle in config.first_cycle..config.first_cycle + config.cycles {
         let db = Db::open(dir, options())?;
-        let mut history: Vec<Write> = Vec::new();
         let sync_every = rng.random_range(1..20);
         let writes = rng.random_range(config.writes_per_cycle / 4..=config.writes_per_cycle.max(4));
         // Some cycles meet a disk fault first: the database stops at it, then the power goes.
         let fault = Fault::pick(cycle, &mut rng, writes);
-        let mut current = baseline.clone();
-        for i in 0..writes {
-            if let Some(fault) = fault.filter(|f| f.at == i) {
-                fault.arm(&fs);
-            }
-            let synced = i % sync_every == 0;
-            match one_write(
-                &db,
-                &mut rng,
-                &mut current,
-                &mut next_version,
-                keys,
-                max_value,
-                synced,
-            ) {
-                Ok(write) => history.push(write),
-                Err(failed) if fault.is_some() => {
-                    // Not acknowledged: it may or may not have reached the log.
-                    history.push(failed);
-                    break;
-                }
-                Err(failed) => {
-                    return Err(StressError::Config(format!(
-                        "cycle {cycle}: a write failed with no fault injected ({} keys)",
-                        failed.changes.len()
-                    )));
-                }
-            }
-            if fault.is_none() && rng.random_ratio(1, 200) {
-                db.flush()?;
-            }
+        let mut run = CycleWrites {
+            db: &db,
+            rng: &mut rng,
+            next_version: &mut next_version,
+            keys,
+            max_value,
+        };
+        let history = run.until_fault(&fs, fault, writes, sync_every, cycle)?;
+        if history.faulted {
+            report.faults += 1;
         }
+        let history = history.writes;
         fs.clear_errors();
         report.writes += history.len() as u64;
         // The disk stops as a dying machine's would, then the power goes.
@@ -337,67 +324,129 @@ pub fn power_loss(config: &CrashConfig, dir: &Path) -> Result<CrashReport, Stres
             .filter_map(|(&k, &v)| v.map(|v| (k, v)))
             .collect();
         db.close()?;
-        report.cycles = cycle + 1;
+        report.cycles += 1;
     }
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
 }
 
-/// Makes one random write (put, delete, batch or range delete) and returns what it changed;
-/// `Err` with the same if the engine failed it.
-fn one_write(
-    db: &Db,
-    rng: &mut SmallRng,
-    current: &mut BTreeMap<usize, u32>,
-    next_version: &mut [u32],
+/// Writes after a fault fails one: a stopped database must refuse them all.
+const WRITES_AFTER_FAULT: usize = 20;
+
+/// The writes of one power-loss cycle, in order.
+struct CycleHistory {
+    writes: Vec<Write>,
+    /// An injected fault failed a write.
+    faulted: bool,
+}
+
+/// One power-loss cycle's single writer and what it writes with.
+struct CycleWrites<'a> {
+    db: &'a Db,
+    rng: &'a mut SmallRng,
+    /// Per key, the last version written: none is reused, not even a failed write's.
+    next_version: &'a mut [u32],
     keys: usize,
     max_value: usize,
-    sync: bool,
-) -> Result<Write, Write> {
-    let mut batch = WriteBatch::new();
-    let mut changes: Vec<(usize, State)> = Vec::new();
-    match rng.random_range(0..10) {
-        0 => {
-            let start = rng.random_range(0..keys);
-            let end = (start + rng.random_range(1..16)).min(keys);
-            batch.delete_range(key(start), key(end));
-            changes.extend((start..end).map(|k| (k, None)));
-        }
-        1..=2 => {
-            let k = rng.random_range(0..keys);
-            batch.delete(key(k));
-            changes.push((k, None));
-        }
-        n => {
-            let count = if n == 9 { rng.random_range(2..6) } else { 1 };
-            for _ in 0..count {
-                let k = rng.random_range(0..keys);
-                let Some(version) = next_version.get_mut(k) else {
-                    continue;
-                };
-                *version += 1;
-                batch.put(key(k), value(k, *version, max_value));
-                changes.retain(|(c, _)| *c != k);
-                changes.push((k, Some(*version)));
+}
+
+impl CycleWrites<'_> {
+    /// Makes `writes` writes, every `sync_every`th synced, arming `fault` when its write comes.
+    /// After the first write the fault fails, the faults stop and a few more writes follow: a
+    /// write the engine refused is left out of the history; one that failed otherwise (it may
+    /// or may not have reached the log) or that succeeded goes in.
+    fn until_fault(
+        &mut self,
+        fs: &FaultyFs,
+        fault: Option<Fault>,
+        writes: usize,
+        sync_every: usize,
+        cycle: usize,
+    ) -> Result<CycleHistory, StressError> {
+        let mut history = CycleHistory {
+            writes: Vec::new(),
+            faulted: false,
+        };
+        let mut failed_at = None;
+        for i in 0..writes {
+            let armed = fault.filter(|f| f.at == i);
+            if let Some(fault) = armed {
+                fault.arm(fs);
+            }
+            // The write the fault falls on syncs, so that a sync fault fires there.
+            let (write, result) = self.one_write(i % sync_every == 0 || armed.is_some());
+            match result {
+                Ok(()) => history.writes.push(write),
+                Err(e) if fault.is_some_and(|f| i >= f.at) => {
+                    if failed_at.is_none() {
+                        failed_at = Some(i);
+                        history.faulted = true;
+                        fs.clear_errors();
+                    }
+                    if !crate::harness::refused(&e) {
+                        history.writes.push(write);
+                    }
+                }
+                Err(e) => {
+                    return Err(StressError::Config(format!(
+                        "cycle {cycle}: write {i} failed with no fault injected: {e}"
+                    )));
+                }
+            }
+            if failed_at.is_some_and(|f| i >= f + WRITES_AFTER_FAULT) {
+                break;
+            }
+            if fault.is_none() && self.rng.random_ratio(1, 200) {
+                self.db.flush()?;
             }
         }
+        Ok(history)
     }
-    let written = db.write_opt(batch, &WriteOptions { sync });
-    let write = Write {
-        changes,
-        synced: sync,
-        acknowledged: written.is_ok(),
-    };
-    if written.is_err() {
-        return Err(write);
-    }
-    for &(k, state) in &write.changes {
-        match state {
-            Some(v) => current.insert(k, v),
-            None => current.remove(&k),
+
+    /// Makes one random write (put, delete, batch or range delete); returns what it changes
+    /// and whether the engine took it.
+    fn one_write(&mut self, sync: bool) -> (Write, cairn::Result<()>) {
+        let mut batch = WriteBatch::new();
+        let mut changes: Vec<(usize, State)> = Vec::new();
+        let keys = self.keys;
+        match self.rng.random_range(0..10) {
+            0 => {
+                let start = self.rng.random_range(0..keys);
+                let end = (start + self.rng.random_range(1..16)).min(keys);
+                batch.delete_range(key(start), key(end));
+                changes.extend((start..end).map(|k| (k, None)));
+            }
+            1..=2 => {
+                let k = self.rng.random_range(0..keys);
+                batch.delete(key(k));
+                changes.push((k, None));
+            }
+            n => {
+                let count = if n == 9 {
+                    self.rng.random_range(2..6)
+                } else {
+                    1
+                };
+                for _ in 0..count {
+                    let k = self.rng.random_range(0..keys);
+                    let Some(version) = self.next_version.get_mut(k) else {
+                        continue;
+                    };
+                    *version += 1;
+                    batch.put(key(k), value(k, *version, self.max_value));
+                    changes.retain(|(c, _)| *c != k);
+                    changes.push((k, Some(*version)));
+                }
+            }
+        }
+        let written = self.db.write_opt(batch, &WriteOptions { sync });
+        let write = Write {
+            changes,
+            synced: sync,
+            acknowledged: written.is_ok(),
         };
+        (write, written.map(drop))
     }
-    Ok(write)
 }
 
 fn read_all(

@@ -5,15 +5,18 @@
 //! flight, the state that write will leave. A reader that races a writer accepts either; a writer
 //! holds the key's stripe lock, so at most one write per key is in flight. A write the engine
 //! refused (it says so: `Stopped`, `InvalidArgument`, …) is aborted; a write whose outcome is
-//! unknown (an I/O error mid-write) stays pending until a full verification settles it on what
-//! the database holds.
+//! unknown (an I/O error mid-write) becomes *uncertain*, apart from the in-flight slot, until a
+//! later write to the key commits or a full verification settles it on what the database holds.
+//! Versions are never reused, not even a refused write's: a value a refused write would have
+//! left can never pass for a later write's.
 //!
 //! Each key also keeps its history: the state each committed write left, at the write's
 //! sequence number. A snapshot is judged against the history at its own sequence number, not
-//! only against itself. History is kept back to the oldest live snapshot (registered with a
-//! [`Floor`] before the snapshot is taken) and, in a fault run, back to the last write known
-//! durable: after a fault the writes after it may be lost, and the history says what each key
-//! may then hold.
+//! only against itself, and a write in flight counts for it only if it began before the
+//! snapshot was taken. History is kept back to the oldest live snapshot (registered with a
+//! [`Floor`] before the snapshot is taken), in a fault run back to the last write known durable
+//! (after a fault the writes after it may be lost, and the history says what each key may then
+//! hold), and always for the last few writes (a read racing them may see any).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -30,7 +33,7 @@ pub type SeqNo = u64;
 pub struct KeyState(u32);
 
 const EXISTS: u32 = 1 << 31;
-/// No write in flight.
+/// No write in the slot.
 const NONE: u32 = u32::MAX;
 
 impl KeyState {
@@ -71,7 +74,8 @@ pub struct Acceptable {
     pub after: KeyState,
     /// A pending write's target seen before or after the read.
     pub pending: [Option<KeyState>; 2],
-    /// Further legal states: after a fault, those of writes not known durable.
+    /// Further legal states: a write of unknown outcome, writes committed while the read ran,
+    /// and after a fault those not known durable.
     pub also: Vec<KeyState>,
 }
 
@@ -103,20 +107,48 @@ impl Acceptable {
 
     /// True if no write was in flight: the read must match exactly.
     pub fn is_settled(&self) -> bool {
-        self.before == self.after
-            && self.pending.iter().all(Option::is_none)
-            && self.also.is_empty()
+        self.states().all(|s| s == self.before)
     }
+}
+
+/// A committed write: its sequence number, the state it left, and its place among the key's
+/// commits (which a racing read uses to accept every state committed while it ran).
+#[derive(Debug, Clone, Copy)]
+struct Commit {
+    seqno: SeqNo,
+    state: KeyState,
+    number: u64,
+}
+
+/// The newest commits a key's history keeps whatever the floor, so that a read racing a few
+/// writes to its key can accept each state they left.
+const KEEP_RECENT: usize = 4;
+
+/// What a read of a key may see, noted before the read; finish with [`ExpectedState::after`].
+#[derive(Debug, Clone, Copy)]
+pub struct Before {
+    state: KeyState,
+    pending: Option<KeyState>,
+    /// The number of the key's newest commit.
+    commits: u64,
 }
 
 /// Every key's expected state, shared by all worker threads.
 #[derive(Debug)]
 pub struct ExpectedState {
     committed: Vec<AtomicU32>,
+    /// The target of the write in flight, per key.
     pending: Vec<AtomicU32>,
-    /// Per key, `(seqno, state)` of its committed writes, oldest first: the first entry is the
-    /// state at every sequence number up to the second's.
-    history: Vec<Mutex<Vec<(SeqNo, KeyState)>>>,
+    /// When each pending write began, in tickets: a snapshot taken before it cannot see it.
+    pending_ticket: Vec<AtomicU64>,
+    tickets: AtomicU64,
+    /// The target of a write whose outcome is unknown, per key.
+    uncertain: Vec<AtomicU32>,
+    /// The highest version handed out per key, so that none is reused.
+    issued: Vec<AtomicU32>,
+    /// Per key, its committed writes, oldest first: the first entry is the state at every
+    /// sequence number up to the second's.
+    history: Vec<Mutex<Vec<Commit>>>,
     /// History older than this can go (the newest entry at or below it stays).
     floor: AtomicU64,
     floors: Mutex<Floors>,
@@ -179,16 +211,42 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// The state in `slots[key]`, if one is set.
+fn slot(slots: &[AtomicU32], key: usize) -> Option<KeyState> {
+    slots
+        .get(key)
+        .map(|a| a.load(Ordering::Acquire))
+        .filter(|&p| p != NONE)
+        .map(KeyState)
+}
+
+fn set_slot(slots: &[AtomicU32], key: usize, state: Option<KeyState>) {
+    if let Some(a) = slots.get(key) {
+        a.store(state.map_or(NONE, KeyState::raw), Ordering::Release);
+    }
+}
+
 impl ExpectedState {
     /// `keys` keys, all absent.
     pub fn new(keys: usize) -> Self {
+        let slots = || (0..keys).map(|_| AtomicU32::new(NONE)).collect();
         Self {
             committed: (0..keys)
                 .map(|_| AtomicU32::new(KeyState::ABSENT.raw()))
                 .collect(),
-            pending: (0..keys).map(|_| AtomicU32::new(NONE)).collect(),
+            pending: slots(),
+            pending_ticket: (0..keys).map(|_| AtomicU64::new(0)).collect(),
+            tickets: AtomicU64::new(1),
+            uncertain: slots(),
+            issued: (0..keys).map(|_| AtomicU32::new(0)).collect(),
             history: (0..keys)
-                .map(|_| Mutex::new(vec![(0, KeyState::ABSENT)]))
+                .map(|_| {
+                    Mutex::new(vec![Commit {
+                        seqno: 0,
+                        state: KeyState::ABSENT,
+                        number: 0,
+                    }])
+                })
                 .collect(),
             floor: AtomicU64::new(SeqNo::MAX),
             floors: Mutex::new(Floors::default()),
@@ -232,59 +290,117 @@ impl ExpectedState {
 
     /// The target of a write in flight to `key`, if any.
     pub fn pending(&self, key: usize) -> Option<KeyState> {
-        self.pending
-            .get(key)
-            .map(|a| a.load(Ordering::Acquire))
-            .filter(|&p| p != NONE)
-            .map(KeyState)
+        slot(&self.pending, key)
     }
 
-    /// Snapshot of what a read of `key` may see, taken before the read; finish it with
-    /// [`after`](Self::after).
-    pub fn before(&self, key: usize) -> (KeyState, Option<KeyState>) {
-        (self.get(key), self.pending(key))
+    /// The target of a write to `key` whose outcome is unknown, if any.
+    pub fn uncertain(&self, key: usize) -> Option<KeyState> {
+        slot(&self.uncertain, key)
     }
 
-    /// Completes the acceptable set after the read.
-    pub fn after(&self, key: usize, before: (KeyState, Option<KeyState>)) -> Acceptable {
-        Acceptable {
-            before: before.0,
-            after: self.get(key),
-            pending: [before.1, self.pending(key)],
-            also: Vec::new(),
+    /// A version no write to `key` has used, for its next put.
+    pub fn next_version(&self, key: usize) -> u32 {
+        let Some(issued) = self.issued.get(key) else {
+            return 0;
+        };
+        let floor = self.get(key).version();
+        let mut current = issued.load(Ordering::Acquire);
+        loop {
+            let next = current.max(floor) + 1;
+            match issued.compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return next,
+                Err(seen) => current = seen,
+            }
         }
     }
 
-    /// What a read of `key` at sequence number `seqno` (a snapshot's) may see: the state the
-    /// newest write at or below it left, or a write still in flight (whose number is not known
-    /// yet). `None` if the history no longer reaches back that far — a harness fault.
-    pub fn at(&self, key: usize, seqno: SeqNo) -> Option<Acceptable> {
+    /// A ticket for now: a write that begins later holds a larger one.
+    pub fn ticket(&self) -> u64 {
+        self.tickets.load(Ordering::Acquire)
+    }
+
+    /// Notes what a read of `key` may see, before the read; finish with [`after`](Self::after).
+    pub fn before(&self, key: usize) -> Before {
+        let commits = self
+            .history
+            .get(key)
+            .and_then(|h| lock(h).last().map(|c| c.number))
+            .unwrap_or(0);
+        Before {
+            state: self.get(key),
+            pending: self.pending(key),
+            commits,
+        }
+    }
+
+    /// What the read of `key` that began at `before` may have seen: the state then, now, or any
+    /// a write left meanwhile; a write in flight then or now; a write of unknown outcome.
+    pub fn after(&self, key: usize, before: Before) -> Acceptable {
+        let mut ok = Acceptable {
+            before: before.state,
+            after: self.get(key),
+            pending: [before.pending, self.pending(key)],
+            also: self.uncertain(key).into_iter().collect(),
+        };
+        if let Some(history) = self.history.get(key) {
+            ok.also.extend(
+                lock(history)
+                    .iter()
+                    .filter(|c| c.number > before.commits)
+                    .map(|c| c.state),
+            );
+        }
+        ok
+    }
+
+    /// What a read of `key` at sequence number `seqno` (a snapshot's, taken before `ticket`)
+    /// may see: the state the newest write at or below it left; a write in flight that began
+    /// before the snapshot (its number is not known yet); a write of unknown outcome. `None` if
+    /// the history no longer reaches back that far — a harness fault.
+    pub fn at(&self, key: usize, seqno: SeqNo, ticket: u64) -> Option<Acceptable> {
         let history = lock(self.history.get(key)?);
         let state = history
             .iter()
-            .take_while(|(s, _)| *s <= seqno)
+            .take_while(|c| c.seqno <= seqno)
             .last()
-            .map(|&(_, state)| state)?;
+            .map(|c| c.state)?;
         let mut ok = Acceptable::exactly(state);
-        ok.pending = [self.pending(key), None];
+        // The state first, then its ticket: `begin` stores them the other way round.
+        let pending = self.pending(key);
+        let began = self
+            .pending_ticket
+            .get(key)
+            .map_or(u64::MAX, |t| t.load(Ordering::Acquire));
+        ok.pending = [pending.filter(|_| began < ticket), None];
+        ok.also.extend(self.uncertain(key));
         Some(ok)
     }
 
     /// What `key` may hold after a fault that can lose every write after `durable`: the state
-    /// at `durable`, or any a later write left, or a write's still in flight.
+    /// at `durable`, or any a later write left, or a write's of unknown outcome.
     pub fn since(&self, key: usize, durable: SeqNo) -> Acceptable {
         let mut ok = self
-            .at(key, durable)
+            .at(key, durable, u64::MAX)
             .unwrap_or_else(|| Acceptable::exactly(self.get(key)));
         ok.after = self.get(key);
         if let Some(history) = self.history.get(key) {
-            ok.also = lock(history)
-                .iter()
-                .filter(|(s, _)| *s > durable)
-                .map(|&(_, state)| state)
-                .collect();
+            ok.also.extend(
+                lock(history)
+                    .iter()
+                    .filter(|c| c.seqno > durable)
+                    .map(|c| c.state),
+            );
         }
         ok
+    }
+
+    /// True if a commit to `key` has a sequence number strictly between `after` and `before`:
+    /// what a transaction that read `key` at `after` and committed at `before` must have
+    /// conflicted with. The caller holds the key's stripe, so no write to it is in flight.
+    pub fn written_between(&self, key: usize, after: SeqNo, before: SeqNo) -> bool {
+        self.history
+            .get(key)
+            .is_some_and(|h| lock(h).iter().any(|c| after < c.seqno && c.seqno < before))
     }
 
     /// Registers a floor at `seqno` (at or below the snapshot about to be taken).
@@ -311,10 +427,12 @@ impl ExpectedState {
 
     /// Marks writes to `targets` as in flight (the caller holds their stripes).
     pub fn begin(&self, targets: &[(usize, KeyState)]) {
+        let ticket = self.tickets.fetch_add(1, Ordering::AcqRel);
         for &(key, state) in targets {
-            if let Some(p) = self.pending.get(key) {
-                p.store(state.raw(), Ordering::Release);
+            if let Some(t) = self.pending_ticket.get(key) {
+                t.store(ticket, Ordering::Release);
             }
+            set_slot(&self.pending, key, Some(state));
         }
         self.journal(b'B', targets);
     }
@@ -325,17 +443,27 @@ impl ExpectedState {
         for &(key, state) in targets {
             if let Some(history) = self.history.get(key) {
                 let mut history = lock(history);
-                history.push((seqno, state));
-                // Keep the newest entry at or below the floor, and all after it.
-                let keep_from = history.iter().rposition(|(s, _)| *s <= floor).unwrap_or(0);
+                let number = history.last().map_or(0, |c| c.number) + 1;
+                history.push(Commit {
+                    seqno,
+                    state,
+                    number,
+                });
+                // Keep the newest entry at or below the floor and all after it, and the few
+                // newest whatever the floor.
+                let keep_from = history
+                    .iter()
+                    .rposition(|c| c.seqno <= floor)
+                    .unwrap_or(0)
+                    .min(history.len().saturating_sub(KEEP_RECENT));
                 history.drain(..keep_from);
             }
             if let Some(c) = self.committed.get(key) {
                 c.store(state.raw(), Ordering::Release);
             }
-            if let Some(p) = self.pending.get(key) {
-                p.store(NONE, Ordering::Release);
-            }
+            // A write of unknown outcome before this one no longer decides the key.
+            set_slot(&self.pending, key, None);
+            set_slot(&self.uncertain, key, None);
         }
         self.journal(b'C', targets);
     }
@@ -343,11 +471,19 @@ impl ExpectedState {
     /// The writes to `targets` certainly did not take effect.
     pub fn abort(&self, targets: &[(usize, KeyState)]) {
         for &(key, _) in targets {
-            if let Some(p) = self.pending.get(key) {
-                p.store(NONE, Ordering::Release);
-            }
+            set_slot(&self.pending, key, None);
         }
         self.journal(b'A', targets);
+    }
+
+    /// Whether the writes to `targets` took effect is unknown (an I/O error): each target stays
+    /// legal until a later write to its key commits or a verification decides the key.
+    pub fn unknown(&self, targets: &[(usize, KeyState)]) {
+        for &(key, state) in targets {
+            set_slot(&self.uncertain, key, Some(state));
+            set_slot(&self.pending, key, None);
+        }
+        self.journal(b'U', targets);
     }
 
     /// Settles `key` on `state` after a full verification found it there. Every later read
@@ -355,21 +491,26 @@ impl ExpectedState {
     /// history starts afresh.
     pub fn resolve(&self, key: usize, state: KeyState) {
         if let Some(history) = self.history.get(key) {
-            *lock(history) = vec![(0, state)];
+            let mut history = lock(history);
+            let number = history.last().map_or(0, |c| c.number) + 1;
+            *history = vec![Commit {
+                seqno: 0,
+                state,
+                number,
+            }];
         }
         if let Some(c) = self.committed.get(key) {
             c.store(state.raw(), Ordering::Release);
         }
-        if let Some(p) = self.pending.get(key) {
-            p.store(NONE, Ordering::Release);
-        }
+        set_slot(&self.pending, key, None);
+        set_slot(&self.uncertain, key, None);
         self.journal(b'C', &[(key, state)]);
     }
 
     /// Keys with a write whose outcome is unknown.
     pub fn uncertain_keys(&self) -> Vec<usize> {
         (0..self.len())
-            .filter(|&k| self.pending(k).is_some())
+            .filter(|&k| self.pending(k).is_some() || self.uncertain(k).is_some())
             .collect()
     }
 
@@ -402,8 +543,8 @@ impl ExpectedState {
         }
     }
 
-    /// Rebuilds the expected state from a journal: committed changes apply; begun writes with no
-    /// commit or abort stay pending (a crash cut them short).
+    /// Rebuilds the expected state from a journal: committed changes apply; a write begun with
+    /// no commit or abort (a crash cut it short), or of unknown outcome, is uncertain.
     ///
     /// # Errors
     /// If the file cannot be read or a line is malformed.
@@ -424,26 +565,26 @@ impl ExpectedState {
                 });
                 match parsed {
                     Some(t) if t.0 < keys => targets.push(t),
-                    // A line cut short by a kill: the write it began is pending either way.
+                    // A line cut short by a kill: the write it began is uncertain either way.
                     _ => {}
                 }
             }
             for &(key, s) in &targets {
                 match tag {
-                    "B" => state.set_pending(key, Some(s)),
+                    "B" | "U" => set_slot(&state.uncertain, key, Some(s)),
                     "C" => state.resolve(key, s),
-                    "A" => state.set_pending(key, None),
+                    "A" if state.uncertain(key) == Some(s) => {
+                        set_slot(&state.uncertain, key, None);
+                    }
                     _ => {}
+                }
+                // Versions stay unique across the processes that share the journal.
+                if let Some(issued) = state.issued.get(key) {
+                    issued.fetch_max(s.version(), Ordering::AcqRel);
                 }
             }
         }
         Ok(state)
-    }
-
-    fn set_pending(&self, key: usize, target: Option<KeyState>) {
-        if let Some(p) = self.pending.get(key) {
-            p.store(target.map_or(NONE, KeyState::raw), Ordering::Release);
-        }
     }
 }
 
@@ -468,21 +609,61 @@ mod tests {
     }
 
     #[test]
+    fn a_read_racing_two_writes_accepts_the_state_between_them() {
+        let state = ExpectedState::new(1);
+        let before = state.before(0);
+        state.commit(&[(0, KeyState::present(1))], 3);
+        state.commit(&[(0, KeyState::present(2))], 4);
+        let ok = state.after(0, before);
+        assert!(ok.allows(Some(1)) && ok.allows(Some(2)) && ok.allows(None));
+    }
+
+    #[test]
     fn a_snapshot_is_judged_at_its_sequence_number_while_its_floor_lives() {
         let state = ExpectedState::new(2);
         state.commit(&[(0, KeyState::present(1))], 5);
         let floor = state.floor(5);
         state.commit(&[(0, KeyState::present(2))], 8);
         state.commit(&[(0, KeyState::deleted(2))], 9);
-        let at = |s| state.at(0, s).map(|ok| ok.before);
-        assert_eq!(at(4), None, "before any floor: gone with the first commit");
+        let at = |s| state.at(0, s, u64::MAX).map(|ok| ok.before);
         assert_eq!(at(5), Some(KeyState::present(1)));
         assert_eq!(at(8), Some(KeyState::present(2)));
         assert_eq!(at(100), Some(KeyState::deleted(2)));
         drop(floor);
-        state.commit(&[(0, KeyState::present(3))], 12);
+        for (v, seqno) in [(3, 12), (4, 13), (5, 14), (6, 15)] {
+            state.commit(&[(0, KeyState::present(v))], seqno);
+        }
         assert_eq!(at(5), None, "history before the floor went with it");
-        assert_eq!(at(12), Some(KeyState::present(3)));
+        assert_eq!(at(12), Some(KeyState::present(3)), "the newest few stay");
+        assert_eq!(at(15), Some(KeyState::present(6)));
+    }
+
+    #[test]
+    fn a_snapshot_sees_no_write_that_began_after_it() {
+        let state = ExpectedState::new(1);
+        let early = state.ticket();
+        state.begin(&[(0, KeyState::present(1))]);
+        let late = state.ticket();
+        assert!(state.at(0, 5, late).is_some_and(|ok| ok.allows(Some(1))));
+        assert!(state.at(0, 5, early).is_some_and(|ok| !ok.allows(Some(1))));
+    }
+
+    #[test]
+    fn a_write_of_unknown_outcome_stays_legal_until_a_later_one_commits() {
+        let state = ExpectedState::new(1);
+        state.commit(&[(0, KeyState::present(1))], 3);
+        let v = state.next_version(0);
+        state.begin(&[(0, KeyState::present(v))]);
+        state.unknown(&[(0, KeyState::present(v))]);
+        // Another write to the key is refused: the unknown one still counts.
+        let w = state.next_version(0);
+        assert!(w > v, "versions are never reused");
+        state.begin(&[(0, KeyState::present(w))]);
+        state.abort(&[(0, KeyState::present(w))]);
+        let ok = state.after(0, state.before(0));
+        assert!(ok.allows(Some(1)) && ok.allows(Some(v)) && !ok.allows(Some(w)));
+        state.commit(&[(0, KeyState::present(state.next_version(0)))], 9);
+        assert!(!state.after(0, state.before(0)).allows(Some(v)));
     }
 
     #[test]
@@ -498,7 +679,7 @@ mod tests {
     }
 
     #[test]
-    fn the_journal_rebuilds_committed_and_pending_writes() -> std::io::Result<()> {
+    fn the_journal_rebuilds_committed_and_uncertain_writes() -> std::io::Result<()> {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("expected.log");
         let mut state = ExpectedState::new(8);
@@ -511,9 +692,13 @@ mod tests {
         drop(state);
         let rebuilt = ExpectedState::from_journal(&path, 8)?;
         assert_eq!(rebuilt.get(1), KeyState::present(1));
-        assert_eq!(rebuilt.pending(3), Some(KeyState::present(1)));
-        assert_eq!(rebuilt.pending(4), None);
+        assert_eq!(rebuilt.uncertain(3), Some(KeyState::present(1)));
+        assert_eq!(rebuilt.uncertain(4), None);
         assert_eq!(rebuilt.get(4), KeyState::ABSENT);
+        assert!(
+            rebuilt.next_version(4) > 1,
+            "the aborted version is not reused"
+        );
         Ok(())
     }
 }

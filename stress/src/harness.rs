@@ -7,8 +7,9 @@
 //!
 //! In a fault run (I/O errors injected through `FaultyFs`) a database stopped by a fault is
 //! closed, reopened with the faults paused, fully verified, and the run goes on — `db_stress`'s
-//! error-recovery loop. The verification after a fault allows the writes not known durable (no
-//! synced write at or after them returned) to be lost: a failed sync may drop them.
+//! error-recovery loop. Only when a failed sync dropped bytes of a log since the last reopen
+//! does the verification allow the writes not known durable (no synced write at or after them
+//! returned) to be lost; any other fault loses no acknowledged write.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -56,6 +57,17 @@ impl StressError {
     }
 }
 
+/// Why the database is being reopened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reopen {
+    /// The `reopen` operation of the mix.
+    Op,
+    /// A fault stopped it.
+    AfterFault,
+    /// The end of a fault run, on a healthy disk.
+    Final,
+}
+
 /// True if the engine says the write was certainly not applied.
 pub(crate) fn refused(e: &cairn::Error) -> bool {
     matches!(
@@ -86,6 +98,8 @@ pub struct Harness {
     stopped_ops: AtomicU64,
     /// The sequence number of the last write known durable (fault runs).
     durable: AtomicU64,
+    /// Log bytes failed syncs had dropped at the last reopen (fault runs).
+    dropped_at_reopen: AtomicU64,
     stop: AtomicBool,
     ops: AtomicU64,
     started: Instant,
@@ -171,6 +185,7 @@ impl Harness {
             fault_reopens: AtomicU64::new(0),
             stopped_ops: AtomicU64::new(0),
             durable: AtomicU64::new(durable),
+            dropped_at_reopen: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             ops: AtomicU64::new(0),
             started: Instant::now(),
@@ -268,6 +283,8 @@ impl Harness {
             Err(e) => {
                 if refused(&e) {
                     self.expected.abort(targets);
+                } else {
+                    self.expected.unknown(targets);
                 }
                 self.engine_error(op, &e);
             }
@@ -309,9 +326,10 @@ impl Harness {
     }
 
     /// Closes and reopens the database, then checks every key; false if another worker
-    /// reopened it first. `after_fault`: a fault may have stopped it, so the faults pause for the
-    /// close and the reopen, and the check allows the writes not known durable to be lost.
-    pub(crate) fn reopen(&self, epoch: u64, after_fault: bool) -> bool {
+    /// reopened it first. After a fault (and at a fault run's end) the faults pause for the
+    /// close and the reopen, and if a failed sync dropped log bytes since the last reopen, the
+    /// check allows the writes not known durable to be lost.
+    pub(crate) fn reopen(&self, epoch: u64, why: Reopen) -> bool {
         let mut slot = self
             .db
             .write()
@@ -322,30 +340,30 @@ impl Harness {
         if let Some(faults) = &self.faults {
             faults.pause_errors();
         }
-        let mut lossy = after_fault;
         if let Some(db) = slot.take() {
             self.carry(&db.stats());
-            if let Err(e) = db.close() {
-                // A close that could not sync the log may lose unsynced writes too.
-                lossy = true;
-                if self.faults.is_none() {
-                    self.set_fatal(format!("close: {e}"));
-                }
+            if let Err(e) = db.close()
+                && self.faults.is_none()
+            {
+                self.set_fatal(format!("close: {e}"));
             }
         }
+        let lost_log_bytes = self.faults.as_ref().is_some_and(|f| {
+            let dropped = f.dropped_bytes(".log");
+            dropped > self.dropped_at_reopen.swap(dropped, Ordering::AcqRel)
+        });
         match Db::open(&self.path, self.options.clone()) {
             Ok(db) => {
                 // Checked before any worker can write again.
                 let durable = self.durable.load(Ordering::Acquire);
-                self.verify_db(
-                    &db,
-                    if lossy {
-                        "after a fault and reopen"
-                    } else {
-                        "after reopen"
-                    },
-                    lossy.then_some(durable),
-                );
+                let context = if lost_log_bytes {
+                    "after a fault that dropped log bytes, and reopen"
+                } else if why == Reopen::Op {
+                    "after reopen"
+                } else {
+                    "after a fault and reopen"
+                };
+                self.verify_db(&db, context, lost_log_bytes.then_some(durable));
                 // Everything it holds now is in tables.
                 self.durable.store(db.latest_seqno(), Ordering::Release);
                 if self.faults.is_some() {
@@ -353,7 +371,7 @@ impl Harness {
                 }
                 *slot = Some(db);
                 self.epoch.fetch_add(1, Ordering::AcqRel);
-                if after_fault {
+                if why == Reopen::AfterFault {
                     self.fault_reopens.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -420,11 +438,22 @@ impl Harness {
             Ok(iter) => iter,
             Err(e) => return unreadable(format!("scan: {e}")),
         };
+        let mut last: Option<bytes::Bytes> = None;
         for item in iter {
             let (k, v) = match item {
                 Ok(kv) => kv,
                 Err(e) => return unreadable(format!("scan: {e}")),
             };
+            if last.as_ref().is_some_and(|l| *l >= k) {
+                self.tally.fail(
+                    Failure::WrongValue,
+                    format!(
+                        "{context}: the scan returned {:?} after {:?}",
+                        String::from_utf8_lossy(&k),
+                        last.as_deref().map(String::from_utf8_lossy)
+                    ),
+                );
+            }
             match key_index(&k).and_then(|i| found.get_mut(i)) {
                 Some(slot) => *slot = Some(v),
                 None => self.tally.fail(
@@ -432,6 +461,7 @@ impl Harness {
                     format!("{context}: unknown key {:?}", String::from_utf8_lossy(&k)),
                 ),
             }
+            last = Some(k);
         }
         Some(found)
     }
@@ -465,7 +495,7 @@ impl Harness {
         if let Some(faults) = &self.faults {
             // End on a healthy disk: stop the faults, reopen, and check everything.
             faults.clear_errors();
-            self.reopen(self.epoch.load(Ordering::Acquire), true);
+            self.reopen(self.epoch.load(Ordering::Acquire), Reopen::Final);
             self.check_exercised();
         } else if let Some(db) = self.db().as_ref()
             && let Err(e) = db.wait_for_background_work()

@@ -21,6 +21,8 @@ pub enum Failure {
     Hole,
     /// A snapshot read something other than the expected state at its sequence number.
     SnapshotMismatch,
+    /// A transaction committed although a key it read was written after its snapshot.
+    LostUpdate,
     /// A verification could not read the database: it could not be opened, a column family
     /// could not be found, or a scan or get failed. Nothing was checked, so nothing passed.
     Unreadable,
@@ -30,12 +32,13 @@ pub enum Failure {
 }
 
 impl Failure {
-    const ALL: [Failure; 7] = [
+    const ALL: [Failure; 8] = [
         Failure::LostWrite,
         Failure::ResurrectedDelete,
         Failure::WrongValue,
         Failure::Hole,
         Failure::SnapshotMismatch,
+        Failure::LostUpdate,
         Failure::Unreadable,
         Failure::Unexercised,
     ];
@@ -50,7 +53,7 @@ impl Failure {
 pub struct Tally {
     ops: Mutex<BTreeMap<&'static str, u64>>,
     verifications: AtomicU64,
-    failures: [AtomicU64; 7],
+    failures: [AtomicU64; 8],
     engine_errors: AtomicU64,
     conflicts: AtomicU64,
     messages: Mutex<Vec<String>>,
@@ -151,6 +154,7 @@ impl Tally {
             wrong_values: get(Failure::WrongValue),
             holes: get(Failure::Hole),
             snapshot_mismatches: get(Failure::SnapshotMismatch),
+            lost_updates: get(Failure::LostUpdate),
             unreadable: get(Failure::Unreadable),
             unexercised: get(Failure::Unexercised),
             messages: self
@@ -219,6 +223,9 @@ pub struct Failures {
     pub holes: u64,
     /// Snapshot reads that differed from the expected state at their sequence number.
     pub snapshot_mismatches: u64,
+    /// Transactions that committed over a write to a key they read.
+    #[serde(default)]
+    pub lost_updates: u64,
     /// Verifications that could not read the database.
     pub unreadable: u64,
     /// Claims the run could not back (see [`Failure::Unexercised`]).
@@ -235,6 +242,7 @@ impl Failures {
         self.wrong_values += other.wrong_values;
         self.holes += other.holes;
         self.snapshot_mismatches += other.snapshot_mismatches;
+        self.lost_updates += other.lost_updates;
         self.unreadable += other.unreadable;
         self.unexercised += other.unexercised;
         let room = MAX_MESSAGES.saturating_sub(self.messages.len());
@@ -253,6 +261,7 @@ impl Failures {
             + self.wrong_values
             + self.holes
             + self.snapshot_mismatches
+            + self.lost_updates
             + self.unreadable
             + self.unexercised
     }
@@ -265,6 +274,7 @@ impl Failures {
             Failure::WrongValue => self.wrong_values,
             Failure::Hole => self.holes,
             Failure::SnapshotMismatch => self.snapshot_mismatches,
+            Failure::LostUpdate => self.lost_updates,
             Failure::Unreadable => self.unreadable,
             Failure::Unexercised => self.unexercised,
         }
@@ -355,12 +365,13 @@ impl StressReport {
         let _ = writeln!(
             out,
             "lost writes {}, resurrected deletes {}, holes {}, wrong values {}, snapshot \
-             mismatches {}, unreadable {}, unexercised {}",
+             mismatches {}, lost updates {}, unreadable {}, unexercised {}",
             f.lost_writes,
             f.resurrected_deletes,
             f.holes,
             f.wrong_values,
             f.snapshot_mismatches,
+            f.lost_updates,
             f.unreadable,
             f.unexercised
         );

@@ -1,5 +1,8 @@
 //! One worker thread: picks operations by weight and checks every read it makes.
 
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 
 use cairn::{ColumnFamily, Db, Snapshot, WriteBatch, WriteOptions};
@@ -7,7 +10,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::expected::{Floor, KeyState};
-use crate::harness::{Harness, STRESS_CF};
+use crate::harness::{Harness, Reopen, STRESS_CF};
 use crate::report::{Failure, Observed};
 use crate::value::{is_single_delete_key, key, parse_value, value};
 
@@ -15,13 +18,17 @@ use crate::value::{is_single_delete_key, key, parse_value, value};
 const MAX_SPAN: usize = 32;
 
 /// A snapshot held across operations, checked against the expected state at its sequence
-/// number when taken and again when released, whatever flushes and compactions ran meanwhile.
+/// number when taken and again when released, whatever flushes and compactions ran meanwhile,
+/// and required to read the same both times.
 struct HeldSnapshot<'h> {
     snapshot: Snapshot,
     /// Keeps the expected state's history back to the snapshot's sequence number.
     _floor: Floor<'h>,
-    start: usize,
-    end: usize,
+    /// Taken just after the snapshot: a write that began later cannot be in it.
+    ticket: u64,
+    range: Range<usize>,
+    /// What the first read returned, hashed.
+    read: Option<u64>,
     ops_left: u32,
 }
 
@@ -64,15 +71,19 @@ impl<'h> Worker<'h> {
                 pick -= weight;
             }
             let epoch = self.h.epoch.load(Ordering::Acquire);
-            let after_fault = self.h.needs_fault_reopen(epoch);
-            if op == "reopen" || after_fault {
+            let why = if self.h.needs_fault_reopen(epoch) {
+                Some(Reopen::AfterFault)
+            } else {
+                (op == "reopen").then_some(Reopen::Op)
+            };
+            if let Some(why) = why {
                 self.snapshots.clear();
                 self.cf = None;
-                if self.h.reopen(epoch, after_fault) {
-                    let op = if after_fault {
-                        "fault_reopen"
-                    } else {
+                if self.h.reopen(epoch, why) {
+                    let op = if why == Reopen::Op {
                         "reopen"
+                    } else {
+                        "fault_reopen"
                     };
                     self.h.tally.op(op);
                 }
@@ -167,12 +178,11 @@ impl<'h> Worker<'h> {
         let mut batch = WriteBatch::new();
         let mut targets = Vec::with_capacity(keys.len());
         for &k in &keys {
-            let old = self.h.expected.get(k);
             if mixed && self.rng.random_ratio(1, 4) {
                 batch.delete_cf(&cf, key(k));
-                targets.push((k, KeyState::deleted(old.version())));
+                targets.push((k, KeyState::deleted(self.h.expected.get(k).version())));
             } else {
-                let version = old.version() + 1;
+                let version = self.h.expected.next_version(k);
                 batch.put_cf(&cf, key(k), value(k, version, self.h.config.max_value_size));
                 targets.push((k, KeyState::present(version)));
             }
@@ -203,7 +213,7 @@ impl<'h> Worker<'h> {
         let stride = crate::value::SINGLE_DELETE_STRIDE;
         let k = (self.random_key() / stride) * stride;
         let _locks = self.h.expected.lock(&[k]);
-        if self.h.expected.pending(k).is_some() {
+        if self.h.expected.uncertain(k).is_some() {
             return; // An earlier write's outcome is unknown: a single delete might cover two puts.
         }
         let old = self.h.expected.get(k);
@@ -212,7 +222,7 @@ impl<'h> Worker<'h> {
             batch.single_delete_cf(&cf, key(k));
             KeyState::deleted(old.version())
         } else {
-            let version = old.version() + 1;
+            let version = self.h.expected.next_version(k);
             batch.put_cf(&cf, key(k), value(k, version, self.h.config.max_value_size));
             KeyState::present(version)
         };
@@ -273,16 +283,8 @@ impl<'h> Worker<'h> {
             Ok(found) => found,
             Err(e) => return self.h.read_error("scan", &e),
         };
+        self.check_order(&found, backward, Failure::WrongValue, "scan");
         let seen = self.by_index(&found, start..end, Failure::WrongValue, "scan");
-        let ordered = found
-            .windows(2)
-            .all(|w| matches!(w, [a, b] if (a.0 < b.0) != backward));
-        if !ordered {
-            self.h.tally.fail(
-                Failure::WrongValue,
-                format!("scan of {start}..{end} out of order"),
-            );
-        }
         for (k, before) in (start..end).zip(befores) {
             let ok = self.h.expected.after(k, before);
             let observed = observe(
@@ -308,18 +310,20 @@ impl<'h> Worker<'h> {
         }
         let Some(cf) = self.cf().cloned() else { return };
         let start = self.random_key();
-        let end = (start + 100).min(self.h.expected.len());
+        let range = start..(start + 100).min(self.h.expected.len());
         // The floor goes in first, at or below the number the snapshot will get.
         let floor = self.h.expected.floor(db.latest_seqno());
         let snapshot = db.snapshot();
+        let ticket = self.h.expected.ticket();
         floor.raise(snapshot.seqno());
-        self.check_snapshot(&snapshot, &cf, start, end, "snapshot taken");
+        let read = self.check_snapshot(&snapshot, &cf, range.clone(), ticket, "snapshot taken");
         let ops_left = self.rng.random_range(10..200);
         self.snapshots.push(HeldSnapshot {
             snapshot,
             _floor: floor,
-            start,
-            end,
+            ticket,
+            range,
+            read,
             ops_left,
         });
     }
@@ -333,110 +337,168 @@ impl<'h> Worker<'h> {
         }
     }
 
+    /// Checks the oldest held snapshot once more, against the expected state and against what
+    /// it read when taken, and lets it go.
     fn release_oldest(&mut self) {
         if self.snapshots.is_empty() {
             return;
         }
         let held = self.snapshots.remove(0);
         let Some(cf) = self.cf().cloned() else { return };
-        self.check_snapshot(
+        let context = "snapshot released";
+        let read = self.check_snapshot(
             &held.snapshot,
             &cf,
-            held.start,
-            held.end,
-            "snapshot released",
+            held.range.clone(),
+            held.ticket,
+            context,
         );
+        if let (Some(first), Some(now)) = (held.read, read)
+            && first != now
+        {
+            self.h.tally.fail(
+                Failure::SnapshotMismatch,
+                format!(
+                    "{context} at seqno {}: {:?} read differently than when taken",
+                    held.snapshot.seqno(),
+                    held.range
+                ),
+            );
+        }
+    }
+
+    /// Fails with `kind` unless the keys of `found` are in strictly increasing order
+    /// (decreasing if `backward`): a key twice is as wrong as two out of order.
+    fn check_order(
+        &self,
+        found: &[(bytes::Bytes, bytes::Bytes)],
+        backward: bool,
+        kind: Failure,
+        context: &str,
+    ) {
+        let bad = found.windows(2).find(|w| match w {
+            [a, b] if backward => a.0 <= b.0,
+            [a, b] => a.0 >= b.0,
+            _ => false,
+        });
+        if let Some([a, b]) = bad {
+            self.h.tally.fail(
+                kind,
+                format!(
+                    "{context} returned {:?} after {:?}",
+                    String::from_utf8_lossy(&b.0),
+                    String::from_utf8_lossy(&a.0)
+                ),
+            );
+        }
     }
 
     /// The values a read of `range` returned, by key index; a key outside the range (or none
-    /// of ours) is a failure of `kind`.
+    /// of ours), or one returned twice, is a failure of `kind`.
     fn by_index(
         &self,
         found: &[(bytes::Bytes, bytes::Bytes)],
-        range: std::ops::Range<usize>,
+        range: Range<usize>,
         kind: Failure,
         context: &str,
-    ) -> std::collections::HashMap<usize, bytes::Bytes> {
-        let mut seen = std::collections::HashMap::new();
+    ) -> HashMap<usize, bytes::Bytes> {
+        let mut seen = HashMap::new();
         for (k, v) in found {
-            match crate::value::key_index(k).filter(|i| range.contains(i)) {
-                Some(i) => {
-                    seen.insert(i, v.clone());
-                }
-                None => self.h.tally.fail(
-                    kind,
-                    format!(
-                        "{context} of {range:?} returned key {:?}",
-                        String::from_utf8_lossy(k)
-                    ),
+            let why = match crate::value::key_index(k).filter(|i| range.contains(i)) {
+                Some(i) if seen.insert(i, v.clone()).is_none() => continue,
+                Some(_) => "twice",
+                None => "outside it",
+            };
+            self.h.tally.fail(
+                kind,
+                format!(
+                    "{context} of {range:?} returned key {:?} {why}",
+                    String::from_utf8_lossy(k)
                 ),
-            }
+            );
         }
         seen
     }
 
-    /// Reads `[start, end)` at `snapshot` and judges every key against the expected state at
-    /// the snapshot's sequence number.
+    /// Reads `range` at `snapshot` and judges every key against the expected state at the
+    /// snapshot's sequence number (`ticket` taken just after the snapshot). Returns what it
+    /// read, hashed, or `None` if the read failed.
     fn check_snapshot(
         &self,
         snapshot: &Snapshot,
         cf: &ColumnFamily,
-        start: usize,
-        end: usize,
+        range: Range<usize>,
+        ticket: u64,
         context: &str,
-    ) {
+    ) -> Option<u64> {
         let seqno = snapshot.seqno();
         let found = snapshot
-            .range_cf(cf, key(start)..key(end))
+            .range_cf(cf, key(range.start)..key(range.end))
             .and_then(Iterator::collect::<cairn::Result<Vec<_>>>);
         let found = match found {
             Ok(found) => found,
-            Err(e) => return self.h.read_error("snapshot read", &e),
+            Err(e) => {
+                self.h.read_error("snapshot read", &e);
+                return None;
+            }
         };
-        let seen = self.by_index(
-            &found,
-            start..end,
-            Failure::SnapshotMismatch,
-            &format!("{context} at seqno {seqno}"),
-        );
-        for k in start..end {
+        let context = format!("{context} at seqno {seqno}");
+        self.check_order(&found, false, Failure::SnapshotMismatch, &context);
+        let seen = self.by_index(&found, range.clone(), Failure::SnapshotMismatch, &context);
+        for k in range {
             let observed = observe(
                 k,
                 seen.get(&k).map(AsRef::as_ref),
                 self.h.config.max_value_size,
             );
-            let Some(ok) = self.h.expected.at(k, seqno) else {
-                self.h.tally.fail(
-                    Failure::SnapshotMismatch,
-                    format!("{context}: the harness kept no history of key {k} at seqno {seqno}"),
-                );
-                continue;
-            };
-            if ok.allows(observed.version()) {
-                self.h.tally.verified();
-            } else {
-                self.h.tally.fail(
-                    Failure::SnapshotMismatch,
-                    format!(
-                        "{context} at seqno {seqno}: key {k} read {observed:?}, expected {:?}",
-                        ok.before
-                    ),
-                );
-            }
+            self.judge_at(k, observed, seqno, ticket, &context);
+        }
+        Some(checksum(&found))
+    }
+
+    /// Judges a read of key `k` made at sequence number `seqno` against the history.
+    fn judge_at(&self, k: usize, observed: Observed, seqno: u64, ticket: u64, context: &str) {
+        let Some(ok) = self.h.expected.at(k, seqno, ticket) else {
+            self.h.tally.fail(
+                Failure::SnapshotMismatch,
+                format!("{context}: the harness kept no history of key {k} at seqno {seqno}"),
+            );
+            return;
+        };
+        if ok.allows(observed.version()) {
+            self.h.tally.verified();
+        } else {
+            self.h.tally.fail(
+                Failure::SnapshotMismatch,
+                format!(
+                    "{context}: key {k} read {observed:?}, expected {:?}",
+                    ok.before
+                ),
+            );
         }
     }
 
-    /// Reads one key and writes another from it; a conflict leaves both unchanged.
+    /// Reads one key and writes another from it. The read must match the history at the
+    /// transaction's snapshot; a commit must have no write to the read key between the
+    /// snapshot and itself (that is what a conflict is for); a conflict leaves both unchanged.
     fn transaction(&mut self, db: &Db) {
         let Some(cf) = self.cf().cloned() else { return };
         let read_key = self.ordinary_key();
         let write_key = self.ordinary_key();
-        let _locks = self.h.expected.lock(&[write_key]);
+        let floor = self.h.expected.floor(db.latest_seqno());
+        let write_lock = self.h.expected.lock(&[write_key]);
         let mut tx = db.transaction();
-        if let Err(e) = tx.get_cf(&cf, key(read_key)) {
-            return self.h.read_error("transaction read", &e);
+        let since = tx.seqno();
+        let ticket = self.h.expected.ticket();
+        floor.raise(since);
+        match tx.get_cf(&cf, key(read_key)) {
+            Ok(found) => {
+                let observed = observe(read_key, found.as_deref(), self.h.config.max_value_size);
+                self.judge_at(read_key, observed, since, ticket, "transaction read");
+            }
+            Err(e) => return self.h.read_error("transaction read", &e),
         }
-        let version = self.h.expected.get(write_key).version() + 1;
+        let version = self.h.expected.next_version(write_key);
         tx.put_cf(
             &cf,
             key(write_key),
@@ -444,22 +506,42 @@ impl<'h> Worker<'h> {
         );
         let targets = [(write_key, KeyState::present(version))];
         self.h.expected.begin(&targets);
-        match tx.commit() {
+        let seqno = match tx.commit() {
             Ok(seqno) => {
                 self.h.expected.commit(&targets, seqno);
                 self.h.log_op(self.id, "transaction", &targets);
-            }
-            Err(cairn::Error::Conflict { .. }) => {
-                self.h.tally.conflict();
-                self.h.expected.abort(&targets);
+                seqno
             }
             Err(e) => {
                 if crate::harness::refused(&e) {
                     self.h.expected.abort(&targets);
+                } else {
+                    self.h.expected.unknown(&targets);
                 }
-                self.h.engine_error("transaction commit", &e);
+                if matches!(e, cairn::Error::Conflict { .. }) {
+                    self.h.tally.conflict();
+                } else {
+                    self.h.engine_error("transaction commit", &e);
+                }
+                return;
             }
+        };
+        drop(write_lock);
+        // Under the read key's stripe no write to it is in flight: every write it had below
+        // the commit's number is in the history.
+        let _read_lock = self.h.expected.lock(&[read_key]);
+        if self.h.expected.uncertain(read_key).is_none()
+            && self.h.expected.written_between(read_key, since, seqno)
+        {
+            self.h.tally.fail(
+                Failure::LostUpdate,
+                format!(
+                    "a transaction read key {read_key} at seqno {since} and committed at \
+                     {seqno} over a write to it between"
+                ),
+            );
         }
+        drop(floor);
     }
 
     fn compact_range(&mut self) {
@@ -481,4 +563,11 @@ pub(crate) fn observe(k: usize, found: Option<&[u8]>, max_value_size: usize) -> 
             parse_value(k, bytes, max_value_size).map_or(Observed::Damaged, Observed::Version)
         }
     }
+}
+
+/// What a range read returned, hashed: two reads at one snapshot must agree.
+fn checksum(found: &[(bytes::Bytes, bytes::Bytes)]) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    found.hash(&mut hasher);
+    hasher.finish()
 }

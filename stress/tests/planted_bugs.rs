@@ -73,6 +73,24 @@ fn snapshot_heavy(seed: u64) -> StressConfig {
     }
 }
 
+/// Transactions over few keys, racing plain writes to the keys they read.
+fn transaction_heavy(seed: u64) -> StressConfig {
+    let weights = OpWeights {
+        get: 100,
+        put: 1000,
+        transaction: 1000,
+        ..OpWeights::default()
+    };
+    StressConfig {
+        threads: 4,
+        keys: 64,
+        seed,
+        limit: Limit::Ops(20_000),
+        weights,
+        ..StressConfig::default()
+    }
+}
+
 /// A fault run whose MANIFEST syncs fail keeping their bytes (the edit of a failed sync may be
 /// durable), with reopens after every fault.
 fn manifest_faults(seed: u64) -> Result<StressReport, StressError> {
@@ -157,4 +175,11 @@ fn deleting_after_a_failed_manifest_sync_is_caught_as_an_unreadable_database() {
         Failure::Unreadable,
         manifest_faults,
     );
+}
+
+#[test]
+fn commits_that_skip_the_conflict_check_are_caught_as_lost_updates() {
+    caught(Bug::IgnoreConflicts, Failure::LostUpdate, |seed| {
+        cairn_stress::run_stress(transaction_heavy(seed))
+    });
 }

@@ -116,6 +116,7 @@ fn power_loss_cycles_keep_synced_writes_and_recover_a_prefix()
     };
     let report = crashtest::power_loss(&config, dir.path())?;
     assert_eq!(report.cycles, 5);
+    assert_eq!(report.faults, 2, "cycles 1 and 3 meet a disk fault");
     assert!(report.failures.is_clean(), "{:?}", report.failures);
     Ok(())
 }

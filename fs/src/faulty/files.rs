@@ -33,7 +33,7 @@ impl FaultyWritableFile {
     }
 
     /// Overwrites the file's unsynced bytes with zeros, as a writeback error leaves them.
-    fn zero_unsynced(&self, ledger: &Ledger) -> Result<()> {
+    fn zero_unsynced(&self, ledger: &mut Ledger) -> Result<()> {
         let Some(state) = ledger.files.get(&self.id) else {
             return Ok(());
         };
@@ -46,7 +46,9 @@ impl FaultyWritableFile {
             .write(true)
             .open(path)
             .and_then(|f| f.write_all_at(&vec![0; len], state.synced))
-            .map_err(|e| Error::io("sync", path, e))
+            .map_err(|e| Error::io("sync", path, e))?;
+        ledger.dropped.push((path.to_path_buf(), len as u64));
+        Ok(())
     }
 }
 
@@ -97,7 +99,7 @@ impl WritableFile for FaultyWritableFile {
             Err(e) => {
                 let mut ledger = lock(&self.ledger);
                 if ledger.epoch == self.epoch && ledger.active && ledger.sync_failure_drops() {
-                    self.zero_unsynced(&ledger)?;
+                    self.zero_unsynced(&mut ledger)?;
                 }
                 return Err(e);
             }

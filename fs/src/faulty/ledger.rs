@@ -29,6 +29,8 @@ pub(super) struct Ledger {
     pub(super) fail_next: Vec<(OpKind, String)>,
     pub(super) sync_failure: SyncFailure,
     pub(super) injected: u64,
+    /// Unsynced bytes failed syncs dropped, by file.
+    pub(super) dropped: Vec<(PathBuf, u64)>,
     pub(super) rng: SmallRng,
 }
 
@@ -62,6 +64,7 @@ impl Ledger {
             fail_next: Vec::new(),
             sync_failure: SyncFailure::DropsUnsynced,
             injected: 0,
+            dropped: Vec::new(),
             rng: SmallRng::seed_from_u64(seed),
         }
     }

@@ -180,6 +180,17 @@ impl FaultyFs {
         self.lock_ledger().paused = false;
     }
 
+    /// How many unsynced bytes failed syncs have dropped so far, in files whose path contains
+    /// `path_contains`: a checker uses it to know whether a fault could have lost writes.
+    pub fn dropped_bytes(&self, path_contains: &str) -> u64 {
+        self.lock_ledger()
+            .dropped
+            .iter()
+            .filter(|(path, _)| path.to_string_lossy().contains(path_contains))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
     /// How many errors have been injected so far.
     pub fn injected_errors(&self) -> u64 {
         self.lock_ledger().injected
