@@ -362,8 +362,9 @@ impl Db {
     /// Applies `batch` atomically; returns the sequence number of its last write.
     ///
     /// # Errors
-    /// `InvalidArgument` if any write in it is invalid, or the whole batch is over the log's
-    /// record limit (nothing is written); otherwise as [`ColumnFamily::put`].
+    /// `InvalidArgument` if any write in it is invalid, names a column family of another
+    /// database, or the whole batch is over the log's record limit (nothing is written);
+    /// otherwise as [`ColumnFamily::put`].
     pub fn write(&self, batch: WriteBatch) -> Result<SeqNo> {
         self.inner.write(batch, false)
     }

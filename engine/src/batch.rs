@@ -83,7 +83,12 @@ impl BatchOp {
 pub struct WriteBatch {
     pub(crate) ops: Vec<BatchOp>,
     bytes: usize,
+    /// The database whose column family handles the writes named ([`FOREIGN`] if two).
+    database: Option<u64>,
 }
+
+/// Marks a batch that named families of two databases.
+const FOREIGN: u64 = u64::MAX;
 
 impl WriteBatch {
     /// An empty batch.
@@ -160,8 +165,9 @@ impl WriteBatch {
 
     /// [`put`](Self::put) in column family `cf`.
     pub fn put_cf(&mut self, cf: &ColumnFamily, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) {
+        let cf = self.family(cf);
         self.push(BatchOp::Put {
-            cf: cf.id(),
+            cf,
             key: bytes(key),
             value: bytes(value),
             ttl: None,
@@ -176,8 +182,9 @@ impl WriteBatch {
         value: impl AsRef<[u8]>,
         ttl: Duration,
     ) {
+        let cf = self.family(cf);
         self.push(BatchOp::Put {
-            cf: cf.id(),
+            cf,
             key: bytes(key),
             value: bytes(value),
             ttl: Some(millis(ttl)),
@@ -186,16 +193,18 @@ impl WriteBatch {
 
     /// [`delete`](Self::delete) in column family `cf`.
     pub fn delete_cf(&mut self, cf: &ColumnFamily, key: impl AsRef<[u8]>) {
+        let cf = self.family(cf);
         self.push(BatchOp::Delete {
-            cf: cf.id(),
+            cf,
             key: bytes(key),
         });
     }
 
     /// [`single_delete`](Self::single_delete) in column family `cf`.
     pub fn single_delete_cf(&mut self, cf: &ColumnFamily, key: impl AsRef<[u8]>) {
+        let cf = self.family(cf);
         self.push(BatchOp::SingleDelete {
-            cf: cf.id(),
+            cf,
             key: bytes(key),
         });
     }
@@ -207,11 +216,22 @@ impl WriteBatch {
         start: impl AsRef<[u8]>,
         end: impl AsRef<[u8]>,
     ) {
+        let cf = self.family(cf);
         self.push(BatchOp::DeleteRange {
-            cf: cf.id(),
+            cf,
             start: bytes(start),
             end: bytes(end),
         });
+    }
+
+    /// `cf`'s id, noting whose database it belongs to.
+    fn family(&mut self, cf: &ColumnFamily) -> u32 {
+        let database = cf.db.instance;
+        self.database = match self.database {
+            Some(d) if d != database => Some(FOREIGN),
+            _ => Some(database),
+        };
+        cf.id()
     }
 
     pub(crate) fn push(&mut self, op: BatchOp) {
@@ -220,7 +240,12 @@ impl WriteBatch {
     }
 
     /// Checks every write against the engine's limits; drops empty range deletes.
-    pub(crate) fn validate(&mut self) -> Result<()> {
+    pub(crate) fn validate(&mut self, database: u64) -> Result<()> {
+        if self.database.is_some_and(|d| d != database) {
+            return Err(Error::invalid(
+                "the batch names a column family of another database",
+            ));
+        }
         for op in &self.ops {
             match op {
                 BatchOp::Put { key, value, .. } => {
@@ -535,14 +560,14 @@ mod tests {
     fn validation_rejects_oversized_keys_and_backward_ranges() {
         let mut batch = WriteBatch::new();
         batch.put(vec![0u8; MAX_KEY_LEN + 1], "v");
-        assert!(matches!(batch.validate(), Err(Error::InvalidArgument(_))));
+        assert!(matches!(batch.validate(0), Err(Error::InvalidArgument(_))));
         let mut batch = WriteBatch::new();
         batch.delete_range("z", "a");
-        assert!(matches!(batch.validate(), Err(Error::InvalidArgument(_))));
+        assert!(matches!(batch.validate(0), Err(Error::InvalidArgument(_))));
         let mut batch = WriteBatch::new();
         batch.delete_range("m", "m");
         batch.put(vec![0u8; MAX_KEY_LEN], "");
-        assert!(batch.validate().is_ok());
+        assert!(batch.validate(0).is_ok());
         assert_eq!(batch.len(), 1, "an empty range is dropped");
     }
 }

@@ -64,8 +64,13 @@ pub(crate) struct DbInner {
     pub(crate) super_version: RwLock<Arc<SuperVersion>>,
     pub(crate) writes: WriteQueue,
     pub(crate) wal: Mutex<LogWriter>,
+    /// Tells this open database from every other in the process: a column family handle of
+    /// another one must not write or read here.
+    pub(crate) instance: u64,
     /// The last sequence number whose write is in the memtables: what new reads see.
     pub(crate) visible_seqno: AtomicU64,
+    /// The last sequence number whose write, and every one before it, is on disk and synced.
+    pub(crate) durable_seqno: AtomicU64,
     pub(crate) snapshots: SnapshotList,
     pub(crate) stats: crate::stats::Counters,
     lock: Mutex<Option<FileLock>>,
@@ -202,6 +207,14 @@ impl Db {
         self.inner.visible_seqno.load(Ordering::Acquire)
     }
 
+    /// The sequence number up to which every write is synced to disk: a crash or a power loss
+    /// now keeps each of them. It moves with synced writes and with memtable switches (which
+    /// seal the old log); it lags [`latest_seqno`](Self::latest_seqno) by the unsynced
+    /// writes. A read-only handle syncs nothing: 0.
+    pub fn durable_seqno(&self) -> SeqNo {
+        self.inner.durable_seqno.load(Ordering::Acquire)
+    }
+
     /// Creates a column family.
     ///
     /// # Errors
@@ -316,6 +329,9 @@ impl Drop for Db {
     }
 }
 
+/// The next [`DbInner::instance`].
+static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
+
 impl DbInner {
     pub(crate) fn new(dir: PathBuf, options: Options, parts: OpenedParts, read_only: bool) -> Self {
         let cache =
@@ -357,7 +373,10 @@ impl DbInner {
             super_version: RwLock::new(Arc::new(sv)),
             writes: WriteQueue::default(),
             wal: Mutex::new(parts.wal),
+            instance: NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed),
             visible_seqno: AtomicU64::new(last_seqno),
+            // Open flushed what it recovered into synced tables; a reader makes nothing durable.
+            durable_seqno: AtomicU64::new(if read_only { 0 } else { last_seqno }),
             snapshots: SnapshotList::default(),
             stats: crate::stats::Counters::default(),
             lock: Mutex::new(parts.lock),

@@ -173,10 +173,9 @@ impl DbInner {
                 state.manifest_number,
             )
         };
+        let _counted = SweepCount(self);
         self.sweep_files(&keep, next_number, min_log, manifest);
         drop(current);
-        self.lock_state().sweeps -= 1;
-        self.state_changed.notify_all();
     }
 
     /// Deletes the files of the directory that none of the sweep's reasons keep.
@@ -282,5 +281,15 @@ pub(crate) fn file_meta(number: u64, summary: &TableSummary) -> FileMeta {
         max_tombstones_in_window: props.max_tombstones_in_window,
         earliest_expiry: props.earliest_expiry,
         oldest_write_time: props.oldest_write_time,
+    }
+}
+
+/// A sweep in progress, counted until dropped (a panic included): `close` waits for the count.
+struct SweepCount<'a>(&'a DbInner);
+
+impl Drop for SweepCount<'_> {
+    fn drop(&mut self) {
+        self.0.lock_state().sweeps -= 1;
+        self.0.state_changed.notify_all();
     }
 }

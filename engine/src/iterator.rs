@@ -461,6 +461,20 @@ impl DbIterator {
         }
     }
 
+    /// `Stopped` once the database is closed: the directory may belong to another process by
+    /// then, so an iterator made before reads no further.
+    fn check_open(&self) -> Result<()> {
+        if self
+            .trigger
+            .db
+            .closed
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Err(crate::Error::Stopped("the database is closed".into()));
+        }
+        Ok(())
+    }
+
     fn wrap(&mut self, step: Result<Option<(Bytes, Bytes)>>) -> Option<Result<(Bytes, Bytes)>> {
         match step {
             Ok(item) => item.map(Ok),
@@ -479,7 +493,7 @@ impl Iterator for DbIterator {
         if self.failed {
             return None;
         }
-        let step = self.next_front();
+        let step = self.check_open().and_then(|()| self.next_front());
         self.wrap(step)
     }
 }
@@ -489,7 +503,7 @@ impl DoubleEndedIterator for DbIterator {
         if self.failed {
             return None;
         }
-        let step = DbIterator::next_back(self);
+        let step = self.check_open().and_then(|()| DbIterator::next_back(self));
         self.wrap(step)
     }
 }

@@ -67,9 +67,19 @@ impl Transaction<'_> {
     /// Reads `key` from `cf`, as [`get`](Self::get).
     ///
     /// # Errors
-    /// As [`Db::get`].
+    /// As [`Db::get`]; `InvalidArgument` if `cf` belongs to another database.
     pub fn get_cf(&mut self, cf: &ColumnFamily, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
-        self.read(cf.id, key.as_ref())
+        self.read_cf(cf, key.as_ref())
+    }
+
+    fn read_cf(&mut self, cf: &ColumnFamily, key: &[u8]) -> Result<Option<Bytes>> {
+        if cf.db.instance != self.db.inner.instance {
+            return Err(Error::invalid(format!(
+                "column family {:?} belongs to another database than the transaction",
+                cf.name()
+            )));
+        }
+        self.read(cf.id, key)
     }
 
     fn read(&mut self, cf: u32, key: &[u8]) -> Result<Option<Bytes>> {
@@ -132,7 +142,8 @@ impl Transaction<'_> {
     /// Returns the sequence number of its last write (the snapshot's, if it wrote nothing).
     ///
     /// # Errors
-    /// `Conflict` naming the first such key (nothing is written); otherwise as [`Db::write`].
+    /// `Conflict` naming the first such key (nothing is written); `InvalidArgument` if a write
+    /// names a family of another database; otherwise as [`Db::write`].
     pub fn commit(self) -> Result<SeqNo> {
         let Self {
             db,
@@ -141,7 +152,7 @@ impl Transaction<'_> {
             mut batch,
             ..
         } = self;
-        batch.validate()?;
+        batch.validate(db.inner.instance)?;
         let since = snapshot.seqno();
         let last = db.inner.run_exclusive(Box::new(move |inner: &DbInner| {
             let reads = if crate::planted::active(crate::planted::Bug::IgnoreConflicts) {

@@ -27,17 +27,19 @@ use crate::write_queue::{Exclusive, Work};
 impl DbInner {
     /// Writes `batch` atomically; returns the sequence number of its last write.
     pub(crate) fn write(&self, mut batch: WriteBatch, sync: bool) -> Result<SeqNo> {
-        batch.validate()?;
+        batch.validate(self.instance)?;
         if batch.is_empty() && sync {
             // Nothing to write, but the caller asked for what came before to be durable.
             return self.run_exclusive(Box::new(|db: &DbInner| {
                 db.lock_state().check_running()?;
+                let visible = db.visible_seqno.load(Ordering::Acquire);
                 db.lock_wal().sync().map_err(|e| {
                     let e = Error::from(e);
                     db.stop_with(&e);
                     e
                 })?;
-                Ok(db.visible_seqno.load(Ordering::Acquire))
+                db.durable_seqno.fetch_max(visible, Ordering::AcqRel);
+                Ok(visible)
             }));
         }
         if batch.is_empty() {
@@ -86,6 +88,9 @@ impl DbInner {
         }
         apply_ops(&mem, first, write_time, ops.iter().copied());
         self.visible_seqno.store(last, Ordering::Release);
+        if sync {
+            self.durable_seqno.fetch_max(last, Ordering::AcqRel);
+        }
         self.stats.note_write(ops.len(), record.len());
         Ok(first)
     }
@@ -157,7 +162,9 @@ impl DbInner {
             // an earlier unsynced one in the old log does not. Sealed, since it takes no more
             // records: if the new log stays empty, recovery takes this one for the last and would
             // otherwise read damage in its synced records as a torn tail.
+            let sealed = self.visible_seqno.load(Ordering::Acquire);
             self.lock_wal().seal()?;
+            self.durable_seqno.fetch_max(sealed, Ordering::AcqRel);
             let file = self.fs.create(&filename::log_path(&self.dir, number))?;
             self.fs.sync_dir(&self.dir)?;
             Ok(LogWriter::new(file))

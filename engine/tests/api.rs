@@ -368,3 +368,44 @@ fn stats_count_levels_tombstones_and_snapshots() -> cairn::Result<()> {
     assert_eq!(db.stats().snapshots, 0);
     Ok(())
 }
+
+/// A column family handle names a family of one open database: another database may hold a
+/// family with the same id, and writing or reading it there through the handle is a mistake.
+#[test]
+fn a_family_of_another_database_is_refused_by_batches_transactions_and_snapshots()
+-> cairn::Result<()> {
+    let (dir_a, dir_b) = (tempdir()?, tempdir()?);
+    let a = Db::open(dir_a.path(), Options::default())?;
+    let b = Db::open(dir_b.path(), Options::default())?;
+    let cf_a = a.create_column_family("events", cairn::CfOptions::default())?;
+    let cf_b = b.create_column_family("events", cairn::CfOptions::default())?;
+    let invalid = |r: cairn::Result<cairn::SeqNo>| matches!(r, Err(Error::InvalidArgument(_)));
+
+    let mut batch = WriteBatch::new();
+    batch.put_cf(&cf_b, "k", "v");
+    assert!(invalid(a.write(batch)), "a batch naming b's family");
+    let mut mixed = WriteBatch::new();
+    mixed.put_cf(&cf_a, "k", "v");
+    mixed.put_cf(&cf_b, "k", "v");
+    assert!(invalid(b.write(mixed)), "a batch naming families of both");
+
+    let mut tx = a.transaction();
+    assert!(matches!(
+        tx.get_cf(&cf_b, "k"),
+        Err(Error::InvalidArgument(_))
+    ));
+    tx.put_cf(&cf_b, "k", "v");
+    assert!(invalid(tx.commit()), "a transaction writing b's family");
+    assert!(matches!(
+        a.snapshot().get_cf(&cf_b, "k"),
+        Err(Error::InvalidArgument(_))
+    ));
+
+    assert_eq!(cf_a.get("k")?, None, "nothing was written to a");
+    assert_eq!(cf_b.get("k")?, None, "nor to b");
+    let mut own = WriteBatch::new();
+    own.put_cf(&cf_a, "k", "v");
+    a.write(own)?;
+    assert_eq!(cf_a.get("k")?.as_deref(), Some(&b"v"[..]));
+    Ok(())
+}

@@ -558,6 +558,56 @@ fn power_loss_amid_log_switches_keeps_synced_writes_and_a_prefix() {
     );
 }
 
+/// `durable_seqno` is a promise: every write at or below it survives a power loss, whether a
+/// synced write or a memtable switch (which seals the old log) made it durable.
+#[test]
+fn power_loss_keeps_every_write_up_to_the_durable_seqno() {
+    for_each_seed(
+        "power_loss_keeps_every_write_up_to_the_durable_seqno",
+        |seed| {
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let dir = tempfile::tempdir().expect("tempdir");
+            let fs = FaultyFs::new(seed);
+            let db = Db::open(dir.path(), faulty_options(&fs, Variant::LogSwitches)).expect("open");
+            assert_eq!(db.durable_seqno(), db.latest_seqno(), "a fresh database");
+            let count = rng.random_range(200..600);
+            let synced_at = rng.random_range(0..count);
+            let mut last_seqnos = Vec::new();
+            for i in 0..count {
+                let sync = i == synced_at;
+                let seqno = db
+                    .write_opt(batch(i), &WriteOptions { sync })
+                    .unwrap_or_else(|e| panic!("write batch {i}: {e}"));
+                if sync {
+                    assert_eq!(db.durable_seqno(), seqno, "a synced write is durable");
+                }
+                last_seqnos.push(seqno);
+            }
+            let durable = db.durable_seqno();
+            assert!(
+                durable < db.latest_seqno(),
+                "seed {seed}: the last writes were not synced"
+            );
+            let promised = last_seqnos.iter().filter(|&&s| s <= durable).count() as u64;
+            assert!(
+                promised > synced_at + 1,
+                "seed {seed}: switches after the synced write sealed more"
+            );
+            fs.set_active(false);
+            drop(db);
+            fs.power_loss(PowerLoss::ReorderedPages { seed })
+                .expect("power loss");
+            fs.set_active(true);
+            let db =
+                Db::open(dir.path(), faulty_options(&fs, Variant::LogSwitches)).expect("reopen");
+            let ctx = format!("seed {seed}: durable seqno {durable}, {promised} batches promised");
+            let n = check_recovered(&db, &ctx);
+            assert!(n >= promised, "{ctx}: only batches 0..{n} are there");
+            db.close().expect("close");
+        },
+    );
+}
+
 /// Writeback is not in file order: a power loss can keep later pages of a log and lose earlier
 /// ones, leaving a hole of zeros before valid records. All of it was unsynced, so recovery in
 /// the default mode must open, lose only unsynced writes, and keep a prefix.

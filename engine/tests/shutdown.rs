@@ -285,10 +285,18 @@ fn reads_through_a_handle_that_outlived_close_fail() {
     let dir = tempdir();
     let db = Db::open(dir.path(), Options::default()).expect("open");
     db.put("k", "v").expect("put");
+    db.put("l", "v").expect("put");
     let cf = db.column_family("default").expect("default family");
+    let mut open_before = cf.iter().expect("iter");
+    assert!(matches!(open_before.next(), Some(Ok(_))));
     db.close().expect("close");
     assert!(matches!(cf.get("k"), Err(cairn::Error::Stopped(_))));
     assert!(matches!(cf.iter(), Err(cairn::Error::Stopped(_))));
+    assert!(
+        matches!(open_before.next(), Some(Err(cairn::Error::Stopped(_)))),
+        "an iterator made before close reads no further"
+    );
+    assert!(open_before.next().is_none());
 }
 
 /// An empty batch written with sync makes the writes before it durable, as a barrier.

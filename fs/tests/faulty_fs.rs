@@ -271,7 +271,11 @@ fn a_failed_sync_drops_the_unsynced_bytes_and_the_next_sync_succeeds() -> cairn_
         Some(&b"synced|\0\0\0\0"[..]),
         "the dropped bytes read back as zeros"
     );
-    assert_eq!(fs.dropped_bytes(".log"), 4, "the ledger counts what it dropped");
+    assert_eq!(
+        fs.dropped_bytes(".log"),
+        4,
+        "the ledger counts what it dropped"
+    );
     assert_eq!(fs.dropped_bytes("MANIFEST"), 0);
     file.append(b"|later")?;
     file.sync()?;
@@ -296,7 +300,11 @@ fn a_failed_sync_can_keep_its_bytes() -> cairn_fs::Result<()> {
     fs.fail_next(OpKind::Sync, "MANIFEST");
     assert!(file.sync().is_err());
     assert_eq!(read(&path).as_deref(), Some(&b"edit-1"[..]));
-    assert_eq!(fs.dropped_bytes(""), 0, "a sync that keeps its bytes drops none");
+    assert_eq!(
+        fs.dropped_bytes(""),
+        0,
+        "a sync that keeps its bytes drops none"
+    );
     file.append(b"edit-2")?;
     file.sync()?;
     fs.power_loss(PowerLoss::DropAllUnsynced)?;

@@ -272,8 +272,9 @@ pub fn power_loss(config: &CrashConfig, dir: &Path) -> Result<CrashReport, Stres
             .filter_map(|(k, v)| v.map(|v| (k, v)))
             .collect()
     };
+    let floor = read_version_floor(dir)?;
     let mut next_version: Vec<u32> = (0..keys)
-        .map(|k| baseline.get(&k).map_or(1, |v| v + 1))
+        .map(|k| baseline.get(&k).map_or(1, |v| v + 1).max(floor))
         .collect();
     for cycle in config.first_cycle..config.first_cycle + config.cycles {
         let db = Db::open(dir, options())?;
@@ -291,6 +292,14 @@ pub fn power_loss(config: &CrashConfig, dir: &Path) -> Result<CrashReport, Stres
         let history = run.until_fault(&fs, fault, writes, sync_every, cycle)?;
         if history.faulted {
             report.faults += 1;
+        }
+        if history.taken_after_fault > 0 {
+            // Writes after a lost one could survive it: the holes of tomorrow.
+            report.failures.holes += 1;
+            report.failures.messages.push(format!(
+                "cycle {cycle} (fault {fault:?}): the database took {} writes after a failed one",
+                history.taken_after_fault
+            ));
         }
         let history = history.writes;
         fs.clear_errors();
@@ -324,6 +333,7 @@ pub fn power_loss(config: &CrashConfig, dir: &Path) -> Result<CrashReport, Stres
             .filter_map(|(&k, &v)| v.map(|v| (k, v)))
             .collect();
         db.close()?;
+        write_version_floor(dir, &next_version)?;
         report.cycles += 1;
     }
     report.seconds = started.elapsed().as_secs_f64();
@@ -338,6 +348,29 @@ struct CycleHistory {
     writes: Vec<Write>,
     /// An injected fault failed a write.
     faulted: bool,
+    /// Writes the database took after a fault had failed one.
+    taken_after_fault: u64,
+}
+
+/// Where a power-loss loop keeps the highest version it has written, so that a later loop in
+/// the same directory never writes one again (a value a lost write left must not pass for a
+/// later write's).
+const VERSIONS_FILE: &str = "power-loss-versions";
+
+fn read_version_floor(dir: &Path) -> Result<u32, StressError> {
+    match std::fs::read_to_string(dir.join(VERSIONS_FILE)) {
+        Ok(text) => text.trim().parse().map_err(|e| {
+            StressError::Config(format!("{}: {e}", dir.join(VERSIONS_FILE).display()))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn write_version_floor(dir: &Path, versions: &[u32]) -> Result<(), StressError> {
+    let highest = versions.iter().copied().max().unwrap_or(0);
+    std::fs::write(dir.join(VERSIONS_FILE), highest.to_string())?;
+    Ok(())
 }
 
 /// One power-loss cycle's single writer and what it writes with.
@@ -352,9 +385,9 @@ struct CycleWrites<'a> {
 
 impl CycleWrites<'_> {
     /// Makes `writes` writes, every `sync_every`th synced, arming `fault` when its write comes.
-    /// After the first write the fault fails, the faults stop and a few more writes follow: a
-    /// write the engine refused is left out of the history; one that failed otherwise (it may
-    /// or may not have reached the log) or that succeeded goes in.
+    /// After the first write the fault fails, the faults stop and a few more writes follow,
+    /// which the stopped database must refuse: one it took is a failure (and goes in the
+    /// history, as does one that failed otherwise: it may or may not have reached the log).
     fn until_fault(
         &mut self,
         fs: &FaultyFs,
@@ -366,6 +399,7 @@ impl CycleWrites<'_> {
         let mut history = CycleHistory {
             writes: Vec::new(),
             faulted: false,
+            taken_after_fault: 0,
         };
         let mut failed_at = None;
         for i in 0..writes {
@@ -376,7 +410,12 @@ impl CycleWrites<'_> {
             // The write the fault falls on syncs, so that a sync fault fires there.
             let (write, result) = self.one_write(i % sync_every == 0 || armed.is_some());
             match result {
-                Ok(()) => history.writes.push(write),
+                Ok(()) => {
+                    if failed_at.is_some() {
+                        history.taken_after_fault += 1;
+                    }
+                    history.writes.push(write);
+                }
                 Err(e) if fault.is_some_and(|f| i >= f.at) => {
                     if failed_at.is_none() {
                         failed_at = Some(i);

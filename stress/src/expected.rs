@@ -20,7 +20,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -120,9 +120,9 @@ struct Commit {
     number: u64,
 }
 
-/// The newest commits a key's history keeps whatever the floor, so that a read racing a few
+/// The newest commits a key's history keeps whatever the floor, so that a read racing several
 /// writes to its key can accept each state they left.
-const KEEP_RECENT: usize = 4;
+const KEEP_RECENT: usize = 16;
 
 /// What a read of a key may see, noted before the read; finish with [`ExpectedState::after`].
 #[derive(Debug, Clone, Copy)]
@@ -376,22 +376,50 @@ impl ExpectedState {
         Some(ok)
     }
 
-    /// What `key` may hold after a fault that can lose every write after `durable`: the state
-    /// at `durable`, or any a later write left, or a write's of unknown outcome.
-    pub fn since(&self, key: usize, durable: SeqNo) -> Acceptable {
-        let mut ok = self
-            .at(key, durable, u64::MAX)
-            .unwrap_or_else(|| Acceptable::exactly(self.get(key)));
-        ok.after = self.get(key);
-        if let Some(history) = self.history.get(key) {
-            ok.also.extend(
-                lock(history)
-                    .iter()
-                    .filter(|c| c.seqno > durable)
-                    .map(|c| c.state),
-            );
+    /// The sequence numbers at which `key` held a state `observed` matches, as closed
+    /// intervals in order; every number if it matches a write of unknown outcome (whose number
+    /// is not known). A database that lost the writes after some number `p` holds, for every
+    /// key, a state whose intervals contain `p`.
+    pub fn held_at(&self, key: usize, observed: Option<u32>) -> Vec<(SeqNo, SeqNo)> {
+        let matches = |s: KeyState| Acceptable::exactly(s).allows(observed);
+        if self
+            .uncertain(key)
+            .into_iter()
+            .chain(self.pending(key))
+            .any(matches)
+        {
+            return vec![(0, SeqNo::MAX)];
         }
-        ok
+        let Some(history) = self.history.get(key) else {
+            return Vec::new();
+        };
+        let history = lock(history);
+        let mut held = Vec::new();
+        for (i, c) in history.iter().enumerate() {
+            // The first entry stands for every number up to the second's.
+            let from = if i == 0 { 0 } else { c.seqno };
+            let to = history.get(i + 1).map_or(SeqNo::MAX, |n| n.seqno - 1);
+            if matches(c.state) && from <= to {
+                held.push((from, to));
+            }
+        }
+        held
+    }
+
+    /// Forgets the writes to `key` after sequence number `to`: a fault lost them, and the
+    /// database hands their numbers out again.
+    pub fn rewind(&self, key: usize, to: SeqNo) {
+        let Some(history) = self.history.get(key) else {
+            return;
+        };
+        let mut history = lock(history);
+        let keep = history.iter().skip(1).take_while(|c| c.seqno <= to).count() + 1;
+        history.truncate(keep);
+        if let (Some(last), Some(c)) = (history.last(), self.committed.get(key)) {
+            c.store(last.state.raw(), Ordering::Release);
+            drop(history);
+            self.journal(b'C', &[(key, KeyState(c.load(Ordering::Acquire)))]);
+        }
     }
 
     /// True if a commit to `key` has a sequence number strictly between `after` and `before`:
@@ -520,10 +548,16 @@ impl ExpectedState {
     /// # Errors
     /// If the file cannot be opened.
     pub fn journal_to(&mut self, path: &Path) -> std::io::Result<()> {
-        let file = std::fs::OpenOptions::new()
+        let mut file = std::fs::OpenOptions::new()
             .create(true)
+            .read(true)
             .append(true)
             .open(path)?;
+        // A process killed mid-line left it unended: end it with the mark of a cut line, so
+        // that this process's first line is not read as its tail.
+        if ends_mid_line(&mut file)? {
+            file.write_all(CUT_LINE_END)?;
+        }
         self.journal = Some(Mutex::new(file));
         Ok(())
     }
@@ -544,37 +578,51 @@ impl ExpectedState {
     }
 
     /// Rebuilds the expected state from a journal: committed changes apply; a write begun with
-    /// no commit or abort (a crash cut it short), or of unknown outcome, is uncertain.
+    /// no commit or abort (a crash cut it short), or of unknown outcome, stays legal (the first
+    /// as in flight, the second as uncertain). A line a kill cut short counts for nothing: its
+    /// last number may be cut, and the write it ends was journaled when it began.
     ///
     /// # Errors
-    /// If the file cannot be read or a line is malformed.
+    /// If the file cannot be read.
     pub fn from_journal(path: &Path, keys: usize) -> std::io::Result<Self> {
         let state = Self::new(keys);
         if !path.exists() {
             return Ok(state);
         }
-        let file = File::open(path)?;
-        for line in std::io::BufReader::new(file).lines() {
-            let line = line?;
+        let text = std::fs::read(path)?;
+        let mut in_flight: BTreeMap<usize, KeyState> = BTreeMap::new();
+        let mut lines = text.split(|&b| b == b'\n').peekable();
+        while let Some(line) = lines.next() {
+            // The last piece has no newline: a cut line (or nothing).
+            let cut = lines.peek().is_none() || line.ends_with(b"~");
+            let line = String::from_utf8_lossy(line);
             let mut parts = line.split(' ');
             let tag = parts.next().unwrap_or_default();
-            let mut targets = Vec::new();
-            for part in parts {
-                let parsed = part.split_once('=').and_then(|(k, v)| {
+            let targets: Option<Vec<(usize, KeyState)>> = parts
+                .map(|part| {
+                    let (k, v) = part.split_once('=')?;
                     Some((k.parse::<usize>().ok()?, KeyState(v.parse::<u32>().ok()?)))
-                });
-                match parsed {
-                    Some(t) if t.0 < keys => targets.push(t),
-                    // A line cut short by a kill: the write it began is uncertain either way.
-                    _ => {}
-                }
-            }
-            for &(key, s) in &targets {
+                })
+                .collect();
+            let targets = match targets {
+                Some(t) if !cut => t,
+                _ => continue,
+            };
+            for (key, s) in targets.into_iter().filter(|&(k, _)| k < keys) {
                 match tag {
-                    "B" | "U" => set_slot(&state.uncertain, key, Some(s)),
-                    "C" => state.resolve(key, s),
-                    "A" if state.uncertain(key) == Some(s) => {
-                        set_slot(&state.uncertain, key, None);
+                    "B" => {
+                        in_flight.insert(key, s);
+                    }
+                    "U" => {
+                        in_flight.remove(&key);
+                        set_slot(&state.uncertain, key, Some(s));
+                    }
+                    "C" => {
+                        in_flight.remove(&key);
+                        state.resolve(key, s);
+                    }
+                    "A" if in_flight.get(&key) == Some(&s) => {
+                        in_flight.remove(&key);
                     }
                     _ => {}
                 }
@@ -584,8 +632,27 @@ impl ExpectedState {
                 }
             }
         }
+        for (key, s) in in_flight {
+            set_slot(&state.pending, key, Some(s));
+        }
         Ok(state)
     }
+}
+
+/// What ends a line a killed process left cut short, once another process opens the journal
+/// (the `~` marks it cut).
+const CUT_LINE_END: &[u8] = b"~\n";
+
+/// True if `file` is not empty and does not end with a newline.
+fn ends_mid_line(file: &mut File) -> std::io::Result<bool> {
+    use std::io::{Read, Seek, SeekFrom};
+    if file.metadata()?.len() == 0 {
+        return Ok(false);
+    }
+    file.seek(SeekFrom::End(-1))?;
+    let mut last = [0u8; 1];
+    file.read_exact(&mut last)?;
+    Ok(last[0] != b'\n')
 }
 
 #[cfg(test)]
@@ -667,15 +734,36 @@ mod tests {
     }
 
     #[test]
-    fn after_a_fault_any_write_past_the_durable_one_may_be_lost() {
+    fn a_key_holds_each_state_over_the_numbers_until_the_next_write() {
         let state = ExpectedState::new(1);
         state.set_durable(Some(10));
         state.commit(&[(0, KeyState::present(1))], 10);
         state.commit(&[(0, KeyState::present(2))], 11);
-        state.commit(&[(0, KeyState::present(3))], 12);
-        let ok = state.since(0, 10);
-        assert!(ok.allows(Some(1)) && ok.allows(Some(2)) && ok.allows(Some(3)));
-        assert!(!ok.allows(None), "the durable write stays");
+        state.commit(&[(0, KeyState::deleted(2))], 15);
+        assert_eq!(state.held_at(0, None), vec![(0, 9), (15, SeqNo::MAX)]);
+        assert_eq!(state.held_at(0, Some(1)), vec![(10, 10)]);
+        assert_eq!(state.held_at(0, Some(2)), vec![(11, 14)]);
+        assert_eq!(state.held_at(0, Some(7)), vec![], "no write left version 7");
+        let v = state.next_version(0);
+        state.begin(&[(0, KeyState::present(v))]);
+        state.unknown(&[(0, KeyState::present(v))]);
+        assert_eq!(state.held_at(0, Some(v)), vec![(0, SeqNo::MAX)]);
+    }
+
+    #[test]
+    fn a_rewind_forgets_lost_writes_so_their_numbers_can_come_again() {
+        let state = ExpectedState::new(1);
+        state.set_durable(Some(5));
+        state.commit(&[(0, KeyState::present(1))], 5);
+        state.commit(&[(0, KeyState::deleted(1))], 9);
+        state.commit(&[(0, KeyState::deleted(1))], 12);
+        state.rewind(0, 8);
+        assert_eq!(state.get(0), KeyState::present(1));
+        // The engine hands out 9 and up again.
+        state.commit(&[(0, KeyState::present(2))], 10);
+        let at = |s| state.at(0, s, u64::MAX).map(|ok| ok.before);
+        assert_eq!(at(11), Some(KeyState::present(2)));
+        assert!(!state.written_between(0, 10, 13));
     }
 
     #[test]
@@ -692,13 +780,50 @@ mod tests {
         drop(state);
         let rebuilt = ExpectedState::from_journal(&path, 8)?;
         assert_eq!(rebuilt.get(1), KeyState::present(1));
-        assert_eq!(rebuilt.uncertain(3), Some(KeyState::present(1)));
+        assert_eq!(rebuilt.pending(3), Some(KeyState::present(1)));
         assert_eq!(rebuilt.uncertain(4), None);
         assert_eq!(rebuilt.get(4), KeyState::ABSENT);
         assert!(
             rebuilt.next_version(4) > 1,
             "the aborted version is not reused"
         );
+        Ok(())
+    }
+
+    #[test]
+    fn a_replayed_journal_keeps_every_legal_state_and_ignores_cut_lines() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("expected.log");
+        let v = |n| KeyState::present(n).raw();
+        // Key 5: v1 of unknown outcome, then v2 begun and refused: v1 stays legal. Key 6:
+        // committed v1, then a kill cut the line committing v2 (and the next process ended it).
+        let journal = format!(
+            "U 5={}\nB 5={}\nA 5={}\nC 6={}\nB 6={}\nC 6=21~\nB 7={}\nC 7=1",
+            v(1),
+            v(2),
+            v(2),
+            v(1),
+            v(2),
+            v(1)
+        );
+        std::fs::write(&path, journal)?;
+        let rebuilt = ExpectedState::from_journal(&path, 8)?;
+        assert_eq!(rebuilt.uncertain(5), Some(KeyState::present(1)));
+        assert_eq!(rebuilt.get(6), KeyState::present(1));
+        assert_eq!(
+            rebuilt.pending(6),
+            Some(KeyState::present(2)),
+            "cut, not committed"
+        );
+        assert_eq!(rebuilt.get(7), KeyState::ABSENT, "the last line is cut");
+        assert_eq!(rebuilt.pending(7), Some(KeyState::present(1)));
+        // A process that journals after the cut line starts a line of its own.
+        let mut next = ExpectedState::new(8);
+        next.journal_to(&path)?;
+        next.commit(&[(7, KeyState::present(1))], 3);
+        drop(next);
+        let rebuilt = ExpectedState::from_journal(&path, 8)?;
+        assert_eq!(rebuilt.get(7), KeyState::present(1));
         Ok(())
     }
 }

@@ -8,8 +8,10 @@
 //! In a fault run (I/O errors injected through `FaultyFs`) a database stopped by a fault is
 //! closed, reopened with the faults paused, fully verified, and the run goes on — `db_stress`'s
 //! error-recovery loop. Only when a failed sync dropped bytes of a log since the last reopen
-//! does the verification allow the writes not known durable (no synced write at or after them
-//! returned) to be lost; any other fault loses no acknowledged write.
+//! may writes be lost, and then only as a suffix: the database must hold exactly the state
+//! after some prefix of the writes, one that reaches the last write known durable (a synced
+//! write returned, or the engine's `durable_seqno` covered it). Any other fault loses no
+//! acknowledged write.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -22,7 +24,7 @@ use cairn_fs::{FaultyFs, FileSystem};
 
 use crate::config::{Limit, StressConfig};
 use crate::expected::{Acceptable, ExpectedState, KeyState, SeqNo};
-use crate::report::{Failure, StressReport, Tally};
+use crate::report::{Failure, Observed, StressReport, Tally};
 use crate::value::key_index;
 use crate::worker::{Worker, observe};
 
@@ -95,6 +97,8 @@ pub struct Harness {
     /// A fault stopped the database of this epoch: the next worker to look reopens it.
     stopped_epoch: AtomicU64,
     fault_reopens: AtomicU64,
+    /// Reopens after a failed sync dropped log bytes, judged as a prefix of the writes.
+    lossy_reopens: AtomicU64,
     stopped_ops: AtomicU64,
     /// The sequence number of the last write known durable (fault runs).
     durable: AtomicU64,
@@ -183,6 +187,7 @@ impl Harness {
             faults,
             stopped_epoch: AtomicU64::new(u64::MAX),
             fault_reopens: AtomicU64::new(0),
+            lossy_reopens: AtomicU64::new(0),
             stopped_ops: AtomicU64::new(0),
             durable: AtomicU64::new(durable),
             dropped_at_reopen: AtomicU64::new(0),
@@ -328,7 +333,7 @@ impl Harness {
     /// Closes and reopens the database, then checks every key; false if another worker
     /// reopened it first. After a fault (and at a fault run's end) the faults pause for the
     /// close and the reopen, and if a failed sync dropped log bytes since the last reopen, the
-    /// check allows the writes not known durable to be lost.
+    /// check allows the writes after some point past the last durable one to be lost.
     pub(crate) fn reopen(&self, epoch: u64, why: Reopen) -> bool {
         let mut slot = self
             .db
@@ -342,6 +347,8 @@ impl Harness {
         }
         if let Some(db) = slot.take() {
             self.carry(&db.stats());
+            // What the engine says no crash can lose must survive whatever it does not say.
+            self.note_durable(db.durable_seqno());
             if let Err(e) = db.close()
                 && self.faults.is_none()
             {
@@ -363,7 +370,12 @@ impl Harness {
                 } else {
                     "after a fault and reopen"
                 };
-                self.verify_db(&db, context, lost_log_bytes.then_some(durable));
+                if lost_log_bytes {
+                    self.lossy_reopens.fetch_add(1, Ordering::Relaxed);
+                    self.verify_prefix(&db, context, durable);
+                } else {
+                    self.verify_db(&db, context);
+                }
                 // Everything it holds now is in tables.
                 self.durable.store(db.latest_seqno(), Ordering::Release);
                 if self.faults.is_some() {
@@ -395,7 +407,7 @@ impl Harness {
     pub fn verify_all(&self, context: &str) {
         let guard = self.db();
         match guard.as_ref() {
-            Some(db) => self.verify_db(db, context, None),
+            Some(db) => self.verify_db(db, context),
             None => self.tally.fail(
                 Failure::Unreadable,
                 format!("{context}: no database is open to verify"),
@@ -403,22 +415,97 @@ impl Harness {
         }
     }
 
-    /// Checks every key of `db`. With `lossy_after`, the writes after that sequence number were
-    /// not known durable when a fault stopped the database, and may be lost.
-    fn verify_db(&self, db: &Db, context: &str, lossy_after: Option<SeqNo>) {
+    /// Checks every key of `db` against every write made, and settles the keys whose last
+    /// write's outcome was unknown.
+    fn verify_db(&self, db: &Db, context: &str) {
         let Some(found) = self.read_all(db, context) else {
             return;
         };
         for (k, value) in found.iter().enumerate() {
-            let ok = match lossy_after {
-                Some(durable) => self.expected.since(k, durable),
-                None => self.expected.after(k, self.expected.before(k)),
-            };
+            let ok = self.expected.after(k, self.expected.before(k));
             let observed = observe(k, value.as_deref(), self.config.max_value_size);
             self.tally.judge(k, observed, &ok, context);
-            if !ok.is_settled() {
+            if !ok.is_settled() || self.expected.uncertain(k).is_some() {
                 self.settle(k, observed, &ok);
             }
+        }
+    }
+
+    /// Checks `db` after a fault that dropped unsynced log bytes: it must hold exactly the
+    /// state after some prefix of the writes (no holes), a prefix that reaches `durable`, the
+    /// last write known durable. The expected state then forgets the writes past the prefix.
+    fn verify_prefix(&self, db: &Db, context: &str, durable: SeqNo) {
+        let Some(found) = self.read_all(db, context) else {
+            return;
+        };
+        let observed: Vec<Observed> = found
+            .iter()
+            .enumerate()
+            .map(|(k, v)| observe(k, v.as_deref(), self.config.max_value_size))
+            .collect();
+        // The prefixes each key allows, with and without the durable bound.
+        let mut reaching = vec![(durable, SeqNo::MAX)];
+        let mut any = vec![(0, SeqNo::MAX)];
+        for (k, seen) in observed.iter().enumerate() {
+            self.tally.verified();
+            if *seen == Observed::Damaged {
+                self.tally.fail(
+                    Failure::WrongValue,
+                    format!("{context}: key {k} holds bytes no write produced"),
+                );
+                continue;
+            }
+            let held = self.expected.held_at(k, seen.version());
+            reaching = intersect(&reaching, &held);
+            if !any.is_empty() {
+                any = intersect(&any, &held);
+            }
+        }
+        let latest = db.latest_seqno();
+        let Some(&(from, to)) = reaching.first() else {
+            let (kind, why) = match any.first() {
+                Some(&(_, to)) => (
+                    Failure::LostWrite,
+                    format!(
+                        "it holds the writes up to seqno {to} at most, not to {durable}, the last one synced"
+                    ),
+                ),
+                None => (
+                    Failure::Hole,
+                    "it is no prefix of the writes made".to_string(),
+                ),
+            };
+            self.tally.fail(kind, format!("{context}: {why}"));
+            for (k, seen) in observed.iter().enumerate() {
+                self.settle_on(k, *seen);
+            }
+            return;
+        };
+        if from > latest {
+            self.tally.fail(
+                Failure::WrongValue,
+                format!("{context}: it holds writes past its latest seqno {latest}"),
+            );
+        }
+        // The numbers after the prefix are handed out again.
+        let to = to.min(latest);
+        for (k, seen) in observed.iter().enumerate() {
+            self.expected.rewind(k, to);
+            self.settle_on(k, *seen);
+        }
+    }
+
+    /// Makes what `key` holds its expected state, if it is not already.
+    fn settle_on(&self, key: usize, seen: Observed) {
+        let state = self.expected.get(key);
+        let state = match seen {
+            Observed::Version(v) => KeyState::present(v),
+            Observed::Absent if !state.exists() => state,
+            Observed::Absent => KeyState::deleted(state.version()),
+            Observed::Damaged => return,
+        };
+        if self.expected.get(key) != state || self.expected.uncertain(key).is_some() {
+            self.expected.resolve(key, state);
         }
     }
 
@@ -593,6 +680,7 @@ impl Harness {
             tombstones_pending: stats.tombstones_pending,
             engine_errors: self.tally.engine_errors(),
             fault_reopens: self.fault_reopens.load(Ordering::Relaxed),
+            lossy_reopens: self.lossy_reopens.load(Ordering::Relaxed),
             stopped_ops: self.stopped_ops.load(Ordering::Relaxed),
             fatal: self.fatal_error(),
             conflicts: self.tally.conflicts(),
@@ -636,4 +724,18 @@ fn add_counters(to: &mut cairn::Stats, from: &cairn::Stats) {
     to.flushes += from.flushes;
     to.compactions += from.compactions;
     to.dropped.add(&from.dropped);
+}
+
+/// The common part of two sorted lists of closed intervals.
+fn intersect(a: &[(SeqNo, SeqNo)], b: &[(SeqNo, SeqNo)]) -> Vec<(SeqNo, SeqNo)> {
+    let mut out = Vec::new();
+    for &(a0, a1) in a {
+        for &(b0, b1) in b {
+            let (lo, hi) = (a0.max(b0), a1.min(b1));
+            if lo <= hi {
+                out.push((lo, hi));
+            }
+        }
+    }
+    out
 }

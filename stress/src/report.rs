@@ -307,6 +307,10 @@ pub struct StressReport {
     /// Fault runs: times a database stopped by a fault was closed, reopened on a healthy disk,
     /// fully verified, and the run went on.
     pub fault_reopens: u64,
+    /// Of the reopens, those after a failed sync had dropped log bytes: the database was then
+    /// held to a prefix of the writes, reaching the last durable one.
+    #[serde(default)]
+    pub lossy_reopens: u64,
     /// Operations refused because the database had stopped.
     pub stopped_ops: u64,
     /// The engine error that ended the run early, if one did (the final verification still
@@ -357,9 +361,13 @@ impl StressReport {
         let _ = writeln!(out, "dropped by rule: {}", dropped.join(" "));
         let _ = writeln!(
             out,
-            "engine errors tolerated {}, fault reopens {}, ops on a stopped database {}, \
-             transaction conflicts {}",
-            self.engine_errors, self.fault_reopens, self.stopped_ops, self.conflicts
+            "engine errors tolerated {}, fault reopens {} ({} after dropped log bytes), ops on a \
+             stopped database {}, transaction conflicts {}",
+            self.engine_errors,
+            self.fault_reopens,
+            self.lossy_reopens,
+            self.stopped_ops,
+            self.conflicts
         );
         let f = &self.failures;
         let _ = writeln!(

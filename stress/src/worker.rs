@@ -77,7 +77,7 @@ impl<'h> Worker<'h> {
                 (op == "reopen").then_some(Reopen::Op)
             };
             if let Some(why) = why {
-                self.snapshots.clear();
+                self.release_all(epoch);
                 self.cf = None;
                 if self.h.reopen(epoch, why) {
                     let op = if why == Reopen::Op {
@@ -109,7 +109,21 @@ impl<'h> Worker<'h> {
             self.h.tally.op(op);
             self.h.op_done();
         }
+        self.release_all(self.h.epoch.load(Ordering::Acquire));
+    }
+
+    /// Lets every held snapshot go, checking each once more if its database (that of `epoch`)
+    /// is still open: a reopen must wait until they have been read.
+    fn release_all(&mut self, epoch: u64) {
+        let guard = self.h.db();
+        let open = guard.is_some()
+            && self.h.epoch.load(Ordering::Acquire) == epoch
+            && self.cf.as_ref().is_some_and(|(e, _)| *e == epoch);
+        while open && !self.snapshots.is_empty() {
+            self.release_oldest();
+        }
         self.snapshots.clear();
+        drop(guard);
     }
 
     fn cf(&self) -> Option<&ColumnFamily> {
@@ -353,9 +367,11 @@ impl<'h> Worker<'h> {
             held.ticket,
             context,
         );
-        if let (Some(first), Some(now)) = (held.read, read)
-            && first != now
-        {
+        let (Some(first), Some(now)) = (held.read, read) else {
+            return;
+        };
+        self.h.tally.op("snapshot_reread");
+        if first != now {
             self.h.tally.fail(
                 Failure::SnapshotMismatch,
                 format!(
@@ -486,7 +502,6 @@ impl<'h> Worker<'h> {
         let read_key = self.ordinary_key();
         let write_key = self.ordinary_key();
         let floor = self.h.expected.floor(db.latest_seqno());
-        let write_lock = self.h.expected.lock(&[write_key]);
         let mut tx = db.transaction();
         let since = tx.seqno();
         let ticket = self.h.expected.ticket();
@@ -505,6 +520,8 @@ impl<'h> Worker<'h> {
             value(write_key, version, self.h.config.max_value_size),
         );
         let targets = [(write_key, KeyState::present(version))];
+        // Only the commit holds the stripe: other writers, to the read key too, run meanwhile.
+        let write_lock = self.h.expected.lock(&[write_key]);
         self.h.expected.begin(&targets);
         let seqno = match tx.commit() {
             Ok(seqno) => {

@@ -41,6 +41,7 @@ fn a_short_stress_with_reopens_finds_nothing_wrong() -> Result<(), cairn_stress:
             report.summary()
         );
         assert!(report.ops.get("reopen").copied().unwrap_or(0) > 0);
+        assert!(report.ops.get("snapshot_reread").copied().unwrap_or(0) > 0);
     }
     Ok(())
 }
@@ -67,7 +68,35 @@ fn injected_io_errors_never_produce_wrong_data_and_each_stop_is_reopened_and_ver
         "mostly a stopped database: {}",
         report.summary()
     );
+    assert!(
+        report.ops.get("snapshot_reread").copied().unwrap_or(0) > 0,
+        "no held snapshot was read twice: {}",
+        report.summary()
+    );
     assert!(report.seconds > 0.0 && report.fatal.is_none());
+    assert_eq!(report.exit_code(), 0, "{}", report.summary());
+    Ok(())
+}
+
+/// Log syncs that fail and drop the unsynced bytes: each reopen after one holds the database to
+/// a prefix of the writes that reaches the last durable one, and the run goes on from there.
+#[test]
+fn log_syncs_that_drop_bytes_leave_a_prefix_that_reaches_the_last_durable_write()
+-> Result<(), cairn_stress::StressError> {
+    let mut config = short(11);
+    config.weights.reopen = 0;
+    config.limit = Limit::Ops(5_000);
+    config.memtable_size = 16 * 1024;
+    config.sync_probability = 0.05;
+    let plan = cairn_stress::FaultPlan {
+        one_in: 4,
+        kinds: vec![cairn_fs::OpKind::Sync],
+        sync_failure: cairn_fs::SyncFailure::DropsUnsynced,
+        path_contains: ".log".into(),
+    };
+    let report = cairn_stress::run_with_fault_plan(config, &plan)?;
+    println!("{}", report.summary());
+    assert!(report.lossy_reopens > 0, "{}", report.summary());
     assert_eq!(report.exit_code(), 0, "{}", report.summary());
     Ok(())
 }

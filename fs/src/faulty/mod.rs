@@ -180,13 +180,17 @@ impl FaultyFs {
         self.lock_ledger().paused = false;
     }
 
-    /// How many unsynced bytes failed syncs have dropped so far, in files whose path contains
-    /// `path_contains`: a checker uses it to know whether a fault could have lost writes.
-    pub fn dropped_bytes(&self, path_contains: &str) -> u64 {
+    /// How many unsynced bytes failed syncs have dropped so far, in files whose name (not the
+    /// directories above it) contains `name_contains`: a checker uses it to know whether a
+    /// fault could have lost writes.
+    pub fn dropped_bytes(&self, name_contains: &str) -> u64 {
         self.lock_ledger()
             .dropped
             .iter()
-            .filter(|(path, _)| path.to_string_lossy().contains(path_contains))
+            .filter(|(path, _)| {
+                path.file_name()
+                    .is_some_and(|n| n.to_string_lossy().contains(name_contains))
+            })
             .map(|(_, n)| n)
             .sum()
     }
