@@ -697,12 +697,16 @@ mod tests {
         assert_eq!(at(8), Some(KeyState::present(2)));
         assert_eq!(at(100), Some(KeyState::deleted(2)));
         drop(floor);
-        for (v, seqno) in [(3, 12), (4, 13), (5, 14), (6, 15)] {
-            state.commit(&[(0, KeyState::present(v))], seqno);
+        let recent = u32::try_from(KEEP_RECENT).expect("a few");
+        for v in 3..3 + recent {
+            state.commit(&[(0, KeyState::present(v))], u64::from(v) + 9);
         }
         assert_eq!(at(5), None, "history before the floor went with it");
         assert_eq!(at(12), Some(KeyState::present(3)), "the newest few stay");
-        assert_eq!(at(15), Some(KeyState::present(6)));
+        assert_eq!(
+            at(u64::from(recent) + 11),
+            Some(KeyState::present(recent + 2))
+        );
     }
 
     #[test]
