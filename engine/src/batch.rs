@@ -79,12 +79,19 @@ impl BatchOp {
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Eq)]
 pub struct WriteBatch {
     pub(crate) ops: Vec<BatchOp>,
     bytes: usize,
     /// The database whose column family handles the writes named ([`FOREIGN`] if two).
     database: Option<u64>,
+}
+
+/// Two batches are equal when they hold the same writes, whichever handles named them.
+impl PartialEq for WriteBatch {
+    fn eq(&self, other: &Self) -> bool {
+        self.ops == other.ops
+    }
 }
 
 /// Marks a batch that named families of two databases.
@@ -115,6 +122,7 @@ impl WriteBatch {
     pub fn clear(&mut self) {
         self.ops.clear();
         self.bytes = 0;
+        self.database = None;
     }
 
     /// Sets `key` to `value` in the default column family.

@@ -148,7 +148,6 @@ impl DbInner {
             if state.shutting_down {
                 return;
             }
-            state.sweeps += 1;
             let current = state.meta.version.live_files();
             let mut keep = current.clone();
             for version in state.versions.iter().filter_map(std::sync::Weak::upgrade) {
@@ -165,6 +164,8 @@ impl DbInner {
                 .imm
                 .front()
                 .map_or(state.mem.log_number, |m| m.log_number);
+            // Last, so that nothing can panic between the count and its guard below.
+            state.sweeps += 1;
             (
                 keep,
                 current,

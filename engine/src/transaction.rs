@@ -73,7 +73,7 @@ impl Transaction<'_> {
     }
 
     fn read_cf(&mut self, cf: &ColumnFamily, key: &[u8]) -> Result<Option<Bytes>> {
-        if cf.db.instance != self.db.inner.instance {
+        if !self.owns(cf) {
             return Err(Error::invalid(format!(
                 "column family {:?} belongs to another database than the transaction",
                 cf.name()
@@ -113,7 +113,10 @@ impl Transaction<'_> {
             Bytes::copy_from_slice(value.as_ref()),
         );
         self.batch.put_cf(cf, &key, &value);
-        self.local.insert((cf.id, key), Some(value));
+        // Another database's family: the commit refuses it, and no read may see it.
+        if self.owns(cf) {
+            self.local.insert((cf.id, key), Some(value));
+        }
     }
 
     /// Buffers a delete in the default family.
@@ -127,7 +130,13 @@ impl Transaction<'_> {
     pub fn delete_cf(&mut self, cf: &ColumnFamily, key: impl AsRef<[u8]>) {
         let key = Bytes::copy_from_slice(key.as_ref());
         self.batch.delete_cf(cf, &key);
-        self.local.insert((cf.id, key), None);
+        if self.owns(cf) {
+            self.local.insert((cf.id, key), None);
+        }
+    }
+
+    fn owns(&self, cf: &ColumnFamily) -> bool {
+        cf.db.instance == self.db.inner.instance
     }
 
     /// The sequence number of the transaction's snapshot: its reads see the writes at or

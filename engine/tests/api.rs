@@ -387,7 +387,14 @@ fn a_family_of_another_database_is_refused_by_batches_transactions_and_snapshots
     let mut mixed = WriteBatch::new();
     mixed.put_cf(&cf_a, "k", "v");
     mixed.put_cf(&cf_b, "k", "v");
-    assert!(invalid(b.write(mixed)), "a batch naming families of both");
+    assert!(
+        invalid(b.write(mixed.clone())),
+        "a batch naming families of both"
+    );
+    mixed.clear();
+    mixed.put("k", "v");
+    assert!(b.write(mixed).is_ok(), "a cleared batch names no family");
+    b.delete("k")?;
 
     let mut tx = a.transaction();
     assert!(matches!(
@@ -395,6 +402,11 @@ fn a_family_of_another_database_is_refused_by_batches_transactions_and_snapshots
         Err(Error::InvalidArgument(_))
     ));
     tx.put_cf(&cf_b, "k", "v");
+    assert_eq!(
+        tx.get_cf(&cf_a, "k")?,
+        None,
+        "a's family does not see a write aimed at b's"
+    );
     assert!(invalid(tx.commit()), "a transaction writing b's family");
     assert!(matches!(
         a.snapshot().get_cf(&cf_b, "k"),
