@@ -11,17 +11,18 @@ use common::{HoldingFs, Op, tempdir, within};
 
 const WAIT: Duration = Duration::from_secs(20);
 
-#[test]
-fn a_write_goes_on_while_a_flush_waits_on_its_manifest_sync() {
+/// A database on a file system whose operations a test can hold.
+fn open_holding() -> (tempfile::TempDir, HoldingFs, Arc<Db>) {
     let dir = tempdir();
     let fs = HoldingFs::default();
-    let db = Arc::new(
-        Db::open(
-            dir.path(),
-            Options::default().file_system(Arc::new(fs.clone())),
-        )
-        .expect("open"),
-    );
+    let options = Options::default().file_system(Arc::new(fs.clone()));
+    let db = Arc::new(Db::open(dir.path(), options).expect("open"));
+    (dir, fs, db)
+}
+
+#[test]
+fn a_write_goes_on_while_a_flush_waits_on_its_manifest_sync() {
+    let (_dir, fs, db) = open_holding();
     db.put("a", "1").expect("put");
     fs.hold(Op::Sync, "MANIFEST");
     let flusher = {
@@ -46,15 +47,7 @@ fn a_write_goes_on_while_a_flush_waits_on_its_manifest_sync() {
 
 #[test]
 fn a_flush_installs_while_a_memtable_switch_waits_on_its_new_log() {
-    let dir = tempdir();
-    let fs = HoldingFs::default();
-    let db = Arc::new(
-        Db::open(
-            dir.path(),
-            Options::default().file_system(Arc::new(fs.clone())),
-        )
-        .expect("open"),
-    );
+    let (_dir, fs, db) = open_holding();
     // The first flush's table waits at its rename ...
     db.put("a", "1").expect("put");
     fs.hold(Op::Rename, ".sst.tmp");

@@ -25,6 +25,7 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::config::StressConfig;
+use crate::expected::intersect;
 use crate::harness::{Harness, StressError};
 use crate::report::{Failures, Observed};
 use crate::value::{key, key_index, value};
@@ -557,19 +558,6 @@ fn consistent_prefix(
         }
     }
     allowed.first().map(|&(lo, _)| lo)
-}
-
-fn intersect(a: &[(usize, usize)], b: &[(usize, usize)]) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
-    for &(a0, a1) in a {
-        for &(b0, b1) in b {
-            let (lo, hi) = (a0.max(b0), a1.min(b1));
-            if lo <= hi {
-                out.push((lo, hi));
-            }
-        }
-    }
-    out
 }
 
 /// A directory for a crash loop: `dir` if given, else a temporary one (kept alive by the guard).

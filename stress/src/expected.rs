@@ -639,6 +639,20 @@ impl ExpectedState {
     }
 }
 
+/// The common part of two sorted lists of closed intervals.
+pub(crate) fn intersect<T: Ord + Copy>(a: &[(T, T)], b: &[(T, T)]) -> Vec<(T, T)> {
+    let mut out = Vec::new();
+    for &(a0, a1) in a {
+        for &(b0, b1) in b {
+            let (lo, hi) = (a0.max(b0), a1.min(b1));
+            if lo <= hi {
+                out.push((lo, hi));
+            }
+        }
+    }
+    out
+}
+
 /// What ends a line a killed process left cut short, once another process opens the journal
 /// (the `~` marks it cut).
 const CUT_LINE_END: &[u8] = b"~\n";

@@ -23,7 +23,7 @@ use cairn::{CfOptions, Db, Options};
 use cairn_fs::{FaultyFs, FileSystem};
 
 use crate::config::{Limit, StressConfig};
-use crate::expected::{Acceptable, ExpectedState, KeyState, SeqNo};
+use crate::expected::{Acceptable, ExpectedState, KeyState, SeqNo, intersect};
 use crate::report::{Failure, Observed, StressReport, Tally};
 use crate::value::key_index;
 use crate::worker::{Worker, observe};
@@ -724,18 +724,4 @@ fn add_counters(to: &mut cairn::Stats, from: &cairn::Stats) {
     to.flushes += from.flushes;
     to.compactions += from.compactions;
     to.dropped.add(&from.dropped);
-}
-
-/// The common part of two sorted lists of closed intervals.
-fn intersect(a: &[(SeqNo, SeqNo)], b: &[(SeqNo, SeqNo)]) -> Vec<(SeqNo, SeqNo)> {
-    let mut out = Vec::new();
-    for &(a0, a1) in a {
-        for &(b0, b1) in b {
-            let (lo, hi) = (a0.max(b0), a1.min(b1));
-            if lo <= hi {
-                out.push((lo, hi));
-            }
-        }
-    }
-    out
 }
