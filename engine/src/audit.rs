@@ -212,14 +212,18 @@ fn table_traces(
     Ok(())
 }
 
-/// A reader of the log or MANIFEST at `path` that reads past damage (a file being written, or
-/// cut by a crash, is read as far as it is whole); `None` if the file is gone.
-fn open_log(db: &DbInner, path: &std::path::Path) -> Result<Option<LogReader>> {
-    match LogReader::open(db.fs.as_ref(), path, RecoveryMode::SkipCorrupted) {
-        Ok(reader) => Ok(Some(reader)),
-        Err(cairn_wal::Error::Io(e)) if e.is_not_found() => Ok(None),
-        Err(e) => Err(e.into()),
+/// Hands `each` every whole record of the log or MANIFEST at `path`, reading past damage (a
+/// file being written, or cut by a crash, is read as far as it is whole); none if it is gone.
+fn each_record(db: &DbInner, path: &std::path::Path, mut each: impl FnMut(&[u8])) -> Result<()> {
+    let mut reader = match LogReader::open(db.fs.as_ref(), path, RecoveryMode::SkipCorrupted) {
+        Ok(reader) => reader,
+        Err(cairn_wal::Error::Io(e)) if e.is_not_found() => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    while let Some((_, bytes)) = reader.next_record()? {
+        each(&bytes);
     }
+    Ok(())
 }
 
 /// The writes to `key` in `cf` in the log at `path`.
@@ -231,13 +235,10 @@ fn log_traces(
     key: &[u8],
     out: &mut Vec<KeyTrace>,
 ) -> Result<()> {
-    let Some(mut reader) = open_log(db, path)? else {
-        return Ok(());
-    };
     let location = Location::Log { number };
-    while let Some((_, bytes)) = reader.next_record()? {
-        let Some(record) = decode_record(&bytes) else {
-            continue;
+    each_record(db, path, |bytes| {
+        let Some(record) = decode_record(bytes) else {
+            return;
         };
         for (seqno, op) in (record.first_seqno..).zip(&record.ops) {
             if op.cf() != cf {
@@ -256,8 +257,7 @@ fn log_traces(
             };
             out.push(trace(location, seqno, kind, record.write_time));
         }
-    }
-    Ok(())
+    })
 }
 
 /// The tables of `cf` the MANIFEST at `path` records with `key` as a bound; also notes the
@@ -271,13 +271,10 @@ fn manifest_traces(
     out: &mut Vec<KeyTrace>,
     families: &mut HashMap<u64, u32>,
 ) -> Result<()> {
-    let Some(mut reader) = open_log(db, path)? else {
-        return Ok(());
-    };
     let mut seen = HashSet::new();
-    while let Some((_, bytes)) = reader.next_record()? {
-        let Some(edit) = VersionEdit::decode(&bytes) else {
-            continue;
+    each_record(db, path, |bytes| {
+        let Some(edit) = VersionEdit::decode(bytes) else {
+            return;
         };
         for (file_cf, _, file) in &edit.new_files {
             families.insert(file.number, *file_cf);
@@ -295,8 +292,7 @@ fn manifest_traces(
                 });
             }
         }
-    }
-    Ok(())
+    })
 }
 
 #[cfg(test)]

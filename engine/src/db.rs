@@ -121,6 +121,15 @@ impl DbState {
         }
         Ok(())
     }
+
+    /// Records a failure after which writes must stop until the database is reopened; the
+    /// first one stays the reason given.
+    pub(crate) fn stop(&mut self, error: &Error) {
+        if self.error.is_none() {
+            tracing::error!(error = %error, "stopping writes after a failure");
+            self.error = Some(error.to_string());
+        }
+    }
 }
 
 impl Db {
@@ -444,12 +453,7 @@ impl DbInner {
 
     /// Records a failure after which writes must stop until the database is reopened.
     pub(crate) fn stop_with(&self, error: &Error) {
-        let mut state = self.lock_state();
-        if state.error.is_none() {
-            tracing::error!(error = %error, "stopping writes after a failure");
-            state.error = Some(error.to_string());
-        }
-        drop(state);
+        self.lock_state().stop(error);
         self.state_changed.notify_all();
     }
 
@@ -473,16 +477,9 @@ impl DbInner {
             }
         }
         // A compaction a caller runs on its own thread (`compact_range`) is not ours to join:
-        // wait for it, as it writes files and edits.
+        // wait for it, as it writes files and edits; and for a sweep already past its check.
         let mut state = self.lock_state();
-        while !state.compacting.is_empty() {
-            state = self
-                .state_changed
-                .wait(state)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-        }
-        // And for a sweep already past its check.
-        while state.sweeps > 0 {
+        while !state.compacting.is_empty() || state.sweeps > 0 {
             state = self
                 .state_changed
                 .wait(state)

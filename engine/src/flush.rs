@@ -136,7 +136,7 @@ impl DbInner {
         if self.read_only {
             return;
         }
-        let (keep, current, next_number, min_log, manifest) = {
+        let (keep, next_number, min_log, manifest) = {
             let mut state = self.lock_state();
             if state.error.is_some()
                 && !crate::planted::active(crate::planted::Bug::DeleteAfterManifestFailure)
@@ -168,7 +168,6 @@ impl DbInner {
             state.sweeps += 1;
             (
                 keep,
-                current,
                 state.meta.next_file_number,
                 min_log,
                 state.manifest_number,
@@ -176,7 +175,6 @@ impl DbInner {
         };
         let _counted = SweepCount(self);
         self.sweep_files(&keep, next_number, min_log, manifest);
-        drop(current);
     }
 
     /// Deletes the files of the directory that none of the sweep's reasons keep.

@@ -26,10 +26,7 @@ pub(crate) fn open(dir: &Path, options: Options) -> Result<DbInner> {
     prepare_directory(fs.as_ref(), dir, &options)?;
     if !options.create_if_missing && !fs.exists(&filename::current_path(dir)) {
         // Refuse before taking the lock, which would leave a LOCK file behind.
-        return Err(Error::invalid(format!(
-            "{} holds no Cairn database",
-            dir.display()
-        )));
+        return Err(no_database(dir));
     }
     let lock = fs.lock(&filename::lock_path(dir))?;
     let mut meta = match manifest::read_current(fs.as_ref(), dir)? {
@@ -41,12 +38,7 @@ pub(crate) fn open(dir: &Path, options: Options) -> Result<DbInner> {
         }
         Some(name) => manifest::load(fs.as_ref(), dir, &name)?,
         None if options.create_if_missing => ManifestState::new_database(),
-        None => {
-            return Err(Error::invalid(format!(
-                "{} holds no Cairn database",
-                dir.display()
-            )));
-        }
+        None => return Err(no_database(dir)),
     };
     check_tables(fs.as_ref(), dir, &meta)?;
     let names = fs.list(dir)?;
@@ -80,9 +72,8 @@ pub(crate) fn open(dir: &Path, options: Options) -> Result<DbInner> {
 pub(crate) fn open_read_only(dir: &Path, options: Options) -> Result<DbInner> {
     options.table.validate()?;
     let fs = Arc::clone(&options.fs);
-    let no_database = || Error::invalid(format!("{} holds no Cairn database", dir.display()));
     if !fs.exists(&filename::current_path(dir)) {
-        return Err(no_database());
+        return Err(no_database(dir));
     }
     // Without a LOCK to share, nothing would keep a writer from deleting files under us.
     let Some(lock) = fs.lock_shared(&filename::lock_path(dir))? else {
@@ -92,7 +83,7 @@ pub(crate) fn open_read_only(dir: &Path, options: Options) -> Result<DbInner> {
         )));
     };
     // Read under the lock: a writer may have rolled the MANIFEST over before it let go.
-    let name = manifest::read_current(fs.as_ref(), dir)?.ok_or_else(no_database)?;
+    let name = manifest::read_current(fs.as_ref(), dir)?.ok_or_else(|| no_database(dir))?;
     let mut meta = manifest::load(fs.as_ref(), dir, &name)?;
     check_tables(fs.as_ref(), dir, &meta)?;
     let names = fs.list(dir)?;
@@ -114,6 +105,10 @@ pub(crate) fn open_read_only(dir: &Path, options: Options) -> Result<DbInner> {
         wal: LogWriter::new(Box::new(ReadOnlyFile(filename::log_path(dir, 0)))),
     };
     Ok(DbInner::new(dir.to_path_buf(), options, parts, true))
+}
+
+fn no_database(dir: &Path) -> Error {
+    Error::invalid(format!("{} holds no Cairn database", dir.display()))
 }
 
 /// What a read-only database writes through: nothing. Every append and sync fails, so a write
@@ -260,13 +255,8 @@ fn replay_logs(
         while let Some((offset, bytes)) = reader.next_record()? {
             let Some(record) = decode_record(&bytes) else {
                 let damage = Error::corruption(&path, offset, "malformed write batch in log");
-                match mode {
-                    RecoveryMode::SkipCorrupted => {
-                        tracing::warn!(error = %damage, "skipping a malformed log record");
-                        continue;
-                    }
-                    _ => return Err(damage),
-                }
+                skip_damaged(mode, damage)?;
+                continue;
             };
             let count = record.ops.len() as u64;
             if record.first_seqno == 0
@@ -280,11 +270,8 @@ fn replay_logs(
                         record.first_seqno
                     ),
                 );
-                if mode == RecoveryMode::SkipCorrupted {
-                    tracing::warn!(error = %damage, "skipping a log record");
-                    continue;
-                }
-                return Err(damage);
+                skip_damaged(mode, damage)?;
+                continue;
             }
             apply_ops(
                 &memset,
@@ -314,6 +301,16 @@ fn replay_logs(
         memtables: memset.tables,
         last_seqno,
     })
+}
+
+/// A damaged log record: skipped with a warning in `SkipCorrupted` mode, else the error that
+/// ends recovery.
+fn skip_damaged(mode: RecoveryMode, damage: Error) -> Result<()> {
+    if mode != RecoveryMode::SkipCorrupted {
+        return Err(damage);
+    }
+    tracing::warn!(error = %damage, "skipping a damaged log record");
+    Ok(())
 }
 
 /// Flushes recovered memtables, writes a fresh MANIFEST and opens a new log.

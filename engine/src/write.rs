@@ -101,16 +101,10 @@ impl DbInner {
         let mut state = self.lock_state();
         let mut slowed = false;
         loop {
+            // A switch lets the lock go for its I/O: the check comes after it.
+            state = self.freeze_if_requested(state)?;
             state.check_running()?;
             let room_to_freeze = state.imm.len() < self.options.max_immutable_memtables;
-            if state.freeze_requested && room_to_freeze {
-                // Asked for by a deadline or a scan over tombstones; only a leader may freeze.
-                state.freeze_requested = false;
-                if !state.mem.is_empty() {
-                    state = self.switch_memtable(state)?;
-                    continue;
-                }
-            }
             let l0 = level0_files(&state);
             let c = &self.options.compaction;
             if l0 >= c.l0_stop {
@@ -173,10 +167,7 @@ impl DbInner {
         let wal = match opened {
             Ok(wal) => wal,
             Err(e) => {
-                if state.error.is_none() {
-                    tracing::error!(error = %e, "stopping writes after a failure");
-                    state.error = Some(e.to_string());
-                }
+                state.stop(&e);
                 self.state_changed.notify_all();
                 return Err(e);
             }
@@ -222,18 +213,29 @@ impl DbInner {
         let Some(_turn) = self.writes.try_lead() else {
             return Ok(());
         };
-        let mut state = self.lock_state();
-        if !state.freeze_requested
-            || state.imm.len() >= self.options.max_immutable_memtables
-            || state.check_running().is_err()
-        {
-            return Ok(());
-        }
-        state.freeze_requested = false;
-        if !state.mem.is_empty() {
-            drop(self.switch_memtable(state)?);
+        let state = self.lock_state();
+        if state.check_running().is_ok() {
+            drop(self.freeze_if_requested(state)?);
         }
         Ok(())
+    }
+
+    /// Freezes the memtables if background work (a deadline, a scan over tombstones) asked for
+    /// it and there is room for another frozen one; `Stopped` if it would but the database has
+    /// stopped. Only a leader calls this.
+    fn freeze_if_requested<'a>(
+        &'a self,
+        mut state: MutexGuard<'a, DbState>,
+    ) -> Result<MutexGuard<'a, DbState>> {
+        if !state.freeze_requested || state.imm.len() >= self.options.max_immutable_memtables {
+            return Ok(state);
+        }
+        state.check_running()?;
+        state.freeze_requested = false;
+        if state.mem.is_empty() {
+            return Ok(state);
+        }
+        self.switch_memtable(state)
     }
 
     /// Waits until every frozen memtable is flushed.

@@ -96,7 +96,7 @@ impl LogWriter {
             });
         }
         self.buf.clear();
-        let marked = self.push_sync_mark();
+        let marked = self.push_sync_mark(false);
         let start = self.frame(payload)?;
         if let Err(e) = self.file.append(&self.buf) {
             self.failed = true;
@@ -140,10 +140,11 @@ impl LogWriter {
         }
     }
 
-    /// Frames the pending sync mark into `self.buf` if it fits in what is left of the block
-    /// (after any trailer padding); returns whether it did. A mark that does not fit waits for
-    /// the next record.
-    fn push_sync_mark(&mut self) -> bool {
+    /// Frames the pending sync mark into `self.buf` (after any trailer padding); returns
+    /// whether it did. Where the block has no room left for it, `fill` fills the block with a
+    /// mark of a shorter payload, which claims nothing, and puts the mark in the next block;
+    /// without `fill` the mark waits for the next record.
+    fn push_sync_mark(&mut self, fill: bool) -> bool {
         let Some(synced) = self.unmarked_sync.filter(|&s| s > 0) else {
             return false;
         };
@@ -153,7 +154,10 @@ impl LogWriter {
             left_in_block = BLOCK_SIZE;
         }
         if left_in_block < HEADER_SIZE + SYNC_MARK_LEN {
-            return false;
+            let filler = vec![0; left_in_block - HEADER_SIZE];
+            if !fill || self.push_fragment(FragmentType::SyncMark, &filler).is_err() {
+                return false;
+            }
         }
         self.push_fragment(FragmentType::SyncMark, &synced.to_le_bytes())
             .is_ok()
@@ -199,19 +203,8 @@ impl LogWriter {
     /// As [`sync`](Self::sync), and `Error::Io` if the mark cannot be appended.
     pub fn seal(&mut self) -> Result<()> {
         self.sync()?;
-        if self.unmarked_sync.is_none_or(|s| s == 0) {
-            return Ok(());
-        }
         self.buf.clear();
-        let mut left_in_block = BLOCK_SIZE - offset_in_block(self.len);
-        if left_in_block < HEADER_SIZE {
-            self.buf.resize(left_in_block, 0);
-        } else if left_in_block < HEADER_SIZE + SYNC_MARK_LEN {
-            // Too small for the mark: a mark of a shorter payload, which claims nothing, fills it.
-            left_in_block -= HEADER_SIZE;
-            self.push_fragment(FragmentType::SyncMark, &vec![0; left_in_block])?;
-        }
-        if !self.push_sync_mark_at_end() {
+        if !self.push_sync_mark(true) {
             return Ok(());
         }
         if let Err(e) = self.file.append(&self.buf) {
@@ -221,16 +214,6 @@ impl LogWriter {
         self.len += self.buf.len() as u64;
         self.unmarked_sync = None;
         self.sync()
-    }
-
-    /// Frames the pending sync mark after what `self.buf` holds, which ends at a position where
-    /// it fits; returns whether there was one.
-    fn push_sync_mark_at_end(&mut self) -> bool {
-        let Some(synced) = self.unmarked_sync else {
-            return false;
-        };
-        self.push_fragment(FragmentType::SyncMark, &synced.to_le_bytes())
-            .is_ok()
     }
 
     /// The number of bytes in the log: the offset the next record's framing starts at.
