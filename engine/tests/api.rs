@@ -408,6 +408,16 @@ fn a_family_of_another_database_is_refused_by_batches_transactions_and_snapshots
         "a's family does not see a write aimed at b's"
     );
     assert!(invalid(tx.commit()), "a transaction writing b's family");
+    cf_a.put("k", "a's")?;
+    let mut tx = a.transaction();
+    tx.delete_cf(&cf_b, "k");
+    assert_eq!(
+        tx.get_cf(&cf_a, "k")?.as_deref(),
+        Some(&b"a's"[..]),
+        "nor a delete aimed at b's"
+    );
+    assert!(invalid(tx.commit()), "a transaction deleting in b's family");
+    cf_a.delete("k")?;
     assert!(matches!(
         a.snapshot().get_cf(&cf_b, "k"),
         Err(Error::InvalidArgument(_))

@@ -425,9 +425,7 @@ impl Harness {
             let ok = self.expected.after(k, self.expected.before(k));
             let observed = observe(k, value.as_deref(), self.config.max_value_size);
             self.tally.judge(k, observed, &ok, context);
-            if !ok.is_settled() || self.expected.uncertain(k).is_some() {
-                self.settle(k, observed, &ok);
-            }
+            self.settle(k, observed, &ok);
         }
     }
 
@@ -463,7 +461,7 @@ impl Harness {
         }
         let latest = db.latest_seqno();
         let Some(&(from, to)) = reaching.first() else {
-            let (kind, why) = match any.first() {
+            let (kind, why) = match any.last() {
                 Some(&(_, to)) => (
                     Failure::LostWrite,
                     format!(
@@ -495,7 +493,8 @@ impl Harness {
         }
     }
 
-    /// Makes what `key` holds its expected state, if it is not already.
+    /// Makes what `key` holds its expected state, if it is not already, and forgets any write
+    /// of unknown outcome or in flight.
     fn settle_on(&self, key: usize, seen: Observed) {
         let state = self.expected.get(key);
         let state = match seen {
@@ -504,7 +503,10 @@ impl Harness {
             Observed::Absent => KeyState::deleted(state.version()),
             Observed::Damaged => return,
         };
-        if self.expected.get(key) != state || self.expected.uncertain(key).is_some() {
+        if self.expected.get(key) != state
+            || self.expected.uncertain(key).is_some()
+            || self.expected.pending(key).is_some()
+        {
             self.expected.resolve(key, state);
         }
     }
@@ -553,15 +555,12 @@ impl Harness {
         Some(found)
     }
 
-    /// Settles a key whose last write's outcome was unknown on what the database holds.
-    fn settle(&self, k: usize, observed: crate::report::Observed, ok: &Acceptable) {
-        let newest = ok.states().map(KeyState::version).max().unwrap_or(0);
-        let state = match observed {
-            crate::report::Observed::Version(v) if ok.allows(Some(v)) => KeyState::present(v),
-            crate::report::Observed::Absent if ok.allows(None) => KeyState::deleted(newest),
-            _ => return,
-        };
-        self.expected.resolve(k, state);
+    /// Settles a key whose last write's outcome was unknown (or still in flight, in a journal
+    /// a killed process left) on what the database holds, if that is legal.
+    fn settle(&self, k: usize, observed: Observed, ok: &Acceptable) {
+        if ok.allows(observed.version()) {
+            self.settle_on(k, observed);
+        }
     }
 
     /// Runs the workers to the end, then verifies everything and reports. The final
