@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::SystemTime;
 
 use cairn::{Db, Error, Options};
-use common::tempdir;
+use common::{closed_database, tempdir};
 
 /// Set in the child writer's environment: the directory it writes to.
 const CHILD_DIR_VAR: &str = "CAIRN_READ_ONLY_WRITER_DIR";
@@ -141,11 +141,7 @@ fn read_only_open_refuses_a_live_writer_and_changes_nothing_beside_a_dead_one() 
 
 #[test]
 fn read_only_open_refuses_a_directory_without_a_lock_file() {
-    let dir = tempdir();
-    Db::open(dir.path(), Options::default())
-        .expect("open")
-        .close()
-        .expect("close");
+    let dir = closed_database();
     std::fs::remove_file(dir.path().join("LOCK")).expect("remove LOCK");
     let opened = Db::open_read_only(dir.path(), Options::default());
     assert!(

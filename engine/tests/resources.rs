@@ -5,7 +5,7 @@ mod common;
 use std::io::Write;
 
 use cairn::{Db, Error, Options};
-use common::tempdir;
+use common::{closed_database, tempdir};
 
 #[test]
 fn the_table_cache_keeps_no_more_tables_open_than_its_bound() {
@@ -107,11 +107,7 @@ fn a_log_record_with_a_sequence_number_past_56_bits_is_corruption() {
 
 #[test]
 fn a_file_number_at_the_top_of_the_range_is_refused_not_overflowed() {
-    let dir = tempdir();
-    Db::open(dir.path(), Options::default())
-        .expect("open")
-        .close()
-        .expect("close");
+    let dir = closed_database();
     let name = format!("{}.log", u64::MAX);
     std::fs::File::create(dir.path().join(&name))
         .and_then(|mut f| f.write_all(b""))
@@ -129,11 +125,7 @@ fn a_file_number_at_the_top_of_the_range_is_refused_not_overflowed() {
 
 #[test]
 fn a_manifest_edit_with_a_column_family_id_at_the_top_of_the_range_is_corruption() {
-    let dir = tempdir();
-    Db::open(dir.path(), Options::default())
-        .expect("open")
-        .close()
-        .expect("close");
+    let dir = closed_database();
     let current = std::fs::read_to_string(dir.path().join("CURRENT")).expect("CURRENT");
     let manifest = dir.path().join(current.trim());
     // An edit adding column family u32::MAX (`engine/MANIFEST.md`: tag 5, id, name, ttl + 1,

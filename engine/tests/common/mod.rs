@@ -103,6 +103,16 @@ pub fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
 }
 
+/// A directory holding a database created and closed, for a test to tamper with.
+pub fn closed_database() -> tempfile::TempDir {
+    let dir = tempdir();
+    cairn::Db::open(dir.path(), cairn::Options::default())
+        .expect("open")
+        .close()
+        .expect("close");
+    dir
+}
+
 /// The operations a [`HoldingFs`] can hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
