@@ -211,6 +211,13 @@ impl Db {
         &self.inner.dir
     }
 
+    /// The engine clock's reading in milliseconds ([`Options::clock`]): the time writes are
+    /// stamped with and TTLs and grace periods are measured against. Layers above the engine
+    /// (soft-delete timestamps, leases) read time here so one clock drives them all.
+    pub fn now_ms(&self) -> u64 {
+        self.inner.options.clock.now_ms()
+    }
+
     /// The sequence number of the last write visible to reads.
     pub fn latest_seqno(&self) -> SeqNo {
         self.inner.visible_seqno.load(Ordering::Acquire)

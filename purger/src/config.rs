@@ -1,0 +1,251 @@
+//! The `soft_delete_purge` configuration block, as CubeSandbox reads it: every field optional,
+//! off unless `enable: true`, durations in Go's syntax (`168h`, `90m`, `1h30m`, `-5s`), and
+//! clamps that keep a slip of the keyboard from purging everything at once.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// The retention used when none (or a non-positive one) is given: 7 days.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(168 * 3600);
+/// The shortest retention: shorter positive values are raised to it.
+pub const MIN_RETENTION: Duration = Duration::from_secs(3600);
+/// The interval used when none (or a non-positive one) is given.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(3600);
+/// The shortest interval: shorter positive values are raised to it.
+pub const MIN_INTERVAL: Duration = Duration::from_secs(60);
+
+/// What the purger does, after clamps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PurgeConfig {
+    /// Whether the purger runs at all (default off: purging cannot be undone).
+    pub enable: bool,
+    /// Count what would be purged and delete nothing.
+    pub dry_run: bool,
+    /// Rows soft-deleted longer ago than this are purged.
+    pub retention: Duration,
+    /// The time from the end of one pass to the start of the next.
+    pub interval: Duration,
+}
+
+impl Default for PurgeConfig {
+    fn default() -> Self {
+        Self {
+            enable: false,
+            dry_run: false,
+            retention: DEFAULT_RETENTION,
+            interval: DEFAULT_INTERVAL,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct File {
+    soft_delete_purge: Option<Block>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Block {
+    enable: Option<bool>,
+    dry_run: Option<bool>,
+    retention: Option<GoDuration>,
+    interval: Option<GoDuration>,
+}
+
+/// A duration as YAML gives it: a Go duration string, or an integer count of nanoseconds
+/// (what Go's YAML decoder makes of a bare number).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum GoDuration {
+    Text(String),
+    Nanos(i64),
+}
+
+impl PurgeConfig {
+    /// Reads the `soft_delete_purge` block of a YAML document (other top-level keys are the
+    /// rest of the component's configuration and are ignored) and applies the clamps.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = cairn_purger::PurgeConfig::from_yaml(
+    ///     "soft_delete_purge:\n  enable: true\n  retention: 30m\n  interval: 0s\n",
+    /// )?;
+    /// assert!(config.enable);
+    /// assert_eq!(config.retention, Duration::from_secs(3600)); // (0, 1h) -> 1h
+    /// assert_eq!(config.interval, Duration::from_secs(3600)); // <= 0 -> 1h
+    /// # Ok::<(), cairn_purger::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `Config` naming the field for bad YAML, an unknown field in the block, a wrong type or
+    /// a bad duration.
+    pub fn from_yaml(text: &str) -> Result<Self> {
+        let file: File = serde_yaml_ng::from_str(text).map_err(|e| Error::Config {
+            field: "soft_delete_purge".to_owned(),
+            reason: e.to_string(),
+        })?;
+        let Some(block) = file.soft_delete_purge else {
+            return Ok(Self::default());
+        };
+        let retention = parse_field(block.retention, "retention")?;
+        let interval = parse_field(block.interval, "interval")?;
+        Ok(Self {
+            enable: block.enable.unwrap_or(false),
+            dry_run: block.dry_run.unwrap_or(false),
+            retention: clamp(retention, DEFAULT_RETENTION, MIN_RETENTION),
+            interval: clamp(interval, DEFAULT_INTERVAL, MIN_INTERVAL),
+        })
+    }
+
+    /// This configuration with the clamps applied (for one built in code): a zero retention
+    /// or interval becomes the default, a positive one below the minimum becomes the minimum.
+    #[must_use]
+    pub fn clamped(self) -> Self {
+        let nanos = |d: Duration| Some(i128::try_from(d.as_nanos()).unwrap_or(i128::MAX));
+        Self {
+            retention: clamp(nanos(self.retention), DEFAULT_RETENTION, MIN_RETENTION),
+            interval: clamp(nanos(self.interval), DEFAULT_INTERVAL, MIN_INTERVAL),
+            ..self
+        }
+    }
+}
+
+fn parse_field(value: Option<GoDuration>, name: &str) -> Result<Option<i128>> {
+    let field = || format!("soft_delete_purge.{name}");
+    match value {
+        None => Ok(None),
+        Some(GoDuration::Nanos(n)) => Ok(Some(i128::from(n))),
+        Some(GoDuration::Text(text)) => {
+            parse_go_duration(&text)
+                .map(Some)
+                .map_err(|reason| Error::Config {
+                    field: field(),
+                    reason,
+                })
+        }
+    }
+}
+
+/// `None` or `<= 0` → `default`; `(0, min)` → `min`; otherwise the value.
+fn clamp(nanos: Option<i128>, default: Duration, min: Duration) -> Duration {
+    match nanos {
+        None => default,
+        Some(n) if n <= 0 => default,
+        Some(n) => {
+            let d = Duration::from_nanos(u64::try_from(n).unwrap_or(u64::MAX));
+            d.max(min)
+        }
+    }
+}
+
+/// Parses a Go duration (`time.ParseDuration`): an optional sign, then one or more decimal
+/// numbers (a fraction allowed) each with a unit of `ns`, `us` (`µs`), `ms`, `s`, `m` or `h`;
+/// or a bare `0`. Returns nanoseconds.
+pub(crate) fn parse_go_duration(text: &str) -> std::result::Result<i128, String> {
+    let bad = |why: &str| format!("bad duration {text:?}: {why}");
+    let (negative, mut rest) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    if rest == "0" {
+        return Ok(0);
+    }
+    if rest.is_empty() {
+        return Err(bad("empty"));
+    }
+    let mut total: i128 = 0;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (number, after) = rest.split_at(number_len);
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        let (unit, after) = after.split_at(unit_len);
+        let scale: i128 = match unit {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            "" => return Err(bad("missing unit")),
+            other => return Err(bad(&format!("unknown unit {other:?}"))),
+        };
+        total = total
+            .checked_add(scaled(number, scale).ok_or_else(|| bad("not a number"))?)
+            .filter(|t| *t <= i128::from(i64::MAX))
+            .ok_or_else(|| bad("out of range"))?;
+        rest = after;
+    }
+    Ok(if negative { -total } else { total })
+}
+
+/// `number` (digits, maybe with one `.`) times `scale`, in whole nanoseconds.
+fn scaled(number: &str, scale: i128) -> Option<i128> {
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty() {
+        return None;
+    }
+    let digits = |s: &str| s.chars().all(|c| c.is_ascii_digit());
+    if !digits(whole) || !digits(fraction) {
+        return None;
+    }
+    let whole: i128 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().ok()?
+    };
+    let mut value = whole.checked_mul(scale)?;
+    let mut place = scale;
+    for c in fraction.chars().take(18) {
+        place /= 10;
+        value += i128::from(c.to_digit(10)?) * place;
+    }
+    Some(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations_parse_as_go_parses_them() {
+        let cases: &[(&str, i128)] = &[
+            ("0", 0),
+            ("168h", 168 * 3_600_000_000_000),
+            ("90m", 90 * 60_000_000_000),
+            ("1h30m", 90 * 60_000_000_000),
+            ("30s", 30_000_000_000),
+            ("1.5s", 1_500_000_000),
+            (".5m", 30_000_000_000),
+            ("-1h", -3_600_000_000_000),
+            ("+10s", 10_000_000_000),
+            ("250ms", 250_000_000),
+            ("3us", 3_000),
+            ("3µs", 3_000),
+            ("7ns", 7),
+            ("0s", 0),
+        ];
+        for &(text, nanos) in cases {
+            assert_eq!(parse_go_duration(text), Ok(nanos), "{text}");
+        }
+        for bad in [
+            "",
+            "-",
+            "7d",
+            "10",
+            "h",
+            "1.2.3s",
+            "1h 2m",
+            "99999999999h",
+            ".",
+        ] {
+            assert!(parse_go_duration(bad).is_err(), "{bad:?} parsed");
+        }
+    }
+}

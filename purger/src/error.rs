@@ -1,0 +1,106 @@
+//! The purger crate's error type.
+
+use crate::purge::PassReport;
+
+/// Everything that can go wrong in the table layer, the lock or the purger.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The engine underneath failed (I/O, corruption of a table file, a stopped database).
+    #[error(transparent)]
+    Engine(#[from] cairn::Error),
+
+    /// The operating system refused something (spawning the purge loop's thread).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+
+    /// A caller's argument is wrong: an unknown column, a value of the wrong type, a missing
+    /// NOT NULL value, a bad schema.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// No table of that name is in the catalog.
+    #[error("table {0:?} does not exist")]
+    NoSuchTable(String),
+
+    /// `create_table` named a table that exists.
+    #[error("table {0:?} already exists")]
+    TableExists(String),
+
+    /// A write would give a unique index two rows with one key. A soft-deleted row still holds
+    /// its unique keys, so this also fires against rows that scoped reads hide.
+    #[error("duplicate entry for unique index {index:?} of table {table:?}")]
+    UniqueViolation {
+        /// The table written.
+        table: String,
+        /// The unique index that already holds the key.
+        index: String,
+    },
+
+    /// An engine key of the table layer holds bytes it cannot decode: a damaged or foreign
+    /// value. Names the key (escaped) and what was wrong.
+    #[error("corruption in {key}: {reason}")]
+    Corruption {
+        /// The engine key, printed with non-printable bytes escaped.
+        key: String,
+        /// What could not be decoded.
+        reason: String,
+    },
+
+    /// `release` by a session that does not hold the advisory lock.
+    #[error("advisory lock {name:?}: current session did not hold lock")]
+    LockNotHeld {
+        /// The lock's name.
+        name: String,
+    },
+
+    /// The purger's lease ran out in the middle of a pass and another holder took the lock:
+    /// the pass stops rather than purge beside it.
+    #[error("advisory lock {name:?} was lost during the pass")]
+    LockLost {
+        /// The lock's name.
+        name: String,
+    },
+
+    /// A configuration value is wrong; `field` names it (`soft_delete_purge.retention`).
+    #[error("config: {field}: {reason}")]
+    Config {
+        /// The field, as a dotted path.
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// One or more tables of a purge pass failed. `source` is the first failure; `report`
+    /// has every table's outcome (the other tables still ran).
+    #[error("purge of table {table:?} failed: {source}")]
+    PassFailed {
+        /// The first table that failed.
+        table: String,
+        /// Its error.
+        source: Box<Error>,
+        /// The whole pass.
+        report: Box<PassReport>,
+    },
+}
+
+/// The purger crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+        Self::InvalidArgument(message.into())
+    }
+
+    pub(crate) fn corruption(key: &[u8], reason: impl Into<String>) -> Self {
+        Self::Corruption {
+            key: key.escape_ascii().to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Whether this is an optimistic-transaction conflict (the write may be retried).
+    pub(crate) fn is_conflict(&self) -> bool {
+        matches!(self, Self::Engine(cairn::Error::Conflict { .. }))
+    }
+}

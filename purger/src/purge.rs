@@ -1,0 +1,474 @@
+//! The soft-delete tombstone purger: on each pass, hard-delete the rows whose `deleted_at` is
+//! older than the retention window, in bounded batches, without ever deleting a row that was
+//! resurrected under its feet. CubeSandbox's `tombstone` package, over Cairn's own tables.
+//!
+//! A pass:
+//!
+//! 1. takes the advisory lock without waiting (a replica that finds it held skips the pass);
+//! 2. computes `cutoff = now - retention` once, and asks for the table list;
+//! 3. per table, loops: `want = min(BATCH, budget)`; select up to `want` ids with
+//!    `deleted_at IS NOT NULL AND deleted_at < cutoff` (through a `deleted_at` index when
+//!    there is one, else by scanning the table); delete them in a transaction that re-reads
+//!    every row and re-checks that predicate; `budget -= selected`; stop when a select finds
+//!    fewer than `want`. The budget starts at `MAX_PER_PASS`, so a big backlog drains over
+//!    many passes instead of in one long one;
+//! 4. a table that fails is logged and reported, and the next table still runs.
+//!
+//! The re-check is what makes a purge safe against resurrection: an upsert that clears
+//! `deleted_at` between the select and the delete either commits first (the re-check then
+//! sees a live row and keeps it) or conflicts with the delete (which then retries and sees
+//! it). The transaction's conflict check covers the row key, and the row's index entries only
+//! change with the row.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::config::PurgeConfig;
+use crate::error::{Error, Result};
+use crate::keys;
+use crate::lock::AdvisoryLock;
+use crate::schema::{IndexDef, TableDef};
+use crate::table::{delete_row, read_row};
+use crate::tables::{Tables, scan_prefix};
+
+/// The most rows one pass selects from one table.
+pub const MAX_PER_PASS: u64 = 5000;
+
+/// The most rows one select (and one delete transaction) takes.
+pub const BATCH: u64 = 500;
+
+/// How long a pass's hold on the advisory lock lasts unless renewed (it is renewed before each
+/// table). A replica that dies mid-pass blocks the others this long at most.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(300);
+
+/// Attempts at deleting one row before a conflict is given up on (a batch that conflicts is
+/// split in halves first, so only a row written again and again reaches this).
+const MAX_ATTEMPTS: usize = 8;
+
+/// The outcome of one pass.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PassReport {
+    /// True if no pass ran: the purger is disabled, or another replica holds the lock.
+    pub skipped: bool,
+    /// True if the pass only counted.
+    pub dry_run: bool,
+    /// Rows with `deleted_at` strictly below this (engine-clock ms) were eligible.
+    pub cutoff_ms: u64,
+    /// Each table's outcome, in list order.
+    pub tables: Vec<TableReport>,
+}
+
+impl PassReport {
+    /// Rows purged from every table.
+    pub fn purged(&self) -> u64 {
+        self.tables.iter().map(|t| t.purged).sum()
+    }
+}
+
+/// One table's part of a pass.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableReport {
+    /// The table.
+    pub table: String,
+    /// Ids selected (in a dry run: the whole eligible backlog, uncapped).
+    pub selected: u64,
+    /// Rows actually deleted: selected ones that still met the predicate at delete time.
+    pub purged: u64,
+    /// How many ids each select returned, in order (empty in a dry run).
+    pub batches: Vec<u64>,
+    /// True if the table has no `deleted_at` index and was scanned whole.
+    pub full_scan: bool,
+    /// The error that stopped this table, if one did.
+    pub error: Option<String>,
+}
+
+type TableList = dyn Fn() -> Vec<String> + Send + Sync;
+type OnPurge = dyn Fn(&str, u64, Option<&Error>) + Send + Sync;
+
+/// The soft-delete tombstone purger. Cheap to clone.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use cairn_purger::{ColumnType, PurgeConfig, Purger, Row, Schema, Tables, CUBEMASTER_LOCK};
+/// # fn main() -> cairn_purger::Result<()> {
+/// # let dir = tempfile::tempdir().map_err(cairn_fs::Error::from).map_err(cairn::Error::from)?;
+/// let clock = Arc::new(cairn::ManualClock::new(1_000_000_000));
+/// let options = cairn::Options::default().clock(clock.clone());
+/// let tables = Tables::open(Arc::new(cairn::Db::open(dir.path(), options)?))?;
+/// let t = tables.create_table(Schema::new("t").column("name", ColumnType::Text).soft_delete())?;
+/// let id = t.insert(Row::new().set("name", "old"))?;
+/// t.soft_delete(id)?;
+/// clock.advance(Duration::from_secs(8 * 24 * 3600)); // past the 7-day default retention
+/// let config = PurgeConfig { enable: true, ..PurgeConfig::default() };
+/// let purger = Purger::new(tables.clone(), CUBEMASTER_LOCK, || vec!["t".to_owned()], config);
+/// let report = purger.run_pass()?;
+/// assert_eq!(report.purged(), 1);
+/// assert!(t.unscoped().get(id)?.is_none());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Purger {
+    tables: Tables,
+    lock_name: String,
+    list: Arc<TableList>,
+    pub(crate) config: PurgeConfig,
+    holder: String,
+    lease: Duration,
+    on_purge: Option<Arc<OnPurge>>,
+    warned_full_scan: Arc<Mutex<HashSet<String>>>,
+}
+
+impl std::fmt::Debug for Purger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Purger")
+            .field("lock", &self.lock_name)
+            .field("holder", &self.holder)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Purger {
+    /// A purger over `tables` that takes the lock `lock_name` and purges the tables `list`
+    /// names (asked anew at the start of every pass). `config` is clamped.
+    pub fn new(
+        tables: Tables,
+        lock_name: &str,
+        list: impl Fn() -> Vec<String> + Send + Sync + 'static,
+        config: PurgeConfig,
+    ) -> Self {
+        static SESSIONS: AtomicU64 = AtomicU64::new(1);
+        let session = SESSIONS.fetch_add(1, Ordering::Relaxed);
+        Self {
+            tables,
+            lock_name: lock_name.to_owned(),
+            list: Arc::new(list),
+            config: config.clamped(),
+            holder: format!("pid{}-purger{session}", std::process::id()),
+            lease: DEFAULT_LEASE,
+            on_purge: None,
+            warned_full_scan: Arc::new(Mutex::new(HashSet::new())),
+        }
+    }
+
+    /// The name this purger holds the lock under (default: unique to the purger).
+    #[must_use]
+    pub fn holder(mut self, holder: impl Into<String>) -> Self {
+        self.holder = holder.into();
+        self
+    }
+
+    /// How long the lock is held without renewal (default [`DEFAULT_LEASE`]).
+    #[must_use]
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Called after each table of a pass with the table, the rows purged and the error that
+    /// stopped it, if any.
+    #[must_use]
+    pub fn on_purge(
+        mut self,
+        callback: impl Fn(&str, u64, Option<&Error>) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_purge = Some(Arc::new(callback));
+        self
+    }
+
+    /// The clamped configuration.
+    pub fn config(&self) -> PurgeConfig {
+        self.config
+    }
+
+    pub(crate) fn tables(&self) -> &Tables {
+        &self.tables
+    }
+
+    pub(crate) fn lock_name(&self) -> &str {
+        &self.lock_name
+    }
+
+    /// Runs one pass now (see the module doc).
+    ///
+    /// # Errors
+    /// `PassFailed` with the first failing table and the whole report, if any table failed
+    /// (the others still ran); engine errors taking the lock.
+    pub fn run_pass(&self) -> Result<PassReport> {
+        let mut report = PassReport {
+            dry_run: self.config.dry_run,
+            ..PassReport::default()
+        };
+        if !self.config.enable {
+            tracing::info!("soft-delete purge is disabled; no pass");
+            report.skipped = true;
+            return Ok(report);
+        }
+        let lock = self.tables.advisory_lock(&self.lock_name);
+        if !lock.try_acquire(&self.holder, self.lease)? {
+            tracing::info!(lock = %self.lock_name, "lock held by another replica; skipping pass");
+            report.skipped = true;
+            return Ok(report);
+        }
+        let _held = HeldLock {
+            lock: &lock,
+            holder: &self.holder,
+        };
+        let retention = u64::try_from(self.config.retention.as_millis()).unwrap_or(u64::MAX);
+        report.cutoff_ms = self.tables.db().now_ms().saturating_sub(retention);
+        let mut first_error = None;
+        for table in (self.list)() {
+            let mut table_report = TableReport {
+                table: table.clone(),
+                ..TableReport::default()
+            };
+            let result = self
+                .renew(&lock)
+                .and_then(|()| self.purge_table(&table, report.cutoff_ms, &mut table_report));
+            self.log_table(&table_report, report.cutoff_ms, result.as_ref().err());
+            if let Some(callback) = &self.on_purge {
+                callback(&table, table_report.purged, result.as_ref().err());
+            }
+            if let Err(e) = result {
+                table_report.error = Some(e.to_string());
+                first_error.get_or_insert((table, e));
+            }
+            report.tables.push(table_report);
+        }
+        match first_error {
+            None => Ok(report),
+            Some((table, source)) => Err(Error::PassFailed {
+                table,
+                source: Box::new(source),
+                report: Box::new(report),
+            }),
+        }
+    }
+
+    fn renew(&self, lock: &AdvisoryLock) -> Result<()> {
+        if lock.try_acquire(&self.holder, self.lease)? {
+            Ok(())
+        } else {
+            Err(Error::LockLost {
+                name: self.lock_name.clone(),
+            })
+        }
+    }
+
+    fn log_table(&self, report: &TableReport, cutoff_ms: u64, error: Option<&Error>) {
+        let table = report.table.as_str();
+        if let Some(e) = error {
+            tracing::warn!(table, error = %e, purged = report.purged, "purge of table failed");
+        } else if self.config.dry_run {
+            tracing::info!(
+                table,
+                eligible = report.selected,
+                cutoff_ms,
+                "dry run: would purge"
+            );
+        } else {
+            tracing::info!(
+                table,
+                selected = report.selected,
+                purged = report.purged,
+                cutoff_ms,
+                "purged soft-deleted rows"
+            );
+        }
+    }
+
+    fn purge_table(&self, table: &str, cutoff: u64, report: &mut TableReport) -> Result<()> {
+        let def = Arc::clone(self.tables.catalog().def(table)?);
+        if def.deleted_at_position().is_none() {
+            return Err(Error::invalid(format!(
+                "table {table:?} does not soft-delete"
+            )));
+        }
+        let index = def.deleted_at_index().cloned();
+        report.full_scan = index.is_none();
+        if index.is_none() && self.first_full_scan(table) {
+            tracing::warn!(
+                table,
+                "no index leads with deleted_at; the purge scans the whole table \
+                 (apply migration 20260731120000)"
+            );
+        }
+        let selector = Selector {
+            tables: &self.tables,
+            def: &def,
+            index: index.as_ref(),
+            cutoff,
+        };
+        if self.config.dry_run {
+            report.selected = selector.count()?;
+            return Ok(());
+        }
+        let mut budget = MAX_PER_PASS;
+        let mut after = 0;
+        loop {
+            let want = BATCH.min(budget);
+            if want == 0 {
+                break;
+            }
+            let ids = selector.select(want, &mut after)?;
+            let selected = ids.len() as u64;
+            report.batches.push(selected);
+            report.selected += selected;
+            budget -= selected;
+            if ids.is_empty() {
+                break;
+            }
+            report.purged += self.delete(table, &ids, cutoff)?;
+            if selected < want {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn first_full_scan(&self, table: &str) -> bool {
+        self.warned_full_scan
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(table.to_owned())
+    }
+
+    /// Deletes those of `ids` that still meet the predicate, in one transaction; on a
+    /// conflict, in two halves, down to single rows retried a few times. Returns the rows
+    /// deleted.
+    pub(crate) fn delete(&self, table: &str, ids: &[u64], cutoff: u64) -> Result<u64> {
+        let mut attempt = 1;
+        loop {
+            match self.delete_once(table, ids, cutoff) {
+                Err(e) if e.is_conflict() => {
+                    if let [_, _, ..] = ids {
+                        let (left, right) = ids.split_at(ids.len() / 2);
+                        return Ok(self.delete(table, left, cutoff)?
+                            + self.delete(table, right, cutoff)?);
+                    }
+                    if attempt >= MAX_ATTEMPTS {
+                        return Err(e);
+                    }
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn delete_once(&self, table: &str, ids: &[u64], cutoff: u64) -> Result<u64> {
+        let catalog = self.tables.catalog();
+        let def = catalog.def(table)?;
+        let mut tx = self.tables.db().transaction();
+        let mut deleted = 0;
+        for &id in ids {
+            let Some(values) = read_row(&mut tx, &self.tables, def, id)? else {
+                continue;
+            };
+            if def.deleted_at(&values).is_some_and(|at| at < cutoff) {
+                delete_row(&mut tx, &self.tables, def, id, &values);
+                deleted += 1;
+            }
+        }
+        tx.commit()?;
+        Ok(deleted)
+    }
+}
+
+/// Releases the lock when a pass ends, however it ends.
+struct HeldLock<'a> {
+    lock: &'a AdvisoryLock,
+    holder: &'a str,
+}
+
+impl Drop for HeldLock<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.lock.release(self.holder) {
+            tracing::warn!(lock = self.lock.name(), error = %e, "releasing the purge lock failed");
+        }
+    }
+}
+
+/// Finds rows with `deleted_at IS NOT NULL AND deleted_at < cutoff` in one table.
+struct Selector<'a> {
+    tables: &'a Tables,
+    def: &'a TableDef,
+    index: Option<&'a IndexDef>,
+    cutoff: u64,
+}
+
+impl Selector<'_> {
+    /// Up to `want` eligible ids. Through the index, the oldest first (deleted rows leave the
+    /// index, so each select starts at its front); by full scan, in id order from after
+    /// `*after`, which it advances.
+    fn select(&self, want: u64, after: &mut u64) -> Result<Vec<u64>> {
+        let limit = usize::try_from(want).unwrap_or(usize::MAX);
+        let mut ids = Vec::with_capacity(limit.min(1024));
+        if let Some(index) = self.index {
+            for entry in self.index_range(index)?.take(limit) {
+                ids.push(keys::trailing_id(&entry?.0)?);
+            }
+            return Ok(ids);
+        }
+        let snapshot = self.tables.db().snapshot();
+        let cf = self.tables.column_family();
+        let start = keys::row(self.def.id, after.saturating_add(1));
+        let end = keys::prefix_end(&keys::row_prefix(self.def.id)).unwrap_or_default();
+        for entry in snapshot.range_cf(cf, start.as_slice()..end.as_slice())? {
+            let (key, bytes) = entry?;
+            let id = keys::trailing_id(&key)?;
+            *after = id;
+            if self.eligible(&key, &bytes)? {
+                ids.push(id);
+                if ids.len() >= limit {
+                    break;
+                }
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Every eligible row, uncapped (a dry run's count).
+    fn count(&self) -> Result<u64> {
+        let mut n = 0;
+        if let Some(index) = self.index {
+            for entry in self.index_range(index)? {
+                entry?;
+                n += 1;
+            }
+            return Ok(n);
+        }
+        let snapshot = self.tables.db().snapshot();
+        let prefix = keys::row_prefix(self.def.id);
+        for entry in scan_prefix(&snapshot, self.tables.column_family(), &prefix)? {
+            let (key, bytes) = entry?;
+            n += u64::from(self.eligible(&key, &bytes)?);
+        }
+        Ok(n)
+    }
+
+    /// The index entries with a non-NULL `deleted_at` below the cutoff: NULL encodes as
+    /// `0x00`, a timestamp as `0x01` and 8 bytes big-endian, so they are one key range.
+    fn index_range(&self, index: &IndexDef) -> Result<cairn::DbIterator> {
+        let prefix = keys::index_prefix(self.def.id, index.id);
+        let start = [&prefix[..], &[0x01], &0u64.to_be_bytes()].concat();
+        let end = [&prefix[..], &[0x01], &self.cutoff.to_be_bytes()].concat();
+        let snapshot = self.tables.db().snapshot();
+        Ok(snapshot.range_cf(
+            self.tables.column_family(),
+            start.as_slice()..end.as_slice(),
+        )?)
+    }
+
+    fn eligible(&self, key: &[u8], bytes: &[u8]) -> Result<bool> {
+        let values = self.def.decode_row(key, bytes)?;
+        Ok(self
+            .def
+            .deleted_at(&values)
+            .is_some_and(|at| at < self.cutoff))
+    }
+}

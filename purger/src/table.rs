@@ -1,0 +1,392 @@
+//! One table's rows: insert, read, update, soft delete, upsert, hard delete.
+//!
+//! Every write is one engine transaction holding the row and all its index entries, and its
+//! unique checks are transaction reads: two writers racing for one unique key, or a writer
+//! racing a purge for one row, conflict at commit, and the loser retries against what the
+//! winner wrote. A row's index entries are only ever changed together with the row, so
+//! reading the row is what protects them.
+
+use std::sync::Arc;
+
+use cairn::{DbIterator, Transaction};
+
+use crate::error::{Error, Result};
+use crate::keys;
+use crate::row::Row;
+use crate::schema::TableDef;
+use crate::tables::{Tables, scan_prefix};
+use crate::value::Value;
+
+/// How many times a write is retried after a transaction conflict before the conflict is
+/// returned to the caller.
+const MAX_ATTEMPTS: usize = 16;
+
+/// A handle on one table. Scoped (the default) hides soft-deleted rows, as GORM does;
+/// [`unscoped`](Table::unscoped) sees them.
+#[derive(Debug, Clone)]
+pub struct Table {
+    tables: Tables,
+    name: Arc<str>,
+    scoped: bool,
+}
+
+impl Table {
+    pub(crate) fn new(tables: Tables, name: &str) -> Self {
+        Self {
+            tables,
+            name: Arc::from(name),
+            scoped: true,
+        }
+    }
+
+    /// The table's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A handle on the same table that sees soft-deleted rows.
+    #[must_use]
+    pub fn unscoped(&self) -> Table {
+        Table {
+            scoped: false,
+            ..self.clone()
+        }
+    }
+
+    /// Inserts a row and returns its new id. Columns the row does not set are NULL; it may set
+    /// `deleted_at` (a row inserted already soft-deleted).
+    ///
+    /// # Errors
+    /// `UniqueViolation` naming the index if a row — soft-deleted or not — holds one of its
+    /// unique keys; `InvalidArgument` for an unknown column, a wrong type or a missing NOT
+    /// NULL value; `NoSuchTable` if the table is gone.
+    #[allow(clippy::needless_pass_by_value)] // rows come from a builder: `insert(Row::new().set(..))`
+    pub fn insert(&self, row: Row) -> Result<u64> {
+        let mut id = None;
+        self.write(|def, tx| {
+            let values = def.new_values(&row)?;
+            let id = match id {
+                Some(id) => id,
+                None => *id.insert(self.tables.allocate_id(def.id)?),
+            };
+            self.write_row(tx, def, id, None, &values)?;
+            Ok(id)
+        })
+    }
+
+    /// The row `id`; `None` if there is none (or, scoped, if it is soft-deleted).
+    ///
+    /// # Errors
+    /// `Corruption` if the stored row cannot be decoded.
+    pub fn get(&self, id: u64) -> Result<Option<Row>> {
+        let def = self.def()?;
+        let key = keys::row(def.id, id);
+        let Some(bytes) = self.tables.inner.cf.get(&key)? else {
+            return Ok(None);
+        };
+        let values = def.decode_row(&key, &bytes)?;
+        Ok(self
+            .visible(&def, &values)
+            .then(|| Row::from_stored(&def, id, values)))
+    }
+
+    /// The row holding `values` (in the index's column order) in the unique index `index`.
+    ///
+    /// # Errors
+    /// `InvalidArgument` if there is no such unique index or the value count is wrong.
+    pub fn find_unique(&self, index: &str, values: &[Value]) -> Result<Option<Row>> {
+        let def = self.def()?;
+        let index = def.index(index)?;
+        if !index.index.unique || index.positions.len() != values.len() {
+            return Err(Error::invalid(format!(
+                "index {:?} of table {:?} is not a unique index of {} columns",
+                index.index.name,
+                def.name,
+                values.len()
+            )));
+        }
+        let key = keys::unique_lookup(def.id, index, values);
+        match self.tables.inner.cf.get(&key)? {
+            Some(id) => self.get(keys::id_value(&key, &id)?),
+            None => Ok(None),
+        }
+    }
+
+    /// Sets the columns `patch` sets on row `id`. Returns whether a row was updated (scoped,
+    /// a soft-deleted row is not).
+    ///
+    /// # Errors
+    /// As [`insert`](Self::insert).
+    #[allow(clippy::needless_pass_by_value)] // rows come from a builder: `insert(Row::new().set(..))`
+    pub fn update(&self, id: u64, patch: Row) -> Result<bool> {
+        self.write(|def, tx| {
+            let Some(old) = read_row(tx, &self.tables, def, id)? else {
+                return Ok(false);
+            };
+            if !self.visible(def, &old) {
+                return Ok(false);
+            }
+            let new = def.merge(old.clone(), &patch)?;
+            self.write_row(tx, def, id, Some(&old), &new)?;
+            Ok(true)
+        })
+    }
+
+    /// Soft-deletes row `id`: sets `deleted_at` to the engine clock's now. The row keeps its
+    /// unique keys. Returns whether a live row was soft-deleted.
+    ///
+    /// # Errors
+    /// `InvalidArgument` if the table does not soft-delete.
+    pub fn soft_delete(&self, id: u64) -> Result<bool> {
+        self.write(|def, tx| {
+            let position = def.deleted_at_position().ok_or_else(|| {
+                Error::invalid(format!("table {:?} does not soft-delete", def.name))
+            })?;
+            let Some(old) = read_row(tx, &self.tables, def, id)? else {
+                return Ok(false);
+            };
+            if def.deleted_at(&old).is_some() {
+                return Ok(false);
+            }
+            let mut new = old.clone();
+            if let Some(slot) = new.get_mut(position) {
+                *slot = Value::Timestamp(self.tables.inner.db.now_ms());
+            }
+            self.write_row(tx, def, id, Some(&old), &new)?;
+            Ok(true)
+        })
+    }
+
+    /// Inserts `row`, or updates the row that holds one of its unique keys (the first unique
+    /// index, in declaration order, for which `row` gives every column). A soft-deleted match
+    /// is resurrected: its columns are updated and `deleted_at` cleared, unless `row` sets it.
+    /// Returns the row's id.
+    ///
+    /// # Errors
+    /// `InvalidArgument` if `row` gives no complete unique key; otherwise as
+    /// [`insert`](Self::insert).
+    #[allow(clippy::needless_pass_by_value)] // rows come from a builder: `insert(Row::new().set(..))`
+    pub fn upsert(&self, row: Row) -> Result<u64> {
+        let mut new_id = None;
+        self.write(|def, tx| {
+            let probe = def.assign(vec![Value::Null; def.columns.len()], &row)?;
+            let mut complete = false;
+            let mut matched = None;
+            for index in def.indexes.iter().filter(|i| i.index.unique) {
+                let Some((key, _)) = keys::index_entry(def.id, index, &probe, 0) else {
+                    continue;
+                };
+                complete = true;
+                if let Some(id) = tx.get_cf(&self.tables.inner.cf, &key)? {
+                    matched = Some(keys::id_value(&key, &id)?);
+                    break;
+                }
+            }
+            if !complete {
+                return Err(Error::invalid(format!(
+                    "upsert into {:?} needs every column of one unique index",
+                    def.name
+                )));
+            }
+            let Some(id) = matched else {
+                let values = def.new_values(&row)?;
+                let id = match new_id {
+                    Some(id) => id,
+                    None => *new_id.insert(self.tables.allocate_id(def.id)?),
+                };
+                self.write_row(tx, def, id, None, &values)?;
+                return Ok(id);
+            };
+            let old = read_row(tx, &self.tables, def, id)?.ok_or_else(|| {
+                Error::corruption(
+                    &keys::row(def.id, id),
+                    "a unique index names this row, which does not exist",
+                )
+            })?;
+            let mut new = def.assign(old.clone(), &row)?;
+            if let Some(p) = def.deleted_at_position()
+                && row.get(crate::schema::DELETED_AT).is_none()
+                && let Some(slot) = new.get_mut(p)
+            {
+                *slot = Value::Null;
+            }
+            let new = def.merge(new, &Row::new())?;
+            self.write_row(tx, def, id, Some(&old), &new)?;
+            Ok(id)
+        })
+    }
+
+    /// Deletes row `id` and its index entries for good. Returns whether a row was deleted
+    /// (scoped, a soft-deleted row is not: use [`unscoped`](Self::unscoped)).
+    ///
+    /// # Errors
+    /// Engine errors; `Corruption` for an undecodable row.
+    pub fn hard_delete(&self, id: u64) -> Result<bool> {
+        self.write(|def, tx| {
+            let Some(old) = read_row(tx, &self.tables, def, id)? else {
+                return Ok(false);
+            };
+            if !self.visible(def, &old) {
+                return Ok(false);
+            }
+            delete_row(tx, &self.tables, def, id, &old);
+            Ok(true)
+        })
+    }
+
+    /// The number of rows (scoped: live ones).
+    ///
+    /// # Errors
+    /// As [`scan`](Self::scan).
+    pub fn count(&self) -> Result<u64> {
+        let mut n = 0;
+        for row in self.scan()? {
+            row?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Every row in id order (scoped: live ones), read at one snapshot.
+    ///
+    /// # Errors
+    /// `NoSuchTable`; engine errors; `Corruption` (also from the iterator) for an undecodable
+    /// row.
+    pub fn scan(&self) -> Result<Rows> {
+        let catalog = self.tables.catalog();
+        let def = Arc::clone(catalog.def(&self.name)?);
+        let snapshot = self.tables.inner.db.snapshot();
+        let iter = scan_prefix(&snapshot, &self.tables.inner.cf, &keys::row_prefix(def.id))?;
+        Ok(Rows {
+            iter,
+            def,
+            scoped: self.scoped,
+        })
+    }
+
+    fn def(&self) -> Result<Arc<TableDef>> {
+        Ok(Arc::clone(self.tables.catalog().def(&self.name)?))
+    }
+
+    fn visible(&self, def: &TableDef, values: &[Value]) -> bool {
+        !self.scoped || def.deleted_at(values).is_none()
+    }
+
+    /// Runs `body` in a transaction against the current definition and commits it, retrying
+    /// on conflict. The catalog's read lock is held until the commit, so no schema change
+    /// lands between reading the definition and writing by it.
+    fn write<T>(
+        &self,
+        mut body: impl FnMut(&TableDef, &mut Transaction<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let mut attempt = 1;
+        loop {
+            let catalog = self.tables.catalog();
+            let def = catalog.def(&self.name)?;
+            let mut tx = self.tables.inner.db.transaction();
+            let out = body(def, &mut tx)?;
+            match tx.commit().map_err(Error::from) {
+                Ok(_) => return Ok(out),
+                Err(e) if e.is_conflict() && attempt < MAX_ATTEMPTS => attempt += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Writes row `id` as `new`, moving each index entry that changed from `old`'s key to
+    /// `new`'s, and checking the unique ones.
+    fn write_row(
+        &self,
+        tx: &mut Transaction<'_>,
+        def: &TableDef,
+        id: u64,
+        old: Option<&[Value]>,
+        new: &[Value],
+    ) -> Result<()> {
+        let cf = &self.tables.inner.cf;
+        for index in &def.indexes {
+            let before = old.and_then(|old| keys::index_entry(def.id, index, old, id));
+            let after = keys::index_entry(def.id, index, new, id);
+            if before == after {
+                continue;
+            }
+            if let Some((key, _)) = &before {
+                tx.delete_cf(cf, key);
+            }
+            if let Some((key, value)) = after {
+                if index.index.unique
+                    && let Some(holder) = tx.get_cf(cf, &key)?
+                    && keys::id_value(&key, &holder)? != id
+                {
+                    return Err(Error::UniqueViolation {
+                        table: def.name.clone(),
+                        index: index.index.name.clone(),
+                    });
+                }
+                tx.put_cf(cf, key, value);
+            }
+        }
+        tx.put_cf(cf, keys::row(def.id, id), TableDef::encode_row(new));
+        Ok(())
+    }
+}
+
+/// Row `id` as the transaction sees it (the read is checked for conflicts at commit).
+pub(crate) fn read_row(
+    tx: &mut Transaction<'_>,
+    tables: &Tables,
+    def: &TableDef,
+    id: u64,
+) -> Result<Option<Vec<Value>>> {
+    let key = keys::row(def.id, id);
+    tx.get_cf(&tables.inner.cf, &key)?
+        .map(|bytes| def.decode_row(&key, &bytes))
+        .transpose()
+}
+
+/// Deletes row `id`, whose values are `values`, and every index entry they give.
+pub(crate) fn delete_row(
+    tx: &mut Transaction<'_>,
+    tables: &Tables,
+    def: &TableDef,
+    id: u64,
+    values: &[Value],
+) {
+    let cf = &tables.inner.cf;
+    for index in &def.indexes {
+        if let Some((key, _)) = keys::index_entry(def.id, index, values, id) {
+            tx.delete_cf(cf, key);
+        }
+    }
+    tx.delete_cf(cf, keys::row(def.id, id));
+}
+
+/// The rows of a table, from [`Table::scan`].
+#[derive(Debug)]
+pub struct Rows {
+    iter: DbIterator,
+    def: Arc<TableDef>,
+    scoped: bool,
+}
+
+impl Iterator for Rows {
+    type Item = Result<Row>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let (key, bytes) = match self.iter.next()? {
+                Ok(entry) => entry,
+                Err(e) => return Some(Err(e.into())),
+            };
+            let decoded = self.def.decode_row(&key, &bytes).and_then(|values| {
+                let id = keys::trailing_id(&key)?;
+                Ok((id, values))
+            });
+            match decoded {
+                Ok((_, values)) if self.scoped && self.def.deleted_at(&values).is_some() => {}
+                Ok((id, values)) => return Some(Ok(Row::from_stored(&self.def, id, values))),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+}

@@ -1,0 +1,514 @@
+//! The catalog: which tables exist, their definitions and the migrations applied, all stored in
+//! one engine column family beside the rows (see `keys.rs` for the layout).
+//!
+//! Schema changes (create a table, add a column or an index, a migration) hold the catalog's
+//! write lock; every row write holds its read lock from reading the definition to committing,
+//! so no row is ever written against a definition that is being changed (an index back-fill
+//! therefore blocks writes for its duration, as PostgreSQL's plain `CREATE INDEX` does). One
+//! process owns a database, so an in-memory lock is enough.
+
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use cairn::{CfOptions, ColumnFamily, Db, WriteBatch, WriteOptions};
+
+use crate::error::{Error, Result};
+use crate::keys;
+use crate::lock::AdvisoryLock;
+use crate::migration;
+use crate::running::LoopState;
+use crate::schema::{Column, Index, IndexDef, Schema, TableDef};
+use crate::table::Table;
+
+/// Row ids are reserved from the catalog this many at a time: one small write per block
+/// instead of one per insert. A restart skips the rest of a block, as MySQL's does.
+const ID_BLOCK: u64 = 1024;
+
+/// Index entries written per engine batch during a back-fill.
+const BACKFILL_BATCH: usize = 1000;
+
+/// How [`Tables::open_with`] opens the catalog.
+#[derive(Debug, Clone)]
+pub struct TablesOptions {
+    pub(crate) auto_migration: bool,
+    pub(crate) column_family: String,
+    pub(crate) cf_options: CfOptions,
+}
+
+impl Default for TablesOptions {
+    fn default() -> Self {
+        Self {
+            auto_migration: true,
+            column_family: "cairn.tables".to_owned(),
+            cf_options: CfOptions::default(),
+        }
+    }
+}
+
+impl TablesOptions {
+    /// Whether `open` applies pending migrations (default: `true`). Off, the deployment
+    /// applies them out of band (`CUBE_AUTO_MIGRATION=false`), and until then the purger scans
+    /// whole tables.
+    #[must_use]
+    pub fn auto_migration(mut self, yes: bool) -> Self {
+        self.auto_migration = yes;
+        self
+    }
+
+    /// The column family the tables live in (default: `cairn.tables`).
+    #[must_use]
+    pub fn column_family(mut self, name: impl Into<String>) -> Self {
+        self.column_family = name.into();
+        self
+    }
+
+    /// The options the column family is created with when it does not exist yet (default:
+    /// `CfOptions::default()`): its tombstone grace is how long a purged row's tombstones
+    /// stay for replicas and backups to see.
+    #[must_use]
+    pub fn cf_options(mut self, options: CfOptions) -> Self {
+        self.cf_options = options;
+        self
+    }
+}
+
+/// Relational tables stored in the engine. Cheap to clone: clones share one catalog.
+///
+/// ```
+/// use std::sync::Arc;
+/// use cairn_purger::{ColumnType, Row, Schema, Tables, Value};
+/// # fn main() -> cairn_purger::Result<()> {
+/// # let dir = tempfile::tempdir().map_err(cairn_fs::Error::from).map_err(cairn::Error::from)?;
+/// let db = Arc::new(cairn::Db::open(dir.path(), cairn::Options::default())?);
+/// let tables = Tables::open(db)?;
+/// tables.create_table(
+///     Schema::new("users").column("name", ColumnType::Text).unique("uk_name", &["name"]).soft_delete(),
+/// )?;
+/// let users = tables.table("users")?;
+/// let id = users.insert(Row::new().set("name", "ada"))?;
+/// users.soft_delete(id)?;
+/// assert!(users.get(id)?.is_none()); // scoped reads hide it
+/// assert!(users.unscoped().get(id)?.is_some());
+/// assert!(users.insert(Row::new().set("name", "ada")).is_err()); // it still holds its key
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Tables {
+    pub(crate) inner: Arc<TablesInner>,
+}
+
+impl std::fmt::Debug for Tables {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tables")
+            .field("column_family", &self.inner.cf.name())
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct TablesInner {
+    pub(crate) db: Arc<Db>,
+    pub(crate) cf: ColumnFamily,
+    catalog: RwLock<Catalog>,
+    ids: Mutex<HashMap<u32, IdRange>>,
+    /// The background purge loops running, by lock name: one per name.
+    pub(crate) loops: Mutex<HashMap<String, Arc<LoopState>>>,
+}
+
+/// The catalog as loaded in memory.
+#[derive(Debug, Default)]
+pub(crate) struct Catalog {
+    pub(crate) tables: BTreeMap<String, Arc<TableDef>>,
+    /// Applied migrations: version → when (ms).
+    pub(crate) migrations: BTreeMap<u64, u64>,
+    next_table_id: u32,
+}
+
+impl Catalog {
+    pub(crate) fn def(&self, name: &str) -> Result<&Arc<TableDef>> {
+        self.tables
+            .get(name)
+            .ok_or_else(|| Error::NoSuchTable(name.to_owned()))
+    }
+}
+
+/// Ids handed out from `next` up to (not including) `limit`, which is durable in the catalog.
+#[derive(Debug, Clone, Copy)]
+struct IdRange {
+    next: u64,
+    limit: u64,
+}
+
+impl Tables {
+    /// Opens the tables of `db` with the default options, creating the column family on
+    /// first use and applying pending migrations.
+    ///
+    /// # Errors
+    /// `Corruption` if a catalog entry cannot be decoded; engine errors as they come.
+    pub fn open(db: Arc<Db>) -> Result<Self> {
+        Self::open_with(db, &TablesOptions::default())
+    }
+
+    /// Opens the tables of `db` with `options`.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_with(db: Arc<Db>, options: &TablesOptions) -> Result<Self> {
+        let cf = match db.column_family(&options.column_family) {
+            Ok(cf) => cf,
+            Err(cairn::Error::ColumnFamilyNotFound(_)) => {
+                db.create_column_family(&options.column_family, options.cf_options.clone())?
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let catalog = load_catalog(&db, &cf)?;
+        let tables = Self {
+            inner: Arc::new(TablesInner {
+                db,
+                cf,
+                catalog: RwLock::new(catalog),
+                ids: Mutex::new(HashMap::new()),
+                loops: Mutex::new(HashMap::new()),
+            }),
+        };
+        if options.auto_migration {
+            tables.migrate()?;
+        }
+        Ok(tables)
+    }
+
+    /// The database the tables live in.
+    pub fn db(&self) -> &Arc<Db> {
+        &self.inner.db
+    }
+
+    /// The column family holding every table, index and catalog entry.
+    pub fn column_family(&self) -> &ColumnFamily {
+        &self.inner.cf
+    }
+
+    /// Creates a table. A purge target created after migration `20260731120000` was applied
+    /// gets its `deleted_at` index at once, as if it had existed when the migration ran.
+    ///
+    /// # Errors
+    /// `TableExists`; `InvalidArgument` for a bad schema (a duplicate or unknown column, an
+    /// empty index, a column named `id`).
+    pub fn create_table(&self, schema: Schema) -> Result<Table> {
+        let mut catalog = self.catalog_mut();
+        if catalog.tables.contains_key(schema.name()) {
+            return Err(Error::TableExists(schema.name().to_owned()));
+        }
+        let id = catalog.next_table_id;
+        let mut def = TableDef::from_schema(id, schema)?;
+        if catalog
+            .migrations
+            .contains_key(&migration::DELETED_AT_INDEX)
+        {
+            migration::declare_deleted_at_index(&mut def)?;
+        }
+        let next = id
+            .checked_add(1)
+            .ok_or_else(|| Error::invalid("out of table ids"))?;
+        let mut batch = WriteBatch::new();
+        batch.put_cf(
+            &self.inner.cf,
+            keys::table_def(&def.name),
+            encode_def(&def)?,
+        );
+        batch.put_cf(&self.inner.cf, keys::NEXT_TABLE_ID, next.to_be_bytes());
+        self.write_synced(batch)?;
+        catalog.next_table_id = next;
+        let name = def.name.clone();
+        catalog.tables.insert(name.clone(), Arc::new(def));
+        tracing::info!(table = %name, "created table");
+        Ok(Table::new(self.clone(), &name))
+    }
+
+    /// A handle on the table `name`, with scoped reads (soft-deleted rows hidden).
+    ///
+    /// # Errors
+    /// `NoSuchTable`.
+    pub fn table(&self, name: &str) -> Result<Table> {
+        self.catalog().def(name)?;
+        Ok(Table::new(self.clone(), name))
+    }
+
+    /// The names of every table, sorted.
+    pub fn table_names(&self) -> Vec<String> {
+        self.catalog().tables.keys().cloned().collect()
+    }
+
+    /// Appends a nullable column to `table`. Rows written before read it as NULL.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a NOT NULL column (old rows would break it) or a name in use;
+    /// `NoSuchTable`.
+    pub fn add_column(&self, table: &str, column: Column) -> Result<()> {
+        if !column.nullable {
+            return Err(Error::invalid(format!(
+                "column {:?}: an added column must be nullable; rows written before have none",
+                column.name
+            )));
+        }
+        let mut catalog = self.catalog_mut();
+        let mut def = TableDef::clone(catalog.def(table)?);
+        def.columns.push(column);
+        def.resolve().map_err(Error::InvalidArgument)?;
+        self.store_def(&mut catalog, def)
+    }
+
+    /// Adds an index to `table` and back-fills it from every row (soft-deleted ones too).
+    /// Writes to the tables wait until it is done.
+    ///
+    /// # Errors
+    /// `UniqueViolation` if a unique index meets two rows with one key (nothing is added);
+    /// `InvalidArgument` for a bad index; `NoSuchTable`.
+    pub fn add_index(&self, table: &str, index: Index) -> Result<()> {
+        let mut catalog = self.catalog_mut();
+        let mut def = TableDef::clone(catalog.def(table)?);
+        add_index_def(&mut def, index)?;
+        self.backfill_and_store(&mut catalog, def)
+    }
+
+    /// Applies every pending migration, in version order, and records each. Idempotent.
+    /// Returns the versions this call applied.
+    ///
+    /// # Errors
+    /// As [`add_index`](Self::add_index).
+    pub fn migrate(&self) -> Result<Vec<u64>> {
+        let mut catalog = self.catalog_mut();
+        let mut applied = Vec::new();
+        for &version in migration::ALL {
+            if catalog.migrations.contains_key(&version) {
+                continue;
+            }
+            migration::apply(self, &mut catalog, version)?;
+            let now = self.inner.db.now_ms();
+            let mut batch = WriteBatch::new();
+            batch.put_cf(&self.inner.cf, keys::migration(version), now.to_be_bytes());
+            self.write_synced(batch)?;
+            catalog.migrations.insert(version, now);
+            tracing::info!(version, "applied migration");
+            applied.push(version);
+        }
+        Ok(applied)
+    }
+
+    /// The migrations applied to this database, in version order.
+    pub fn applied_migrations(&self) -> Vec<u64> {
+        self.catalog().migrations.keys().copied().collect()
+    }
+
+    /// The named advisory lock (see [`AdvisoryLock`]).
+    pub fn advisory_lock(&self, name: &str) -> AdvisoryLock {
+        AdvisoryLock::new(self.clone(), name)
+    }
+
+    pub(crate) fn catalog(&self) -> RwLockReadGuard<'_, Catalog> {
+        self.inner
+            .catalog
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn catalog_mut(&self) -> RwLockWriteGuard<'_, Catalog> {
+        self.inner
+            .catalog
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write_synced(&self, batch: WriteBatch) -> Result<()> {
+        let options = WriteOptions { sync: true };
+        self.inner.db.write_opt(batch, &options)?;
+        Ok(())
+    }
+
+    fn store_def(&self, catalog: &mut Catalog, def: TableDef) -> Result<()> {
+        let mut batch = WriteBatch::new();
+        batch.put_cf(
+            &self.inner.cf,
+            keys::table_def(&def.name),
+            encode_def(&def)?,
+        );
+        self.write_synced(batch)?;
+        catalog.tables.insert(def.name.clone(), Arc::new(def));
+        Ok(())
+    }
+
+    /// Writes the entries of `def`'s indexes that the stored definition lacks, then stores
+    /// `def`. A crash part-way leaves entries under an index id the catalog does not name; the
+    /// retry clears them first (index ids are only consumed once the definition is stored).
+    pub(crate) fn backfill_and_store(&self, catalog: &mut Catalog, def: TableDef) -> Result<()> {
+        let old = catalog.def(&def.name)?;
+        let new_indexes: Vec<&IndexDef> = def
+            .indexes
+            .iter()
+            .filter(|i| old.indexes.iter().all(|o| o.id != i.id))
+            .collect();
+        for index in &new_indexes {
+            self.backfill(&def, index)?;
+        }
+        let name = def.name.clone();
+        let added: Vec<String> = new_indexes.iter().map(|i| i.index.name.clone()).collect();
+        self.store_def(catalog, def)?;
+        tracing::info!(table = %name, indexes = ?added, "added indexes");
+        Ok(())
+    }
+
+    fn backfill(&self, def: &TableDef, index: &IndexDef) -> Result<()> {
+        let cf = &self.inner.cf;
+        let prefix = keys::index_prefix(def.id, index.id);
+        if let Some(end) = keys::prefix_end(&prefix) {
+            let mut clear = WriteBatch::new();
+            clear.delete_range_cf(cf, &prefix, &end);
+            self.inner.db.write(clear)?;
+        }
+        let snapshot = self.inner.db.snapshot();
+        let rows = keys::row_prefix(def.id);
+        let end = keys::prefix_end(&rows).unwrap_or_default();
+        let mut batch = WriteBatch::new();
+        for entry in snapshot.range_cf(cf, rows.as_slice()..end.as_slice())? {
+            let (key, bytes) = entry?;
+            let values = def.decode_row(&key, &bytes)?;
+            let id = keys::trailing_id(&key)?;
+            let Some((ikey, ivalue)) = keys::index_entry(def.id, index, &values, id) else {
+                continue;
+            };
+            if index.index.unique && cf.get(&ikey)?.is_some() {
+                self.clear_index(def, index)?;
+                return Err(Error::UniqueViolation {
+                    table: def.name.clone(),
+                    index: index.index.name.clone(),
+                });
+            }
+            batch.put_cf(cf, ikey, ivalue);
+            if batch.len() >= BACKFILL_BATCH {
+                self.inner.db.write(std::mem::take(&mut batch))?;
+            }
+        }
+        if !batch.is_empty() {
+            self.inner.db.write(batch)?;
+        }
+        Ok(())
+    }
+
+    fn clear_index(&self, def: &TableDef, index: &IndexDef) -> Result<()> {
+        let prefix = keys::index_prefix(def.id, index.id);
+        if let Some(end) = keys::prefix_end(&prefix) {
+            self.inner.cf.delete_range(&prefix, &end)?;
+        }
+        Ok(())
+    }
+
+    /// The next row id of table `table`. Reserves a block in the catalog when one runs out;
+    /// the reservation is written before any row using its ids, so after a crash the
+    /// reservation read back covers every id a recovered row holds.
+    pub(crate) fn allocate_id(&self, table: u32) -> Result<u64> {
+        let mut ids = self
+            .inner
+            .ids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let range = match ids.entry(table) {
+            Entry::Occupied(entry) => entry.into_mut(),
+            Entry::Vacant(entry) => {
+                let next = self.first_free_id(table)?;
+                entry.insert(IdRange { next, limit: next })
+            }
+        };
+        if range.next >= range.limit {
+            let limit = range
+                .next
+                .checked_add(ID_BLOCK)
+                .ok_or_else(|| Error::invalid("out of row ids"))?;
+            self.inner
+                .cf
+                .put(keys::id_reservation(table), limit.to_be_bytes())?;
+            range.limit = limit;
+        }
+        let id = range.next;
+        range.next += 1;
+        Ok(id)
+    }
+
+    /// The first id not reserved before: past the stored reservation and past the last row
+    /// (the second guards a reservation lost to a log-recovery mode that skips records).
+    fn first_free_id(&self, table: u32) -> Result<u64> {
+        let key = keys::id_reservation(table);
+        let reserved = match self.inner.cf.get(&key)? {
+            Some(v) => keys::id_value(&key, &v)?,
+            None => 1,
+        };
+        let prefix = keys::row_prefix(table);
+        let end = keys::prefix_end(&prefix).unwrap_or_default();
+        let last = match self
+            .inner
+            .cf
+            .range(prefix.as_slice()..end.as_slice())?
+            .next_back()
+        {
+            Some(entry) => keys::trailing_id(&entry?.0)?.saturating_add(1),
+            None => 1,
+        };
+        Ok(reserved.max(last).max(1))
+    }
+}
+
+/// Gives `index` the next index id of `def` and resolves its columns.
+pub(crate) fn add_index_def(def: &mut TableDef, index: Index) -> Result<()> {
+    let id = def.next_index_id;
+    def.next_index_id = id
+        .checked_add(1)
+        .ok_or_else(|| Error::invalid(format!("table {:?}: out of index ids", def.name)))?;
+    def.indexes.push(IndexDef {
+        id,
+        index,
+        positions: Vec::new(),
+    });
+    def.resolve().map_err(Error::InvalidArgument)
+}
+
+fn encode_def(def: &TableDef) -> Result<Vec<u8>> {
+    serde_json::to_vec(def).map_err(|e| Error::invalid(format!("table {:?}: {e}", def.name)))
+}
+
+fn load_catalog(db: &Db, cf: &ColumnFamily) -> Result<Catalog> {
+    let snapshot = db.snapshot();
+    let mut catalog = Catalog {
+        next_table_id: 1,
+        ..Catalog::default()
+    };
+    for entry in scan_prefix(&snapshot, cf, keys::TABLE_DEFS)? {
+        let (key, bytes) = entry?;
+        let mut def: TableDef = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::corruption(&key, format!("table definition: {e}")))?;
+        def.resolve()
+            .map_err(|e| Error::corruption(&key, format!("table definition: {e}")))?;
+        catalog.tables.insert(def.name.clone(), Arc::new(def));
+    }
+    for entry in scan_prefix(&snapshot, cf, keys::MIGRATIONS)? {
+        let (key, bytes) = entry?;
+        let version = keys::trailing_id(&key)?;
+        let at = keys::id_value(&key, &bytes)?;
+        catalog.migrations.insert(version, at);
+    }
+    if let Some(bytes) = snapshot.get_cf(cf, keys::NEXT_TABLE_ID)? {
+        let next = <[u8; 4]>::try_from(&bytes[..])
+            .map_err(|_| Error::corruption(keys::NEXT_TABLE_ID, "next table id is not 4 bytes"))?;
+        catalog.next_table_id = u32::from_be_bytes(next);
+    }
+    Ok(catalog)
+}
+
+pub(crate) fn scan_prefix(
+    snapshot: &cairn::Snapshot,
+    cf: &ColumnFamily,
+    prefix: &[u8],
+) -> Result<cairn::DbIterator> {
+    Ok(match keys::prefix_end(prefix) {
+        Some(end) => snapshot.range_cf(cf, prefix..end.as_slice())?,
+        None => snapshot.range_cf(cf, prefix..)?,
+    })
+}
