@@ -55,8 +55,7 @@ struct Block {
     interval: Option<GoDuration>,
 }
 
-/// A duration as YAML gives it: a Go duration string, or an integer count of nanoseconds
-/// (what Go's YAML decoder makes of a bare number).
+/// A duration as YAML gives it: a Go duration string, or a bare number (only 0 is accepted).
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 enum GoDuration {
@@ -117,7 +116,13 @@ fn parse_field(value: Option<GoDuration>, name: &str) -> Result<Option<i128>> {
     let field = || format!("soft_delete_purge.{name}");
     match value {
         None => Ok(None),
-        Some(GoDuration::Nanos(n)) => Ok(Some(i128::from(n))),
+        Some(GoDuration::Nanos(0)) => Ok(Some(0)),
+        // Go would read a bare number as nanoseconds; `interval: 10` is far likelier to be a
+        // slip than 10ns, so it is refused rather than clamped silently.
+        Some(GoDuration::Nanos(n)) => Err(Error::Config {
+            field: field(),
+            reason: format!("bad duration {n}: missing unit (write 10s, 5m or 1h)"),
+        }),
         Some(GoDuration::Text(text)) => {
             parse_go_duration(&text)
                 .map(Some)

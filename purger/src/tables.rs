@@ -8,7 +8,7 @@
 //! process owns a database, so an in-memory lock is enough.
 
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use cairn::{CfOptions, ColumnFamily, Db, WriteBatch, WriteOptions};
@@ -369,6 +369,8 @@ impl Tables {
         let rows = keys::row_prefix(def.id);
         let end = keys::prefix_end(&rows).unwrap_or_default();
         let mut batch = WriteBatch::new();
+        // Unique keys in `batch`, not yet visible to `get`.
+        let mut pending = HashSet::new();
         for entry in snapshot.range_cf(cf, rows.as_slice()..end.as_slice())? {
             let (key, bytes) = entry?;
             let values = def.decode_row(&key, &bytes)?;
@@ -376,16 +378,20 @@ impl Tables {
             let Some((ikey, ivalue)) = keys::index_entry(def.id, index, &values, id) else {
                 continue;
             };
-            if index.index.unique && cf.get(&ikey)?.is_some() {
+            if index.index.unique && (pending.contains(&ikey) || cf.get(&ikey)?.is_some()) {
                 self.clear_index(def, index)?;
                 return Err(Error::UniqueViolation {
                     table: def.name.clone(),
                     index: index.index.name.clone(),
                 });
             }
-            batch.put_cf(cf, ikey, ivalue);
+            batch.put_cf(cf, &ikey, ivalue);
+            if index.index.unique {
+                pending.insert(ikey);
+            }
             if batch.len() >= BACKFILL_BATCH {
                 self.inner.db.write(std::mem::take(&mut batch))?;
+                pending.clear();
             }
         }
         if !batch.is_empty() {

@@ -1,0 +1,119 @@
+//! The `soft_delete_purge` block: defaults, clamps at their edges, errors naming the field.
+
+use std::time::Duration;
+
+use cairn_purger::{Error, PurgeConfig};
+
+const HOUR: Duration = Duration::from_secs(3600);
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn config(block: &str) -> PurgeConfig {
+    PurgeConfig::from_yaml(&format!("soft_delete_purge:\n{block}")).expect("valid config")
+}
+
+#[test]
+fn absent_enable_means_off_and_defaults_apply() {
+    let c = PurgeConfig::from_yaml("common:\n  disable_hard_delete: true\n").expect("valid");
+    assert_eq!(c, PurgeConfig::default());
+    assert!(!c.enable);
+    assert_eq!(c.retention, 168 * HOUR);
+    assert_eq!(c.interval, HOUR);
+    let c = config("  dry_run: true\n");
+    assert!(!c.enable, "enable absent is off even with other fields set");
+    assert!(c.dry_run);
+    assert!(config("  enable: true\n").enable);
+    assert!(!config("  enable: false\n").enable);
+}
+
+#[test]
+fn retention_clamps_at_its_edges() {
+    for (given, want) in [
+        ("30m", HOUR),
+        ("59m59s", HOUR),
+        ("1h", HOUR),
+        ("1h1s", HOUR + Duration::from_secs(1)),
+        ("168h", 168 * HOUR),
+        ("1ms", HOUR),
+        ("0", 168 * HOUR),
+        ("0s", 168 * HOUR),
+        ("-1h", 168 * HOUR),
+        ("-1ns", 168 * HOUR),
+    ] {
+        let c = config(&format!("  retention: {given}\n"));
+        assert_eq!(c.retention, want, "retention {given}");
+    }
+    assert_eq!(
+        config("  retention: 0\n").retention,
+        168 * HOUR,
+        "a bare 0 is zero"
+    );
+}
+
+#[test]
+fn interval_clamps_at_its_edges() {
+    for (given, want) in [
+        ("10s", MINUTE),
+        ("59s", MINUTE),
+        ("1m", MINUTE),
+        ("90s", Duration::from_secs(90)),
+        ("90m", 90 * MINUTE),
+        ("0s", HOUR),
+        ("-5m", HOUR),
+    ] {
+        let c = config(&format!("  interval: {given}\n"));
+        assert_eq!(c.interval, want, "interval {given}");
+    }
+}
+
+#[test]
+fn a_config_built_in_code_is_clamped_the_same_way() {
+    let c = PurgeConfig {
+        enable: true,
+        dry_run: false,
+        retention: 30 * MINUTE,
+        interval: Duration::ZERO,
+    }
+    .clamped();
+    assert_eq!((c.retention, c.interval), (HOUR, HOUR));
+}
+
+#[test]
+fn errors_name_the_field() {
+    for (text, field, needle) in [
+        (
+            "soft_delete_purge:\n  retention: 7d\n",
+            "soft_delete_purge.retention",
+            "7d",
+        ),
+        (
+            "soft_delete_purge:\n  interval: soon\n",
+            "soft_delete_purge.interval",
+            "soon",
+        ),
+        (
+            "soft_delete_purge:\n  interval: 10\n",
+            "soft_delete_purge.interval",
+            "unit",
+        ),
+        (
+            "soft_delete_purge:\n  enable: maybe\n",
+            "soft_delete_purge",
+            "enable",
+        ),
+        (
+            "soft_delete_purge:\n  retension: 1h\n",
+            "soft_delete_purge",
+            "retension",
+        ),
+        ("soft_delete_purge: [1, 2\n", "soft_delete_purge", ""),
+    ] {
+        let got = PurgeConfig::from_yaml(text);
+        match &got {
+            Err(e @ Error::Config { field: f, .. }) => {
+                assert_eq!(f, field, "{text:?}");
+                assert!(e.to_string().contains(needle), "{text:?}: {e}");
+            }
+            other => panic!("{text:?} gave {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,434 @@
+//! One purge pass, and the loop that runs them: what is eligible (the cutoff at its edge),
+//! the caps, dry runs, failing tables, the table list asked anew each pass, the full-scan
+//! fallback, and the loop's interval, single instance and panic recovery.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cairn_purger::{
+    ColumnType, Error, PassReport, PurgeConfig, Purger, Row, Schema, TablesOptions,
+    cube_master_purge_tables,
+};
+use common::{Fixture, HOUR, create_cube_tables, enabled, fill, ms, schema};
+
+const SPEC: &str = "t_cube_sandbox_spec";
+
+fn purger(f: &Fixture, tables: &[&str], config: PurgeConfig) -> Purger {
+    let list: Vec<String> = tables.iter().map(|&t| t.to_owned()).collect();
+    Purger::new(f.tables.clone(), "test_lock", move || list.clone(), config)
+}
+
+/// `n` rows of `table` soft-deleted two hours ago (eligible under a 1h retention).
+fn fill_eligible(f: &Fixture, table: &str, n: u64) {
+    let t = f.tables.table(table).expect("table");
+    let at = f.now() - ms(2 * HOUR);
+    fill(&t, "old", n, |_| Some(at));
+}
+
+fn only_table(report: &PassReport) -> &cairn_purger::TableReport {
+    assert_eq!(report.tables.len(), 1, "{report:?}");
+    &report.tables[0]
+}
+
+#[test]
+fn a_disabled_purger_runs_no_pass_and_deletes_nothing() {
+    let f = Fixture::new();
+    create_cube_tables(&f.tables);
+    fill_eligible(&f, SPEC, 10);
+    let p = purger(&f, &[SPEC], PurgeConfig::default());
+    let report = p.run_pass().expect("pass");
+    assert!(report.skipped && report.tables.is_empty(), "{report:?}");
+    let running = p.start().expect("start");
+    assert!(!running.is_running(), "nothing runs unless enabled");
+    f.clock.advance(10 * HOUR);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(running.passes(), 0);
+    running.stop().expect("stop");
+    let t = f.tables.table(SPEC).expect("table");
+    assert_eq!(t.unscoped().count().expect("count"), 10);
+}
+
+#[test]
+fn the_cutoff_is_strict_and_live_rows_never_go() {
+    for options in [
+        TablesOptions::default(),
+        TablesOptions::default().auto_migration(false),
+    ] {
+        let f = Fixture::with(&options);
+        create_cube_tables(&f.tables);
+        let t = f.tables.table(SPEC).expect("table");
+        let cutoff = f.now() - ms(HOUR);
+        let at_cutoff = t.insert(Row::new().set("name", "at").set("deleted_at", ts(cutoff)));
+        let before = t.insert(
+            Row::new()
+                .set("name", "before")
+                .set("deleted_at", ts(cutoff - 1)),
+        );
+        let after = t.insert(
+            Row::new()
+                .set("name", "after")
+                .set("deleted_at", ts(cutoff + 1)),
+        );
+        let live = t.insert(Row::new().set("name", "live"));
+        let ancient = t.insert(Row::new().set("name", "zero").set("deleted_at", ts(0)));
+        let report = purger(&f, &[SPEC], enabled()).run_pass().expect("pass");
+        assert_eq!(report.cutoff_ms, cutoff);
+        let gone = |id: cairn_purger::Result<u64>| {
+            t.unscoped()
+                .get(id.expect("inserted"))
+                .expect("get")
+                .is_none()
+        };
+        let full_scan = only_table(&report).full_scan;
+        assert!(
+            !gone(at_cutoff),
+            "deleted_at == cutoff survives (full scan: {full_scan})"
+        );
+        assert!(
+            gone(before),
+            "one millisecond before the cutoff goes (full scan: {full_scan})"
+        );
+        assert!(!gone(after));
+        assert!(!gone(live), "a live row never goes");
+        assert!(gone(ancient));
+        assert_eq!(only_table(&report).purged, 2);
+    }
+}
+
+fn ts(ms: u64) -> cairn_purger::Value {
+    cairn_purger::Value::Timestamp(ms)
+}
+
+#[test]
+fn twelve_thousand_rows_drain_over_capped_passes() {
+    let f = Fixture::new();
+    create_cube_tables(&f.tables);
+    fill_eligible(&f, SPEC, 12_000);
+    let p = purger(&f, &[SPEC], enabled());
+    let purged: Vec<u64> = (0..4)
+        .map(|_| only_table(&p.run_pass().expect("pass")).purged)
+        .collect();
+    assert_eq!(purged, [5_000, 5_000, 2_000, 0]);
+    let t = f.tables.table(SPEC).expect("table");
+    assert_eq!(t.unscoped().count().expect("count"), 0);
+}
+
+#[test]
+fn each_pass_selects_in_batches_and_stops_at_a_short_one() {
+    let f = Fixture::new();
+    create_cube_tables(&f.tables);
+    fill_eligible(&f, SPEC, 1_234);
+    let report = purger(&f, &[SPEC], enabled()).run_pass().expect("pass");
+    let table = only_table(&report);
+    assert_eq!(
+        table.batches,
+        [500, 500, 234],
+        "no further select after a short batch"
+    );
+    assert_eq!((table.selected, table.purged), (1_234, 1_234));
+
+    fill_eligible(&f, "t_cube_template_replica", 5_500);
+    let report = purger(&f, &["t_cube_template_replica"], enabled())
+        .run_pass()
+        .expect("pass");
+    assert_eq!(
+        only_table(&report).batches,
+        [500; 10],
+        "the budget ends the pass at 5,000"
+    );
+    let report = purger(&f, &["t_cube_template_replica"], enabled())
+        .run_pass()
+        .expect("pass");
+    assert_eq!(
+        only_table(&report).batches,
+        [500, 0],
+        "a full last batch is followed by one more select"
+    );
+}
+
+#[test]
+fn a_dry_run_counts_the_whole_backlog_and_deletes_nothing() {
+    let f = Fixture::new();
+    create_cube_tables(&f.tables);
+    fill_eligible(&f, SPEC, 12_000);
+    let config = PurgeConfig {
+        dry_run: true,
+        ..enabled()
+    };
+    let report = purger(&f, &[SPEC, "t_cube_template_replica"], config)
+        .run_pass()
+        .expect("pass");
+    assert!(report.dry_run);
+    assert_eq!(
+        (report.tables[0].selected, report.tables[0].purged),
+        (12_000, 0)
+    );
+    assert_eq!(
+        report.tables[1].selected, 0,
+        "a zero backlog is reported too"
+    );
+    let t = f.tables.table(SPEC).expect("table");
+    assert_eq!(t.unscoped().count().expect("count"), 12_000);
+}
+
+#[test]
+fn a_failing_table_does_not_stop_the_next() {
+    let f = Fixture::new();
+    create_cube_tables(&f.tables);
+    f.tables
+        .create_table(Schema::new("plain").column("a", ColumnType::Text))
+        .expect("create");
+    fill_eligible(&f, SPEC, 7);
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&calls);
+    let p =
+        purger(&f, &["missing", SPEC, "plain"], enabled()).on_purge(move |table, purged, error| {
+            seen.lock()
+                .expect("calls")
+                .push((table.to_owned(), purged, error.is_some()));
+        });
+    let Err(Error::PassFailed {
+        table,
+        source,
+        report,
+    }) = p.run_pass()
+    else {
+        panic!("the pass returns the first error");
+    };
+    assert_eq!(table, "missing");
+    assert!(matches!(*source, Error::NoSuchTable(_)), "{source}");
+    assert_eq!(
+        report.tables[1].purged, 7,
+        "the table after a failing one still ran"
+    );
+    assert!(report.tables[0].error.is_some() && report.tables[2].error.is_some());
+    assert_eq!(
+        *calls.lock().expect("calls"),
+        [
+            ("missing".to_owned(), 0, true),
+            (SPEC.to_owned(), 7, false),
+            ("plain".to_owned(), 0, true)
+        ]
+    );
+}
+
+#[test]
+fn disable_hard_delete_toggled_between_passes_changes_the_list() {
+    let f = Fixture::new();
+    create_cube_tables(&f.tables);
+    for table in cube_master_purge_tables(false) {
+        fill_eligible(&f, &table, 3);
+    }
+    let disable = Arc::new(AtomicBool::new(true));
+    let flag = Arc::clone(&disable);
+    let p = Purger::new(
+        f.tables.clone(),
+        cairn_purger::CUBEMASTER_LOCK,
+        move || cube_master_purge_tables(flag.load(Ordering::SeqCst)),
+        enabled(),
+    );
+    let names = |r: &PassReport| r.tables.iter().map(|t| t.table.clone()).collect::<Vec<_>>();
+    let report = p.run_pass().expect("pass");
+    assert_eq!(names(&report), cube_master_purge_tables(true));
+    let info = f.tables.table("t_cube_instance_info").expect("table");
+    assert_eq!(
+        info.unscoped().count().expect("count"),
+        3,
+        "instance records are kept"
+    );
+    disable.store(false, Ordering::SeqCst);
+    let report = p.run_pass().expect("pass");
+    assert_eq!(names(&report), cube_master_purge_tables(false));
+    assert_eq!(info.unscoped().count().expect("count"), 0);
+    assert_eq!(
+        report.purged(),
+        6,
+        "the instance tables' rows, nothing else left"
+    );
+}
+
+#[test]
+fn without_the_index_the_purge_scans_the_table_and_warns_once() {
+    let f = Fixture::with(&TablesOptions::default().auto_migration(false));
+    create_cube_tables(&f.tables);
+    fill_eligible(&f, SPEC, 1_234);
+    let t = f.tables.table(SPEC).expect("table");
+    fill(&t, "live", 100, |_| None);
+    let p = purger(&f, &[SPEC], enabled());
+    let (logs, report) = capture_logs(|| p.run_pass().expect("pass"));
+    let table = only_table(&report);
+    assert!(table.full_scan);
+    assert_eq!(table.batches, [500, 500, 234]);
+    assert_eq!(table.purged, 1_234);
+    assert_eq!(t.unscoped().count().expect("count"), 100);
+    let (more_logs, _) = capture_logs(|| p.run_pass().expect("pass"));
+    let warnings = |logs: &str| logs.matches("scans the whole table").count();
+    assert_eq!(warnings(&logs), 1, "{logs}");
+    assert_eq!(
+        warnings(&more_logs),
+        0,
+        "warned once per table: {more_logs}"
+    );
+}
+
+/// Runs `body` with a subscriber that collects every log line of this thread.
+fn capture_logs<T>(body: impl FnOnce() -> T) -> (String, T) {
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("sink").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let sink = Sink::default();
+    let writer = sink.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let out = tracing::subscriber::with_default(subscriber, body);
+    let text = String::from_utf8_lossy(&sink.0.lock().expect("sink")).into_owned();
+    (text, out)
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn the_loop_waits_a_full_interval_after_each_pass() {
+    let f = Fixture::new();
+    create_cube_tables(&f.tables);
+    fill_eligible(&f, SPEC, 3);
+    let config = PurgeConfig {
+        interval: Duration::from_secs(600),
+        ..enabled()
+    };
+    let running = purger(&f, &[SPEC], config).start().expect("start");
+    wait_for("the first pass", || running.passes() == 1);
+    let t = f.tables.table(SPEC).expect("table");
+    assert_eq!(
+        t.unscoped().count().expect("count"),
+        0,
+        "the first pass runs at start"
+    );
+    fill_eligible(&f, SPEC, 2);
+    f.clock
+        .advance(Duration::from_secs(600) - Duration::from_millis(1));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(running.passes(), 1, "not before a full interval");
+    f.clock.advance(Duration::from_millis(1));
+    wait_for("the second pass", || running.passes() == 2);
+    assert_eq!(t.unscoped().count().expect("count"), 0);
+    running.stop().expect("stop");
+}
+
+#[test]
+fn starting_twice_with_one_lock_runs_one_loop() {
+    let f = Fixture::new();
+    create_cube_tables(&f.tables);
+    let passes = Arc::new(AtomicUsize::new(0));
+    let counter = |passes: &Arc<AtomicUsize>| {
+        let passes = Arc::clone(passes);
+        move |_: &str, _: u64, _: Option<&Error>| {
+            passes.fetch_add(1, Ordering::SeqCst);
+        }
+    };
+    let a = purger(&f, &[SPEC], enabled()).on_purge(counter(&passes));
+    let b = purger(&f, &[SPEC], enabled()).on_purge(counter(&passes));
+    let first = a.start().expect("start");
+    let second = b.start().expect("start again");
+    let third = a.start().expect("and again");
+    for round in 1..=3 {
+        wait_for("a pass", || first.passes() == round);
+        assert_eq!(second.passes(), round, "the handles share one loop");
+        assert_eq!(
+            passes.load(Ordering::SeqCst),
+            usize::try_from(round).expect("small")
+        );
+        f.clock.advance(HOUR);
+    }
+    first.stop().expect("stop");
+    third.stop().expect("stop");
+    f.clock.advance(HOUR);
+    wait_for("the fourth pass", || second.passes() == 4);
+    second.stop().expect("the last handle stops the loop");
+    f.clock.advance(HOUR);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        passes.load(Ordering::SeqCst),
+        4,
+        "no pass after the last stop"
+    );
+}
+
+#[test]
+fn a_panic_in_a_pass_is_caught_and_the_loop_goes_on() {
+    let f = Fixture::new();
+    create_cube_tables(&f.tables);
+    fill_eligible(&f, SPEC, 4);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&calls);
+    let p = purger(&f, &[SPEC], enabled()).on_purge(move |_, _, _| {
+        assert!(
+            seen.fetch_add(1, Ordering::SeqCst) > 0,
+            "planted panic in the first pass"
+        );
+    });
+    let running = p.start().expect("start");
+    wait_for("the first pass", || running.passes() == 1);
+    assert!(
+        f.tables
+            .advisory_lock("test_lock")
+            .holder()
+            .expect("holder")
+            .is_none(),
+        "a panicking pass still releases the lock"
+    );
+    fill_eligible(&f, SPEC, 2);
+    f.clock.advance(HOUR);
+    wait_for("the pass after the panic", || running.passes() == 2);
+    let t = f.tables.table(SPEC).expect("table");
+    assert_eq!(t.unscoped().count().expect("count"), 0);
+    running.stop().expect("stop");
+}
+
+#[test]
+fn the_table_list_is_asked_for_at_every_pass() {
+    let f = Fixture::new();
+    create_cube_tables(&f.tables);
+    f.tables.create_table(schema("extra")).expect("create");
+    fill_eligible(&f, "extra", 5);
+    let asked = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&asked);
+    let p = Purger::new(
+        f.tables.clone(),
+        "test_lock",
+        move || {
+            let n = count.fetch_add(1, Ordering::SeqCst);
+            if n == 0 {
+                vec![SPEC.to_owned()]
+            } else {
+                vec!["extra".to_owned()]
+            }
+        },
+        enabled(),
+    );
+    assert_eq!(p.run_pass().expect("pass").purged(), 0);
+    assert_eq!(p.run_pass().expect("pass").purged(), 5);
+    assert_eq!(asked.load(Ordering::SeqCst), 2);
+}
