@@ -264,6 +264,32 @@ impl Table {
         })
     }
 
+    /// The engine keys row `id` occupies now, in [`Tables::column_family`]: its row key, then
+    /// one per index entry. `None` if there is no such row (scoped: no live one). What to hand
+    /// `ColumnFamily::audit_key` to prove a purged row's bytes are gone.
+    ///
+    /// # Errors
+    /// As [`get`](Self::get).
+    pub fn engine_keys(&self, id: u64) -> Result<Option<Vec<Vec<u8>>>> {
+        let def = self.def()?;
+        let key = keys::row(def.id, id);
+        let Some(bytes) = self.tables.inner.cf.get(&key)? else {
+            return Ok(None);
+        };
+        let values = def.decode_row(&key, &bytes)?;
+        if !self.visible(&def, &values) {
+            return Ok(None);
+        }
+        let mut all = vec![key];
+        all.extend(
+            def.indexes
+                .iter()
+                .filter_map(|index| keys::index_entry(def.id, index, &values, id))
+                .map(|(key, _)| key),
+        );
+        Ok(Some(all))
+    }
+
     fn def(&self) -> Result<Arc<TableDef>> {
         Ok(Arc::clone(self.tables.catalog().def(&self.name)?))
     }
