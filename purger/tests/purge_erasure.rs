@@ -3,6 +3,11 @@
 //! — its row key or any index entry it ever had — and no file holds its bytes; before then,
 //! the tombstones are still there for the replicas the grace period exists for.
 
+#![allow(
+    clippy::indexing_slicing,
+    reason = "in a test, a panic is the failure report"
+)]
+
 mod common;
 
 use std::sync::Arc;

@@ -2,6 +2,11 @@
 //! the caps, dry runs, failing tables, the table list asked anew each pass, the full-scan
 //! fallback, and the loop's interval, single instance and panic recovery.
 
+#![allow(
+    clippy::indexing_slicing,
+    reason = "in a test, a panic is the failure report"
+)]
+
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -8,6 +8,11 @@
 //! Runs `CAIRN_SEEDS` seeds (default 2: each takes seconds in a debug build; `.ci/run` runs more
 //! in release); `CAIRN_SEED=n` replays one. A failure names its seed.
 
+#![allow(
+    clippy::indexing_slicing,
+    reason = "in a test, a panic is the failure report"
+)]
+
 mod common;
 
 use std::sync::Mutex;
@@ -52,7 +57,7 @@ fn run(seed: u64) {
     let touched = Touched::default();
     let frontier = AtomicU64::new(first);
     let done = AtomicBool::new(false);
-    let purged = AtomicU64::new(0);
+    let purged_total = AtomicU64::new(0);
     let purger = Purger::new(
         f.tables.clone(),
         "race",
@@ -73,7 +78,7 @@ fn run(seed: u64) {
         // Passes until one finds nothing, racing the threads the whole time.
         loop {
             let report = purger.run_pass().expect("pass");
-            purged.fetch_add(report.purged(), Ordering::SeqCst);
+            purged_total.fetch_add(report.purged(), Ordering::SeqCst);
             if report.tables.iter().all(|t| t.selected == 0) {
                 break;
             }
@@ -82,10 +87,16 @@ fn run(seed: u64) {
     });
     // One more pass with nobody racing: whatever is still eligible goes now.
     let last = purger.run_pass().expect("last pass");
-    purged.fetch_add(last.purged(), Ordering::SeqCst);
+    purged_total.fetch_add(last.purged(), Ordering::SeqCst);
 
     let touched = touched.0.into_inner().expect("touched");
-    check(seed, &t, &ids, &touched, purged.load(Ordering::SeqCst));
+    check(
+        seed,
+        &t,
+        &ids,
+        &touched,
+        purged_total.load(Ordering::SeqCst),
+    );
     check_indexes(seed, &f.tables, &t);
 }
 

@@ -1,6 +1,12 @@
 //! The table layer: rows and their indexes, soft delete and its unique-key trap, the
 //! resurrecting upsert, schema changes, migrations and reopening.
 
+#![allow(
+    clippy::indexing_slicing,
+    clippy::many_single_char_names,
+    reason = "in a test, a panic is the failure report"
+)]
+
 mod common;
 
 use std::sync::Arc;
