@@ -1,6 +1,7 @@
 //! `cairn`: stress and crash-test storage engines, starting with Cairn.
 //!
-//! Exit codes: 0 pass, 1 a verification failed, 2 the engine failed, 3 bad arguments.
+//! Exit codes: 0 pass, 1 a verification failed (or, for `purge`, a table failed), 2 the engine
+//! failed, 3 bad arguments or configuration.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,6 +10,9 @@ use std::time::Duration;
 use cairn_stress::crashtest::{self, CrashConfig};
 use cairn_stress::{Limit, OpWeights, StressConfig, StressError};
 use clap::{Args, Parser, Subcommand};
+
+mod purge;
+mod purge_demo;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -27,6 +31,8 @@ enum Command {
     Stress(StressArgs),
     /// Kill -9 and power-loss crash loops with full verification after each crash.
     Crashtest(CrashArgs),
+    /// The soft-delete tombstone purger over a database's tables; `purge demo` shows it end to end.
+    Purge(purge::PurgeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -157,6 +163,7 @@ fn main() -> ExitCode {
     let code = match cli.command {
         Command::Stress(args) => stress(args),
         Command::Crashtest(args) => crashtest(&args),
+        Command::Purge(args) => purge::run(args),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(2))
 }

@@ -1,5 +1,10 @@
 //! The `cairn` binary: exit codes, a short stress, a short crash test of each kind.
 
+#![allow(
+    clippy::indexing_slicing,
+    reason = "in a test, a panic is the failure report"
+)]
+
 use std::process::Command;
 
 fn cairn() -> Command {
@@ -120,4 +125,94 @@ fn an_op_log_replays_to_the_same_state() {
     let stdout = String::from_utf8_lossy(&replayed.stdout);
     assert_eq!(replayed.status.code(), Some(0), "{stdout}");
     assert!(stdout.contains("PASS"), "{stdout}");
+}
+
+#[test]
+fn purge_demo_erases_a_purged_row() {
+    let out = cairn()
+        .args(["purge", "demo", "--rows", "400", "--no-progress"])
+        .output()
+        .expect("run cairn");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("day  1: purged"), "{stdout}");
+    assert!(stdout.contains("audit_key finds 0 traces"), "{stdout}");
+}
+
+#[test]
+fn purge_once_purges_and_reports_json() {
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db_dir = dir.path().join("db");
+    {
+        let db = cairn::Db::open(&db_dir, cairn::Options::default()).expect("open");
+        let tables = cairn_purger::Tables::open(Arc::new(db)).expect("tables");
+        let t = tables
+            .create_table(
+                cairn_purger::Schema::new("t_cube_sandbox_spec")
+                    .column("name", cairn_purger::ColumnType::Text)
+                    .soft_delete(),
+            )
+            .expect("create");
+        for (name, deleted_at) in [("old", Some(1_000)), ("live", None)] {
+            let row = cairn_purger::Row::new()
+                .set("name", name)
+                .set("deleted_at", deleted_at.map(cairn_purger::Value::Timestamp));
+            t.insert(row).expect("insert");
+        }
+    }
+    let config = dir.path().join("purge.yaml");
+    let run = |yaml: &str, extra: &[&str]| {
+        std::fs::write(&config, yaml).expect("write config");
+        let out = cairn()
+            .args(["purge", "--once", "--json", "--db"])
+            .arg(&db_dir)
+            .arg("--config")
+            .arg(&config)
+            .args(extra)
+            .output()
+            .expect("run cairn");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.status.code(), stdout)
+    };
+    let (code, stdout) = run("soft_delete_purge:\n  enable: false\n", &[]);
+    assert_eq!(code, Some(0));
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("json");
+    assert_eq!(report["skipped"], true, "{stdout}");
+
+    let enabled = "common:\n  disable_hard_delete: true\nsoft_delete_purge:\n  enable: true\n";
+    let (code, stdout) = run(enabled, &[]);
+    assert_eq!(
+        code,
+        Some(1),
+        "the instance tables do not exist here: {stdout}"
+    );
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("json");
+    assert_eq!(report["tables"][0]["table"], "t_cube_sandbox_spec");
+    assert_eq!(report["tables"][0]["purged"], 1, "{stdout}");
+
+    let (code, stdout) = run(enabled, &["--tables", "t_cube_sandbox_spec"]);
+    assert_eq!(code, Some(0), "{stdout}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("json");
+    assert_eq!(
+        report["tables"][0]["purged"], 0,
+        "the live row stays: {stdout}"
+    );
+
+    for (yaml, extra) in [
+        ("soft_delete_purge:\n  retention: 7d\n", &[][..]),
+        (
+            "soft_delete_purge:\n  enable: true\n",
+            &["--lock", "other"][..],
+        ),
+    ] {
+        let (code, stdout) = run(yaml, extra);
+        assert_eq!(code, Some(3), "{yaml} {extra:?}: {stdout}");
+    }
+    let missing = cairn()
+        .args(["purge", "--once", "--config"])
+        .arg(&config)
+        .output()
+        .expect("run cairn");
+    assert_eq!(missing.status.code(), Some(3), "--db is required");
 }

@@ -112,6 +112,32 @@ impl PurgeConfig {
     }
 }
 
+#[derive(Debug, Deserialize)]
+struct CommonFile {
+    common: Option<Common>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Common {
+    disable_hard_delete: Option<bool>,
+}
+
+/// CubeMaster's `common.disable_hard_delete` (absent: `false`), which decides whether the
+/// instance tables are purge targets (see [`cube_master_purge_tables`](crate::cube_master_purge_tables)).
+///
+/// # Errors
+/// `Config` naming `common.disable_hard_delete` for bad YAML or a value that is not a bool.
+pub fn disable_hard_delete_from_yaml(text: &str) -> Result<bool> {
+    let file: CommonFile = serde_yaml_ng::from_str(text).map_err(|e| Error::Config {
+        field: "common.disable_hard_delete".to_owned(),
+        reason: e.to_string(),
+    })?;
+    Ok(file
+        .common
+        .and_then(|c| c.disable_hard_delete)
+        .unwrap_or(false))
+}
+
 fn parse_field(value: Option<GoDuration>, name: &str) -> Result<Option<i128>> {
     let field = || format!("soft_delete_purge.{name}");
     match value {

@@ -53,7 +53,10 @@ mod tables;
 mod targets;
 mod value;
 
-pub use config::{DEFAULT_INTERVAL, DEFAULT_RETENTION, MIN_INTERVAL, MIN_RETENTION, PurgeConfig};
+pub use config::{
+    DEFAULT_INTERVAL, DEFAULT_RETENTION, MIN_INTERVAL, MIN_RETENTION, PurgeConfig,
+    disable_hard_delete_from_yaml,
+};
 pub use error::{Error, Result};
 pub use lock::{AdvisoryLock, Lease};
 pub use migration::DELETED_AT_INDEX as DELETED_AT_INDEX_MIGRATION;

@@ -48,7 +48,7 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(300);
 const MAX_ATTEMPTS: usize = 8;
 
 /// The outcome of one pass.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PassReport {
     /// True if no pass ran: the purger is disabled, or another replica holds the lock.
     pub skipped: bool,
@@ -68,7 +68,7 @@ impl PassReport {
 }
 
 /// One table's part of a pass.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct TableReport {
     /// The table.
     pub table: String,
@@ -308,13 +308,13 @@ impl Purger {
             return Ok(());
         }
         let mut budget = MAX_PER_PASS;
-        let mut after = 0;
+        let mut cursor = Cursor::default();
         loop {
             let want = BATCH.min(budget);
             if want == 0 {
                 break;
             }
-            let ids = selector.select(want, &mut after)?;
+            let ids = selector.select(want, &mut cursor)?;
             let selected = ids.len() as u64;
             report.batches.push(selected);
             report.selected += selected;
@@ -393,6 +393,14 @@ impl Drop for HeldLock<'_> {
     }
 }
 
+/// Where a pass's next select in one table starts: after this index key, or after this row
+/// id when scanning the table.
+#[derive(Debug, Default)]
+struct Cursor {
+    key: Option<Vec<u8>>,
+    id: u64,
+}
+
 /// Finds rows with `deleted_at IS NOT NULL AND deleted_at < cutoff` in one table.
 struct Selector<'a> {
     tables: &'a Tables,
@@ -402,26 +410,30 @@ struct Selector<'a> {
 }
 
 impl Selector<'_> {
-    /// Up to `want` eligible ids. Through the index, the oldest first (deleted rows leave the
-    /// index, so each select starts at its front); by full scan, in id order from after
-    /// `*after`, which it advances.
-    fn select(&self, want: u64, after: &mut u64) -> Result<Vec<u64>> {
+    /// Up to `want` eligible ids after `cursor`, which it advances. Through the index the
+    /// oldest come first; by full scan, in id order. A pass never looks behind its cursor:
+    /// what lies there was deleted, or re-checked and found live (and a row soft-deleted since
+    /// has a `deleted_at` past the cutoff), so a new select need not step over the tombstones
+    /// the last batch left.
+    fn select(&self, want: u64, cursor: &mut Cursor) -> Result<Vec<u64>> {
         let limit = usize::try_from(want).unwrap_or(usize::MAX);
         let mut ids = Vec::with_capacity(limit.min(1024));
         if let Some(index) = self.index {
-            for entry in self.index_range(index)?.take(limit) {
-                ids.push(keys::trailing_id(&entry?.0)?);
+            for entry in self.index_range(index, cursor.key.as_deref())?.take(limit) {
+                let (key, _) = entry?;
+                ids.push(keys::trailing_id(&key)?);
+                cursor.key = Some([&key[..], &[0]].concat());
             }
             return Ok(ids);
         }
         let snapshot = self.tables.db().snapshot();
         let cf = self.tables.column_family();
-        let start = keys::row(self.def.id, after.saturating_add(1));
+        let start = keys::row(self.def.id, cursor.id.saturating_add(1));
         let end = keys::prefix_end(&keys::row_prefix(self.def.id)).unwrap_or_default();
         for entry in snapshot.range_cf(cf, start.as_slice()..end.as_slice())? {
             let (key, bytes) = entry?;
             let id = keys::trailing_id(&key)?;
-            *after = id;
+            cursor.id = id;
             if self.eligible(&key, &bytes)? {
                 ids.push(id);
                 if ids.len() >= limit {
@@ -436,7 +448,7 @@ impl Selector<'_> {
     fn count(&self) -> Result<u64> {
         let mut n = 0;
         if let Some(index) = self.index {
-            for entry in self.index_range(index)? {
+            for entry in self.index_range(index, None)? {
                 entry?;
                 n += 1;
             }
@@ -451,11 +463,13 @@ impl Selector<'_> {
         Ok(n)
     }
 
-    /// The index entries with a non-NULL `deleted_at` below the cutoff: NULL encodes as
-    /// `0x00`, a timestamp as `0x01` and 8 bytes big-endian, so they are one key range.
-    fn index_range(&self, index: &IndexDef) -> Result<cairn::DbIterator> {
+    /// The index entries with a non-NULL `deleted_at` below the cutoff, from `from` on: NULL
+    /// encodes as `0x00`, a timestamp as `0x01` and 8 bytes big-endian, so they are one key
+    /// range.
+    fn index_range(&self, index: &IndexDef, from: Option<&[u8]>) -> Result<cairn::DbIterator> {
         let prefix = keys::index_prefix(self.def.id, index.id);
-        let start = [&prefix[..], &[0x01], &0u64.to_be_bytes()].concat();
+        let first = [&prefix[..], &[0x01], &0u64.to_be_bytes()].concat();
+        let start = from.map_or(first, <[u8]>::to_vec);
         let end = [&prefix[..], &[0x01], &self.cutoff.to_be_bytes()].concat();
         let snapshot = self.tables.db().snapshot();
         Ok(snapshot.range_cf(

@@ -117,3 +117,16 @@ fn errors_name_the_field() {
         }
     }
 }
+
+#[test]
+fn disable_hard_delete_is_read_from_the_common_block() {
+    let read = cairn_purger::disable_hard_delete_from_yaml;
+    assert!(!read("soft_delete_purge:\n  enable: true\n").expect("valid"));
+    assert!(read("common:\n  disable_hard_delete: true\n").expect("valid"));
+    assert!(!read("common:\n  disable_hard_delete: false\n").expect("valid"));
+    let bad = read("common:\n  disable_hard_delete: sometimes\n");
+    assert!(
+        matches!(&bad, Err(Error::Config { field, .. }) if field == "common.disable_hard_delete"),
+        "{bad:?}"
+    );
+}
