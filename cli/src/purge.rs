@@ -2,6 +2,7 @@
 //! demo`, which shows the whole lifecycle on a temporary database and a fast clock.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,13 +34,14 @@ pub struct PurgeArgs {
     /// Comma-separated tables to purge instead of the lock's list.
     #[arg(long, value_delimiter = ',')]
     tables: Vec<String>,
-    /// Stop the loop after this many passes (default: run until killed).
+    /// Stop the loop after this many passes, skipped ones included (default: run until
+    /// killed; a killed purger's lock frees itself when its 5-minute lease ends).
     #[arg(long)]
     passes: Option<u64>,
     /// Do not apply pending migrations (as with `CUBE_AUTO_MIGRATION=false`).
     #[arg(long)]
     no_migrate: bool,
-    /// Print each pass's report as one JSON line.
+    /// Print JSON lines: with --once the pass's report, in the loop one per table and pass.
     #[arg(long)]
     json: bool,
 }
@@ -171,8 +173,17 @@ fn run_loop(purger: &Purger, args: &PurgeArgs) -> i32 {
         return 0;
     }
     let json = args.json;
+    let failed = Arc::new(AtomicBool::new(false));
+    let any_failure = Arc::clone(&failed);
     let purger = purger.clone().on_purge(move |table, purged, error| {
-        if !json {
+        if error.is_some() {
+            any_failure.store(true, Ordering::SeqCst);
+        }
+        let error = error.map(ToString::to_string);
+        if json {
+            let line = serde_json::json!({ "table": table, "purged": purged, "error": error });
+            println!("{line}");
+        } else {
             match error {
                 Some(e) => println!("{table}: failed after {purged} purged: {e}"),
                 None => println!("{table}: {purged} purged"),
@@ -186,19 +197,14 @@ fn run_loop(purger: &Purger, args: &PurgeArgs) -> i32 {
             return 2;
         }
     };
-    loop {
+    while args.passes.is_none_or(|n| running.passes() < n) {
         std::thread::sleep(Duration::from_millis(200));
-        if args.passes.is_some_and(|n| running.passes() >= n) {
-            break;
-        }
     }
-    match running.stop() {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("cairn purge: {e}");
-            2
-        }
+    if let Err(e) = running.stop() {
+        eprintln!("cairn purge: {e}");
+        return 2;
     }
+    i32::from(failed.load(Ordering::SeqCst))
 }
 
 fn print_pass(result: &cairn_purger::Result<PassReport>, json: bool) {

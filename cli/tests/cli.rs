@@ -185,11 +185,25 @@ fn purge_once_purges_and_reports_json() {
     assert_eq!(
         code,
         Some(1),
-        "the instance tables do not exist here: {stdout}"
+        "t_cube_template_replica does not exist here: {stdout}"
     );
     let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("json");
-    assert_eq!(report["tables"][0]["table"], "t_cube_sandbox_spec");
-    assert_eq!(report["tables"][0]["purged"], 1, "{stdout}");
+    let tables = report["tables"].as_array().expect("tables");
+    assert_eq!(
+        tables.len(),
+        2,
+        "disable_hard_delete leaves the instance tables out: {stdout}"
+    );
+    assert_eq!(tables[0]["table"], "t_cube_sandbox_spec");
+    assert_eq!(tables[0]["purged"], 1, "{stdout}");
+    assert_eq!(tables[1]["table"], "t_cube_template_replica");
+    let (_, stdout) = run("soft_delete_purge:\n  enable: true\n", &[]);
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("json");
+    assert_eq!(
+        report["tables"].as_array().map(Vec::len),
+        Some(4),
+        "{stdout}"
+    );
 
     let (code, stdout) = run(enabled, &["--tables", "t_cube_sandbox_spec"]);
     assert_eq!(code, Some(0), "{stdout}");

@@ -61,10 +61,15 @@ impl AdvisoryLock {
     /// lease is still running or another session took it at the same moment.
     ///
     /// # Errors
-    /// `InvalidArgument` for an empty holder; engine errors.
+    /// `InvalidArgument` for an empty holder or a lease under 1ms; engine errors.
     pub fn try_acquire(&self, holder: &str, lease: Duration) -> Result<bool> {
         if holder.is_empty() {
             return Err(Error::invalid("an advisory lock holder needs a name"));
+        }
+        if lease < Duration::from_millis(1) {
+            return Err(Error::invalid(
+                "an advisory lock lease must be at least 1ms",
+            ));
         }
         let db = &self.tables.inner.db;
         let key = keys::lock(&self.name);

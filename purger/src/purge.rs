@@ -43,6 +43,9 @@ pub const BATCH: u64 = 500;
 /// table). A replica that dies mid-pass blocks the others this long at most.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(300);
 
+/// Numbers the passes of this process, to give each its own lock holder name.
+static PASSES: AtomicU64 = AtomicU64::new(1);
+
 /// Attempts at deleting one row before a conflict is given up on (a batch that conflicts is
 /// split in halves first, so only a row written again and again reaches this).
 const MAX_ATTEMPTS: usize = 8;
@@ -155,7 +158,8 @@ impl Purger {
         }
     }
 
-    /// The name this purger holds the lock under (default: unique to the purger).
+    /// The name this purger's passes hold the lock under, each suffixed `#n` so that no two
+    /// passes share one (default: unique to the purger).
     #[must_use]
     pub fn holder(mut self, holder: impl Into<String>) -> Self {
         self.holder = holder.into();
@@ -209,14 +213,18 @@ impl Purger {
             return Ok(report);
         }
         let lock = self.tables.advisory_lock(&self.lock_name);
-        if !lock.try_acquire(&self.holder, self.lease)? {
+        // Each pass holds the lock under a name of its own, so two passes of one purger (its
+        // loop and a direct call, or two replicas configured alike) exclude each other too.
+        let holder = format!("{}#{}", self.holder, PASSES.fetch_add(1, Ordering::Relaxed));
+        if !lock.try_acquire(&holder, self.lease)? {
             tracing::info!(lock = %self.lock_name, "lock held by another replica; skipping pass");
             report.skipped = true;
             return Ok(report);
         }
-        let _held = HeldLock {
+        let held = HeldLock {
             lock: &lock,
-            holder: &self.holder,
+            holder: &holder,
+            lease: self.lease,
         };
         let retention = u64::try_from(self.config.retention.as_millis()).unwrap_or(u64::MAX);
         report.cutoff_ms = self.tables.db().now_ms().saturating_sub(retention);
@@ -226,9 +234,9 @@ impl Purger {
                 table: table.clone(),
                 ..TableReport::default()
             };
-            let result = self
-                .renew(&lock)
-                .and_then(|()| self.purge_table(&table, report.cutoff_ms, &mut table_report));
+            let result = held.renew().and_then(|()| {
+                self.purge_table(&held, &table, report.cutoff_ms, &mut table_report)
+            });
             self.log_table(&table_report, report.cutoff_ms, result.as_ref().err());
             if let Some(callback) = &self.on_purge {
                 callback(&table, table_report.purged, result.as_ref().err());
@@ -246,16 +254,6 @@ impl Purger {
                 source: Box::new(source),
                 report: Box::new(report),
             }),
-        }
-    }
-
-    fn renew(&self, lock: &AdvisoryLock) -> Result<()> {
-        if lock.try_acquire(&self.holder, self.lease)? {
-            Ok(())
-        } else {
-            Err(Error::LockLost {
-                name: self.lock_name.clone(),
-            })
         }
     }
 
@@ -281,7 +279,13 @@ impl Purger {
         }
     }
 
-    fn purge_table(&self, table: &str, cutoff: u64, report: &mut TableReport) -> Result<()> {
+    fn purge_table(
+        &self,
+        held: &HeldLock<'_>,
+        table: &str,
+        cutoff: u64,
+        report: &mut TableReport,
+    ) -> Result<()> {
         let def = Arc::clone(self.tables.catalog().def(table)?);
         if def.deleted_at_position().is_none() {
             return Err(Error::invalid(format!(
@@ -322,7 +326,10 @@ impl Purger {
             if ids.is_empty() {
                 break;
             }
-            report.purged += self.delete(table, &ids, cutoff)?;
+            // The lease must cover the delete: renewed before each batch, so a table that
+            // takes long (a slow disk, a back-fill holding the catalog) cannot outlive it.
+            held.renew()?;
+            self.delete(table, &ids, cutoff, &mut report.purged)?;
             if selected < want {
                 break;
             }
@@ -338,24 +345,34 @@ impl Purger {
     }
 
     /// Deletes those of `ids` that still meet the predicate, in one transaction; on a
-    /// conflict, in two halves, down to single rows retried a few times. Returns the rows
-    /// deleted.
-    pub(crate) fn delete(&self, table: &str, ids: &[u64], cutoff: u64) -> Result<u64> {
+    /// conflict, in two halves, down to single rows retried a few times. Adds each committed
+    /// deletion to `purged` as it commits, so a later failure does not hide earlier ones.
+    pub(crate) fn delete(
+        &self,
+        table: &str,
+        ids: &[u64],
+        cutoff: u64,
+        purged: &mut u64,
+    ) -> Result<()> {
         let mut attempt = 1;
         loop {
             match self.delete_once(table, ids, cutoff) {
+                Ok(n) => {
+                    *purged += n;
+                    return Ok(());
+                }
                 Err(e) if e.is_conflict() => {
                     if let [_, _, ..] = ids {
                         let (left, right) = ids.split_at(ids.len() / 2);
-                        return Ok(self.delete(table, left, cutoff)?
-                            + self.delete(table, right, cutoff)?);
+                        self.delete(table, left, cutoff, purged)?;
+                        return self.delete(table, right, cutoff, purged);
                     }
                     if attempt >= MAX_ATTEMPTS {
                         return Err(e);
                     }
                     attempt += 1;
                 }
-                other => return other,
+                Err(e) => return Err(e),
             }
         }
     }
@@ -379,10 +396,24 @@ impl Purger {
     }
 }
 
-/// Releases the lock when a pass ends, however it ends.
+/// The lock a pass holds; released when the pass ends, however it ends.
 struct HeldLock<'a> {
     lock: &'a AdvisoryLock,
     holder: &'a str,
+    lease: Duration,
+}
+
+impl HeldLock<'_> {
+    /// Extends the lease; `LockLost` if it ran out and another holder took the lock.
+    fn renew(&self) -> Result<()> {
+        if self.lock.try_acquire(self.holder, self.lease)? {
+            Ok(())
+        } else {
+            Err(Error::LockLost {
+                name: self.lock.name().to_owned(),
+            })
+        }
+    }
 }
 
 impl Drop for HeldLock<'_> {

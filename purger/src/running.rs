@@ -58,9 +58,10 @@ impl Purger {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if let Some(state) = loops.get(self.lock_name()) {
-            tracing::info!(
+            tracing::warn!(
                 lock = self.lock_name(),
-                "a purge loop for this lock runs already; attaching"
+                "a purge loop for this lock runs already; attaching to it (this purger's own \
+                 settings and callback are not used)"
             );
             state.handles.fetch_add(1, Ordering::SeqCst);
             return Ok(Running {
@@ -104,8 +105,11 @@ fn run_loop(purger: &Purger, state: &LoopState) {
                 tracing::error!(panic = %message, "purge pass panicked; the loop goes on");
             }
         }
-        state.passes.fetch_add(1, Ordering::SeqCst);
+        // The next pass is due a full interval after this one ended; read the clock before
+        // the pass is counted, so whoever waits on the count and then moves the clock moves
+        // it past this reading.
         let due = purger.tables().db().now_ms().saturating_add(interval);
+        state.passes.fetch_add(1, Ordering::SeqCst);
         if !wait_until(purger, state, due) {
             break;
         }
@@ -187,6 +191,9 @@ impl Running {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
+        // Stopped from inside the loop (an `on_purge` callback): the loop ends when the pass
+        // returns; joining itself would deadlock.
+        let thread = thread.filter(|t| t.thread().id() != std::thread::current().id());
         match thread.map(JoinHandle::join) {
             Some(Err(_)) => Err(Error::Engine(cairn::Error::Panicked(
                 "the purge loop's thread died".to_owned(),

@@ -18,6 +18,9 @@ pub const DELETED_AT: &str = "deleted_at";
 /// The longest table, column or index name.
 const MAX_NAME_LEN: usize = 128;
 
+/// The most columns a table may have (a row stores its column count in 16 bits).
+const MAX_COLUMNS: usize = 4096;
+
 /// The version byte that starts every stored row.
 const ROW_FORMAT: u8 = 1;
 
@@ -204,6 +207,9 @@ impl TableDef {
     pub(crate) fn resolve(&mut self) -> std::result::Result<(), String> {
         check_name("table", &self.name)?;
         let table = &self.name;
+        if self.columns.len() > MAX_COLUMNS {
+            return Err(format!("table {table:?}: more than {MAX_COLUMNS} columns"));
+        }
         for (i, column) in self.columns.iter().enumerate() {
             check_name("column", &column.name)?;
             if column.name == "id" {
@@ -274,13 +280,14 @@ impl TableDef {
             .ok_or_else(|| Error::invalid(format!("table {:?} has no index {name:?}", self.name)))
     }
 
-    /// The first index whose leading column is `deleted_at`: the one the purger's
+    /// The first secondary index whose leading column is `deleted_at`: the one the purger's
     /// `deleted_at < cutoff` selection can range-scan.
     pub(crate) fn deleted_at_index(&self) -> Option<&IndexDef> {
         let position = self.position(DELETED_AT)?;
+        // Not a unique one: its entries do not end in the row id.
         self.indexes
             .iter()
-            .find(|i| i.positions.first() == Some(&position))
+            .find(|i| !i.index.unique && i.positions.first() == Some(&position))
     }
 
     /// Where `deleted_at` sits in a row, if the table soft-deletes.

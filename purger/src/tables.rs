@@ -133,6 +133,10 @@ impl Catalog {
     }
 }
 
+/// The catalogs open in this process: (database address, column family, catalog).
+type OpenCatalogs = Vec<(usize, String, std::sync::Weak<TablesInner>)>;
+static OPEN: Mutex<OpenCatalogs> = Mutex::new(Vec::new());
+
 /// Ids handed out from `next` up to (not including) `limit`, which is durable in the catalog.
 #[derive(Debug, Clone, Copy)]
 struct IdRange {
@@ -155,6 +159,21 @@ impl Tables {
     /// # Errors
     /// As [`open`](Self::open).
     pub fn open_with(db: Arc<Db>, options: &TablesOptions) -> Result<Self> {
+        // Two catalogs over one column family would each hand out the same table and row ids
+        // and miss each other's schema changes: one `Tables` per family, shared by cloning.
+        let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+        open.retain(|(_, _, tables)| tables.strong_count() > 0);
+        let db_addr = Arc::as_ptr(&db) as usize;
+        if open
+            .iter()
+            .any(|(addr, cf, _)| *addr == db_addr && *cf == options.column_family)
+        {
+            return Err(Error::invalid(format!(
+                "the tables in column family {:?} of this database are open already; clone that \
+                 Tables handle instead of opening them twice",
+                options.column_family
+            )));
+        }
         let cf = match db.column_family(&options.column_family) {
             Ok(cf) => cf,
             Err(cairn::Error::ColumnFamilyNotFound(_)) => {
@@ -172,10 +191,37 @@ impl Tables {
                 loops: Mutex::new(HashMap::new()),
             }),
         };
+        tables.clear_unfinished_indexes()?;
         if options.auto_migration {
             tables.migrate()?;
         }
+        open.push((
+            db_addr,
+            options.column_family.clone(),
+            Arc::downgrade(&tables.inner),
+        ));
         Ok(tables)
+    }
+
+    /// Deletes index entries under index ids no table's definition has reached yet: what a
+    /// back-fill interrupted by a crash left (its definition is stored only at the end). They
+    /// hold column values that no purge would ever find.
+    fn clear_unfinished_indexes(&self) -> Result<()> {
+        let catalog = self.catalog();
+        for def in catalog.tables.values() {
+            let start = keys::index_prefix(def.id, def.next_index_id);
+            let Some(end) = keys::prefix_end(&keys::index_prefix(def.id, u16::MAX)) else {
+                continue;
+            };
+            let snapshot = self.inner.db.snapshot();
+            let mut leftovers =
+                snapshot.range_cf(&self.inner.cf, start.as_slice()..end.as_slice())?;
+            if leftovers.next().transpose()?.is_some() {
+                tracing::warn!(table = %def.name, "clearing the entries of an unfinished index");
+                self.inner.cf.delete_range(&start, &end)?;
+            }
+        }
+        Ok(())
     }
 
     /// The database the tables live in.
@@ -348,7 +394,13 @@ impl Tables {
             .filter(|i| old.indexes.iter().all(|o| o.id != i.id))
             .collect();
         for index in &new_indexes {
-            self.backfill(&def, index)?;
+            if let Err(e) = self.backfill(&def, index) {
+                // Entries written before the failure hold column values; leave none behind.
+                if let Err(clear) = self.clear_index(&def, index) {
+                    tracing::warn!(error = %clear, "clearing a failed back-fill failed; the next open retries");
+                }
+                return Err(e);
+            }
         }
         let name = def.name.clone();
         let added: Vec<String> = new_indexes.iter().map(|i| i.index.name.clone()).collect();
@@ -379,7 +431,6 @@ impl Tables {
                 continue;
             };
             if index.index.unique && (pending.contains(&ikey) || cf.get(&ikey)?.is_some()) {
-                self.clear_index(def, index)?;
                 return Err(Error::UniqueViolation {
                     table: def.name.clone(),
                     index: index.index.name.clone(),
@@ -517,4 +568,40 @@ pub(crate) fn scan_prefix(
         Some(end) => snapshot.range_cf(cf, prefix..end.as_slice())?,
         None => snapshot.range_cf(cf, prefix..)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::value::ColumnType;
+
+    #[test]
+    fn an_unfinished_index_is_cleared_at_open() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let open = || {
+            let db = Db::open(dir.path(), cairn::Options::default()).expect("open");
+            Tables::open(Arc::new(db)).expect("tables")
+        };
+        let tables = open();
+        let t = tables
+            .create_table(Schema::new("t").column("name", ColumnType::Text))
+            .expect("create");
+        drop(t);
+        let def = Arc::clone(tables.catalog().def("t").expect("def"));
+        // What a crash part-way through a back-fill leaves: entries under the next index id.
+        let orphan = [
+            &keys::index_prefix(def.id, def.next_index_id)[..],
+            b"secret",
+        ]
+        .concat();
+        tables.column_family().put(&orphan, b"").expect("put");
+        let db = Arc::clone(tables.db());
+        drop(tables);
+        let Ok(db) = Arc::try_unwrap(db) else {
+            panic!("another handle holds the database");
+        };
+        db.close().expect("close");
+        let tables = open();
+        assert_eq!(tables.column_family().get(&orphan).expect("get"), None);
+    }
 }

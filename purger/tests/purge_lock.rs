@@ -109,13 +109,23 @@ fn two_purgers_at_one_tick_purge_once() {
 fn racing_replicas_never_purge_side_by_side() {
     let f = Fixture::new();
     create_cube_tables(&f.tables);
-    for _ in 0..20 {
+    for _ in 0..10 {
         fill_eligible(&f, 50);
         let barrier = Barrier::new(4);
         let reports: Vec<PassReport> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..4)
                 .map(|i| {
-                    let p = replica(&f, &format!("replica-{i}"));
+                    let name = format!("replica-{i}");
+                    let lock = f.tables.advisory_lock(CUBEMASTER_LOCK);
+                    // Mid-pass, the lock must name this replica and nobody else.
+                    let p = replica(&f, &name).on_purge(move |_, _, _| {
+                        let holder = lock.holder().expect("holder").expect("held mid-pass");
+                        assert!(
+                            holder.holder.starts_with(&name),
+                            "{holder:?} while {name} purges"
+                        );
+                        std::thread::sleep(Duration::from_millis(20));
+                    });
                     let barrier = &barrier;
                     s.spawn(move || {
                         barrier.wait();
@@ -133,4 +143,41 @@ fn racing_replicas_never_purge_side_by_side() {
         let total: u64 = reports.iter().map(PassReport::purged).sum();
         assert_eq!(total, 50);
     }
+}
+
+#[test]
+fn two_passes_of_one_purger_exclude_each_other() {
+    let f = Fixture::new();
+    create_cube_tables(&f.tables);
+    fill_eligible(&f, 10);
+    let twin: Arc<Mutex<Option<Purger>>> = Arc::default();
+    let inner: Arc<Mutex<Option<PassReport>>> = Arc::default();
+    let (slot, out) = (Arc::clone(&twin), Arc::clone(&inner));
+    let p = replica(&f, "same-name").on_purge(move |_, _, _| {
+        let twin = slot.lock().expect("twin").take();
+        if let Some(twin) = twin {
+            *out.lock().expect("out") = Some(twin.run_pass().expect("pass"));
+        }
+    });
+    *twin.lock().expect("twin") = Some(p.clone());
+    assert_eq!(p.run_pass().expect("pass").purged(), 10);
+    let inner = inner.lock().expect("out").take().expect("the clone ran");
+    assert!(
+        inner.skipped,
+        "a clone's pass, under the same holder name, must skip: {inner:?}"
+    );
+    let other = replica(&f, "same-name");
+    let lock = f.tables.advisory_lock(CUBEMASTER_LOCK);
+    assert!(lock.try_acquire("someone", HOUR).expect("acquire"));
+    assert!(other.run_pass().expect("pass").skipped);
+}
+
+#[test]
+fn a_zero_lease_is_refused() {
+    let f = Fixture::new();
+    let lock = f.tables.advisory_lock(CUBEMASTER_LOCK);
+    let zero = lock.try_acquire("a", Duration::ZERO);
+    assert!(matches!(zero, Err(Error::InvalidArgument(_))), "{zero:?}");
+    let empty = lock.try_acquire("", HOUR);
+    assert!(matches!(empty, Err(Error::InvalidArgument(_))), "{empty:?}");
 }

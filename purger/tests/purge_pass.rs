@@ -437,3 +437,53 @@ fn the_table_list_is_asked_for_at_every_pass() {
     assert_eq!(p.run_pass().expect("pass").purged(), 5);
     assert_eq!(asked.load(Ordering::SeqCst), 2);
 }
+
+#[test]
+fn stopping_the_loop_from_its_own_callback_returns() {
+    let f = Fixture::new();
+    create_cube_tables(&f.tables);
+    fill_eligible(&f, SPEC, 3);
+    let handle: Arc<Mutex<Option<cairn_purger::Running>>> = Arc::default();
+    let stopped = Arc::new(AtomicBool::new(false));
+    let (slot, flag) = (Arc::clone(&handle), Arc::clone(&stopped));
+    let p = purger(&f, &[SPEC, "t_cube_template_replica"], enabled()).on_purge(move |_, _, _| {
+        // Taking the handle out first: the lock guarding it is not held across the stop.
+        let running = slot.lock().expect("slot").take();
+        if let Some(running) = running {
+            running.stop().expect("stop from inside the loop");
+            flag.store(true, Ordering::SeqCst);
+        }
+    });
+    let running = p.start().expect("start");
+    *handle.lock().expect("slot") = Some(running);
+    // The first pass may run before the handle is in place: move time on until one sees it.
+    wait_for("the stop from the callback", || {
+        f.clock.advance(HOUR);
+        stopped.load(Ordering::SeqCst)
+    });
+    let t = f.tables.table(SPEC).expect("table");
+    assert_eq!(t.unscoped().count().expect("count"), 0);
+}
+
+#[test]
+fn a_unique_index_led_by_deleted_at_is_not_taken_for_the_purge_index() {
+    let f = Fixture::new();
+    let t = f
+        .tables
+        .create_table(
+            Schema::new("u")
+                .column("name", ColumnType::Text)
+                .unique("uk_deleted_name", &["deleted_at", "name"])
+                .soft_delete(),
+        )
+        .expect("create");
+    let at = f.now() - ms(2 * HOUR);
+    fill(&t, "old", 10, |_| Some(at));
+    let report = purger(&f, &["u"], enabled()).run_pass().expect("pass");
+    let table = only_table(&report);
+    assert!(
+        table.full_scan,
+        "a unique index's entries do not end in row ids"
+    );
+    assert_eq!(table.purged, 10);
+}

@@ -1,9 +1,10 @@
 //! The resurrection race: while passes purge 20,000 eligible rows, threads resurrect rows
 //! (upsert) and soft-delete them again, aiming at the rows the purger is about to select.
-//! Afterwards no row a thread wrote to is gone (after that write it was never eligible
-//! again, so only a purge that skipped its re-check could have taken it), every untouched
-//! eligible row is gone, the rows the passes reported purged are exactly the rows gone, and the
-//! indexes agree with the rows.
+//! Other writes race too: updates that leave `deleted_at` alone (the row stays eligible) and
+//! hard deletes. Afterwards no row a thread resurrected or soft-deleted again is gone (after that
+//! write it was never eligible again, so only a purge that skipped its re-check could have taken
+//! it), every other eligible row is gone, the rows the passes reported purged are exactly the
+//! rows gone but for the threads' hard deletes, and every index agrees with the rows both ways.
 //!
 //! Runs `CAIRN_SEEDS` seeds (default 2: each takes seconds in a debug build; `.ci/run` runs more
 //! in release); `CAIRN_SEED=n` replays one. A failure names its seed.
@@ -15,6 +16,7 @@
 
 mod common;
 
+use std::collections::HashSet;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -35,9 +37,13 @@ fn resurrected_rows_survive_racing_purges() {
     }
 }
 
-/// What the threads did to the original rows: ids they wrote to (so never purgeable after).
+/// What the threads did to the original rows: ids they resurrected or soft-deleted again (so
+/// never purgeable after), and ids they hard-deleted themselves.
 #[derive(Default)]
-struct Touched(Mutex<Vec<u64>>);
+struct Touched {
+    written: Mutex<Vec<u64>>,
+    hard_deleted: Mutex<Vec<u64>>,
+}
 
 fn run(seed: u64) {
     let f = Fixture::new();
@@ -89,14 +95,7 @@ fn run(seed: u64) {
     let last = purger.run_pass().expect("last pass");
     purged_total.fetch_add(last.purged(), Ordering::SeqCst);
 
-    let touched = touched.0.into_inner().expect("touched");
-    check(
-        seed,
-        &t,
-        &ids,
-        &touched,
-        purged_total.load(Ordering::SeqCst),
-    );
+    check(seed, &t, &ids, touched, purged_total.load(Ordering::SeqCst));
     check_indexes(seed, &f.tables, &t);
 }
 
@@ -115,36 +114,66 @@ fn race_one(
     let Some(i) = id.checked_sub(first).filter(|i| *i < ROWS) else {
         return;
     };
-    if rng.random_bool(0.6) {
-        let upserted = t
-            .upsert(
-                Row::new()
-                    .set("name", format!("row{i}"))
-                    .set("note", "back"),
-            )
-            .unwrap_or_else(|e| panic!("seed {seed}: upsert: {e}"));
-        if upserted == id {
-            touched.0.lock().expect("touched").push(id);
-        } else {
-            // The original was purged before this upsert: it inserted a fresh row.
-            frontier.fetch_max(id + 1, Ordering::SeqCst);
+    let written = || touched.written.lock().expect("touched");
+    match rng.random_range(0..100) {
+        0..50 => {
+            let upserted = t
+                .upsert(
+                    Row::new()
+                        .set("name", format!("row{i}"))
+                        .set("note", "back"),
+                )
+                .unwrap_or_else(|e| panic!("seed {seed}: upsert: {e}"));
+            if upserted == id {
+                written().push(id);
+            } else {
+                // The original was purged before this upsert: it inserted a fresh row.
+                frontier.fetch_max(id + 1, Ordering::SeqCst);
+            }
         }
-    } else {
-        match t.soft_delete(id) {
-            Ok(true) => touched.0.lock().expect("touched").push(id),
+        50..80 => match t.soft_delete(id) {
+            Ok(true) => written().push(id),
             Ok(false) => {}
             Err(e) => panic!("seed {seed}: soft delete: {e}"),
+        },
+        // An update that leaves deleted_at alone: the row stays eligible and may go.
+        80..97 => {
+            let note = Row::new().set("note", format!("edited by {seed}"));
+            if let Err(e) = t.unscoped().update(id, note) {
+                panic!("seed {seed}: update: {e}");
+            }
         }
+        _ => match t.unscoped().hard_delete(id) {
+            Ok(true) => touched.hard_deleted.lock().expect("touched").push(id),
+            Ok(false) => {}
+            Err(e) => panic!("seed {seed}: hard delete: {e}"),
+        },
     }
 }
 
-fn check(seed: u64, t: &Table, ids: &[u64], touched: &[u64], purged: u64) {
+fn check(seed: u64, t: &Table, ids: &[u64], touched: Touched, purged: u64) {
     let all = t.unscoped();
-    let mut gone = 0;
-    let touched: std::collections::HashSet<u64> = touched.iter().copied().collect();
+    let written: HashSet<u64> = touched
+        .written
+        .into_inner()
+        .expect("touched")
+        .into_iter()
+        .collect();
+    let hard_deleted: HashSet<u64> = touched
+        .hard_deleted
+        .into_inner()
+        .expect("touched")
+        .into_iter()
+        .collect();
+    let mut gone_by_purge = 0;
     for &id in ids {
         let exists = all.get(id).expect("get").is_some();
-        if touched.contains(&id) {
+        if hard_deleted.contains(&id) {
+            assert!(
+                !exists,
+                "seed {seed}: row {id} was hard-deleted and is back"
+            );
+        } else if written.contains(&id) {
             assert!(
                 exists,
                 "seed {seed}: row {id} was written by a thread and then purged"
@@ -154,25 +183,31 @@ fn check(seed: u64, t: &Table, ids: &[u64], touched: &[u64], purged: u64) {
                 !exists,
                 "seed {seed}: untouched eligible row {id} was never purged"
             );
+            gone_by_purge += 1;
         }
-        gone += u64::from(!exists);
     }
     assert_eq!(
-        purged, gone,
-        "seed {seed}: the passes reported {purged} purged, {gone} are gone"
+        purged, gone_by_purge,
+        "seed {seed}: the passes reported {purged} purged, {gone_by_purge} are gone"
     );
     assert!(
-        !touched.is_empty(),
+        !written.is_empty(),
         "seed {seed}: the threads never got a write in"
     );
     eprintln!(
-        "seed {seed}: {gone} purged, {} rows written to by racing threads survived",
-        touched.len()
+        "seed {seed}: {gone_by_purge} purged, {} rows written to by racing threads survived, {} \
+         hard-deleted by them",
+        written.len(),
+        hard_deleted.len()
     );
 }
 
 /// Every row is found through its unique key, and the `deleted_at` index agrees with a scan.
 fn check_indexes(seed: u64, tables: &Tables, t: &Table) {
+    let checked = t
+        .check()
+        .unwrap_or_else(|e| panic!("seed {seed}: rows and indexes disagree: {e}"));
+    assert!(checked > 0);
     let all = t.unscoped();
     let mut rows = 0;
     for row in all.scan().expect("scan") {

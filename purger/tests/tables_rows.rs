@@ -455,3 +455,91 @@ fn a_damaged_row_is_corruption_naming_its_key() {
         Some(Err(Error::Corruption { .. }))
     ));
 }
+
+#[test]
+fn opening_the_tables_twice_on_one_database_is_refused() {
+    let f = Fixture::new();
+    let again = cairn_purger::Tables::open(Arc::clone(f.db()));
+    assert!(matches!(again, Err(Error::InvalidArgument(_))), "{again:?}");
+    let other_family = cairn_purger::Tables::open_with(
+        Arc::clone(f.db()),
+        &TablesOptions::default().column_family("other.tables"),
+    );
+    assert!(other_family.is_ok(), "another family holds another catalog");
+    let clone = f.tables.clone();
+    clone
+        .create_table(schema("t"))
+        .expect("a clone shares the catalog");
+    assert!(f.tables.table("t").is_ok());
+}
+
+#[test]
+fn a_failed_back_fill_leaves_no_index_entries_behind() {
+    let f = Fixture::new();
+    let t = f
+        .tables
+        .create_table(
+            Schema::new("t")
+                .column("name", ColumnType::Text)
+                .nullable("note", ColumnType::Text)
+                .soft_delete(),
+        )
+        .expect("create");
+    for i in 0..1_500 {
+        let row = Row::new()
+            .set("name", format!("n{i}"))
+            .set("note", format!("secret-{i}"));
+        t.insert(row).expect("insert");
+    }
+    // A note too long to be an engine key: the back-fill fails after writing a batch.
+    let huge = "x".repeat(cairn::MAX_KEY_LEN + 1);
+    t.insert(Row::new().set("name", "huge").set("note", huge))
+        .expect("insert");
+    let index = Index {
+        name: "idx_note".into(),
+        columns: vec!["note".into()],
+        unique: false,
+    };
+    let failed = f.tables.add_index("t", index);
+    assert!(failed.is_err(), "{failed:?}");
+    let cf = f.tables.column_family();
+    let leftovers = cf
+        .iter()
+        .expect("iter")
+        .map(|e| e.expect("entry").0)
+        .filter(|k| k.windows(7).any(|w| w == b"secret-"))
+        .count();
+    assert_eq!(
+        leftovers, 0,
+        "index entries of a failed back-fill hold column values"
+    );
+    assert_eq!(t.check().expect("check"), 1_501);
+}
+
+#[test]
+fn a_unique_lookup_with_a_wrong_type_is_an_invalid_argument() {
+    let f = Fixture::new();
+    let t = f.tables.create_table(schema("t")).expect("create");
+    t.insert(Row::new().set("name", "a")).expect("insert");
+    let wrong = t.find_unique("uk_t_name", &[Value::Bytes(b"a".to_vec())]);
+    assert!(matches!(wrong, Err(Error::InvalidArgument(_))), "{wrong:?}");
+    assert_eq!(
+        t.find_unique("uk_t_name", &[Value::Null]).expect("null"),
+        None
+    );
+}
+
+#[test]
+fn check_finds_rows_and_entries_that_disagree() {
+    let f = Fixture::new();
+    let t = f.tables.create_table(schema("t")).expect("create");
+    let id = t
+        .insert(Row::new().set("name", "a").set("note", "n"))
+        .expect("insert");
+    assert_eq!(t.check().expect("check"), 1);
+    // Drop one index entry behind the table layer's back.
+    let cf = f.tables.column_family();
+    let entry = t.unscoped().engine_keys(id).expect("keys").expect("row")[1].clone();
+    cf.delete(&entry).expect("delete");
+    assert!(matches!(t.check(), Err(Error::Corruption { .. })));
+}

@@ -48,6 +48,9 @@ struct Args {
     json: Option<PathBuf>,
 }
 
+/// One figure of a round.
+type Metric = fn(&Round) -> f64;
+
 #[derive(Debug, Default, serde::Serialize)]
 struct Round {
     insert: f64,
@@ -63,7 +66,10 @@ struct Round {
 fn main() -> Result<()> {
     let args = Args::parse();
     let temp = tempfile::tempdir()?;
-    let base = args.dir.clone().unwrap_or_else(|| temp.path().to_path_buf());
+    let base = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| temp.path().to_path_buf());
     let mut rounds = Vec::new();
     for run in 0..args.runs {
         let round = one_round(&args, &base.join(format!("round{run}")))?;
@@ -81,19 +87,27 @@ fn main() -> Result<()> {
         args.rows.div_ceil(args.sparse_every),
         args.runs
     );
-    let lines: [(&str, fn(&Round) -> f64); 8] = [
+    let lines: [(&str, Metric); 8] = [
         ("insert", |r| r.insert),
         ("get (by id, random order)", |r| r.get),
         ("purge, all eligible, deleted_at index", |r| r.purge_indexed),
         ("purge, all eligible, full scan", |r| r.purge_full_scan),
-        ("  index speed-up (x)", |r| r.purge_indexed / r.purge_full_scan),
+        ("  index speed-up (x)", |r| {
+            r.purge_indexed / r.purge_full_scan
+        }),
         ("purge, sparse, deleted_at index", |r| r.sparse_indexed),
         ("purge, sparse, full scan", |r| r.sparse_full_scan),
-        ("  index speed-up (x)", |r| r.sparse_indexed / r.sparse_full_scan),
+        ("  index speed-up (x)", |r| {
+            r.sparse_indexed / r.sparse_full_scan
+        }),
     ];
     for (name, f) in lines {
         let per_round: Vec<String> = rounds.iter().map(|r| format!("{:.1}", f(r))).collect();
-        println!("  {name:<40} {:>12.1}   rounds: {}", median(f), per_round.join(" "));
+        println!(
+            "  {name:<40} {:>12.1}   rounds: {}",
+            median(f),
+            per_round.join(" ")
+        );
     }
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&rounds)?)?;
@@ -172,7 +186,10 @@ fn fill(t: &Table, rows: u64, every: u64) -> Result<Vec<u64>> {
             let at = i.is_multiple_of(every).then_some(deleted_at + i % 1000);
             let row = Row::new()
                 .set("name", format!("sandbox-{i:010}"))
-                .set("spec", format!("{{\"cpu\": {}, \"memory\": {}}}", i % 16, i % 64))
+                .set(
+                    "spec",
+                    format!("{{\"cpu\": {}, \"memory\": {}}}", i % 16, i % 64),
+                )
                 .set("deleted_at", at.map_or(Value::Null, Value::Timestamp));
             Ok(t.insert(row)?)
         })
@@ -185,23 +202,29 @@ fn purge_all(tables: &Tables, rows: u64) -> Result<f64> {
         enable: true,
         ..PurgeConfig::default()
     };
-    let purger = Purger::new(tables.clone(), CUBEMASTER_LOCK, || vec![TABLE.to_owned()], config);
+    let purger = Purger::new(
+        tables.clone(),
+        CUBEMASTER_LOCK,
+        || vec![TABLE.to_owned()],
+        config,
+    );
     let start = Instant::now();
-    let mut purged = 0;
+    let mut total = 0;
     loop {
         let report = purger.run_pass()?;
         if report.purged() == 0 {
             break;
         }
-        purged += report.purged();
+        total += report.purged();
     }
     let elapsed = start.elapsed();
-    if purged != rows {
-        return Err(format!("purged {purged} of {rows} rows").into());
+    if total != rows {
+        return Err(format!("purged {total} of {rows} rows").into());
     }
     Ok(rate(rows, elapsed))
 }
 
+#[allow(clippy::cast_precision_loss, reason = "a rate, not an exact count")]
 fn rate(n: u64, elapsed: Duration) -> f64 {
     n as f64 / elapsed.as_secs_f64().max(1e-9)
 }
