@@ -1,6 +1,6 @@
 //! The purger crate's error type.
 
-use crate::purge::PassReport;
+use crate::report::PassReport;
 
 /// Everything that can go wrong in the table layer, the lock or the purger.
 #[derive(Debug, thiserror::Error)]

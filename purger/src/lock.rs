@@ -21,6 +21,13 @@ pub struct Lease {
     pub expires_at_ms: u64,
 }
 
+impl Tables {
+    /// The named advisory lock (see [`AdvisoryLock`]).
+    pub fn advisory_lock(&self, name: &str) -> AdvisoryLock {
+        AdvisoryLock::new(self.clone(), name)
+    }
+}
+
 /// One named advisory lock, from [`Tables::advisory_lock`].
 ///
 /// ```

@@ -1,8 +1,12 @@
 //! Versioned schema migrations. Each is idempotent (it checks before it changes anything) and
 //! is recorded in the catalog once applied, so a reopened database does not run it again.
 
+use cairn::WriteBatch;
+
 use crate::error::{Error, Result};
-use crate::schema::{DELETED_AT, Index, TableDef};
+use crate::keys;
+use crate::row::DELETED_AT;
+use crate::schema::{Index, TableDef};
 use crate::tables::{Catalog, Tables, add_index_def};
 use crate::targets;
 
@@ -13,7 +17,38 @@ pub const DELETED_AT_INDEX: u64 = 20_260_731_120_000;
 /// Every migration, in the order they apply.
 pub(crate) const ALL: &[u64] = &[DELETED_AT_INDEX];
 
-pub(crate) fn apply(tables: &Tables, catalog: &mut Catalog, version: u64) -> Result<()> {
+impl Tables {
+    /// Applies every pending migration, in version order, and records each. Idempotent.
+    /// Returns the versions this call applied.
+    ///
+    /// # Errors
+    /// As [`add_index`](Self::add_index).
+    pub fn migrate(&self) -> Result<Vec<u64>> {
+        let mut catalog = self.catalog_mut();
+        let mut applied = Vec::new();
+        for &version in ALL {
+            if catalog.migrations.contains_key(&version) {
+                continue;
+            }
+            apply(self, &mut catalog, version)?;
+            let now = self.inner.db.now_ms();
+            let mut batch = WriteBatch::new();
+            batch.put_cf(&self.inner.cf, keys::migration(version), now.to_be_bytes());
+            self.write_synced(batch)?;
+            catalog.migrations.insert(version, now);
+            tracing::info!(version, "applied migration");
+            applied.push(version);
+        }
+        Ok(applied)
+    }
+
+    /// The migrations applied to this database, in version order.
+    pub fn applied_migrations(&self) -> Vec<u64> {
+        self.catalog().migrations.keys().copied().collect()
+    }
+}
+
+fn apply(tables: &Tables, catalog: &mut Catalog, version: u64) -> Result<()> {
     match version {
         DELETED_AT_INDEX => add_deleted_at_indexes(tables, catalog),
         other => Err(Error::invalid(format!("unknown migration {other}"))),

@@ -29,6 +29,7 @@ use crate::config::PurgeConfig;
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::lock::AdvisoryLock;
+use crate::report::{PassReport, TableReport};
 use crate::schema::{IndexDef, TableDef};
 use crate::table::{delete_row, read_row};
 use crate::tables::{Tables, scan_prefix};
@@ -49,43 +50,6 @@ static PASSES: AtomicU64 = AtomicU64::new(1);
 /// Attempts at deleting one row before a conflict is given up on (a batch that conflicts is
 /// split in halves first, so only a row written again and again reaches this).
 const MAX_ATTEMPTS: usize = 8;
-
-/// The outcome of one pass.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct PassReport {
-    /// True if no pass ran: the purger is disabled, or another replica holds the lock.
-    pub skipped: bool,
-    /// True if the pass only counted.
-    pub dry_run: bool,
-    /// Rows with `deleted_at` strictly below this (engine-clock ms) were eligible.
-    pub cutoff_ms: u64,
-    /// Each table's outcome, in list order.
-    pub tables: Vec<TableReport>,
-}
-
-impl PassReport {
-    /// Rows purged from every table.
-    pub fn purged(&self) -> u64 {
-        self.tables.iter().map(|t| t.purged).sum()
-    }
-}
-
-/// One table's part of a pass.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct TableReport {
-    /// The table.
-    pub table: String,
-    /// Ids selected (in a dry run: the whole eligible backlog, uncapped).
-    pub selected: u64,
-    /// Rows actually deleted: selected ones that still met the predicate at delete time.
-    pub purged: u64,
-    /// How many ids each select returned, in order (empty in a dry run).
-    pub batches: Vec<u64>,
-    /// True if the table has no `deleted_at` index and was scanned whole.
-    pub full_scan: bool,
-    /// The error that stopped this table, if one did.
-    pub error: Option<String>,
-}
 
 type TableList = dyn Fn() -> Vec<String> + Send + Sync;
 type OnPurge = dyn Fn(&str, u64, Option<&Error>) + Send + Sync;

@@ -2,8 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::schema::{DELETED_AT, TableDef};
 use crate::value::Value;
+
+/// The soft-delete column's name, as GORM names it.
+pub const DELETED_AT: &str = "deleted_at";
 
 /// A row of a table. Built with [`set`](Row::set) to insert, update or upsert; read back from a
 /// table with its [`id`](Row::id) and every column (NULL ones as [`Value::Null`]).
@@ -55,13 +57,11 @@ impl Row {
         self.values.iter().map(|(k, v)| (k.as_str(), v))
     }
 
-    pub(crate) fn from_stored(def: &TableDef, id: u64, values: Vec<Value>) -> Self {
-        let values = def
-            .columns
-            .iter()
-            .map(|c| c.name.clone())
-            .zip(values)
-            .collect();
-        Self { id, values }
+    /// A row read back: its id and every column, by name.
+    pub(crate) fn stored(id: u64, columns: impl IntoIterator<Item = (String, Value)>) -> Self {
+        Self {
+            id,
+            values: columns.into_iter().collect(),
+        }
     }
 }

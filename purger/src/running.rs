@@ -3,6 +3,7 @@
 //! either way the loop goes on. One loop runs per lock name and set of tables: starting a
 //! second one attaches to the first, and the loop ends when every handle has stopped.
 
+use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -15,6 +16,14 @@ use crate::purge::Purger;
 /// The longest real-time sleep between two readings of the engine clock while waiting for the
 /// next pass: a `ManualClock` moved by a test is noticed within this.
 const CLOCK_POLL: Duration = Duration::from_millis(20);
+
+/// The loops running in this process, by the tables they purge (their catalog's address) and
+/// their lock name: one loop per key.
+static LOOPS: Mutex<BTreeMap<(usize, String), Arc<LoopState>>> = Mutex::new(BTreeMap::new());
+
+fn loop_key(purger: &Purger) -> (usize, String) {
+    (purger.tables().address(), purger.lock_name().to_owned())
+}
 
 /// Shared by the loop's thread and every [`Running`] handle on it.
 #[derive(Debug, Default)]
@@ -51,13 +60,9 @@ impl Purger {
                 stopped: false,
             });
         }
-        let mut loops = self
-            .tables()
-            .inner
-            .loops
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(state) = loops.get(self.lock_name()) {
+        let mut loops = LOOPS.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = loop_key(self);
+        if let Some(state) = loops.get(&key) {
             tracing::warn!(
                 lock = self.lock_name(),
                 "a purge loop for this lock runs already; attaching to it (this purger's own \
@@ -80,7 +85,7 @@ impl Purger {
             .name(format!("cairn-purge-{}", self.lock_name()))
             .spawn(move || run_loop(&purger, &thread_state))?;
         *state.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(thread);
-        loops.insert(self.lock_name().to_owned(), Arc::clone(&state));
+        loops.insert(key, Arc::clone(&state));
         tracing::info!(lock = self.lock_name(), config = ?self.config, "purge loop started");
         Ok(Running {
             purger: self.clone(),
@@ -169,20 +174,14 @@ impl Running {
         {
             // Under the registry's lock, so a `start` either attaches before the count reaches
             // zero or finds no entry and starts a fresh loop: never a loop about to stop.
-            let mut loops = self
-                .purger
-                .tables()
-                .inner
-                .loops
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut loops = LOOPS.lock().unwrap_or_else(PoisonError::into_inner);
             if state.handles.fetch_sub(1, Ordering::SeqCst) != 1 {
                 return Ok(());
             }
             *state.stop.lock().unwrap_or_else(PoisonError::into_inner) = true;
-            let lock_name = self.purger.lock_name();
-            if loops.get(lock_name).is_some_and(|s| Arc::ptr_eq(s, state)) {
-                loops.remove(lock_name);
+            let key = loop_key(&self.purger);
+            if loops.get(&key).is_some_and(|s| Arc::ptr_eq(s, state)) {
+                loops.remove(&key);
             }
         }
         state.wake.notify_all();

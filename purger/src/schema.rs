@@ -9,11 +9,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::row::Row;
+use crate::row::{DELETED_AT, Row};
 use crate::value::{ColumnType, Value, decode_stored, encode_stored};
-
-/// The soft-delete column's name, as GORM names it.
-pub const DELETED_AT: &str = "deleted_at";
 
 /// The longest table, column or index name.
 const MAX_NAME_LEN: usize = 128;
@@ -351,6 +348,11 @@ impl TableDef {
             }
         }
         Ok(())
+    }
+
+    /// A row read back: `id` and `values` named by this table's columns.
+    pub(crate) fn row(&self, id: u64, values: Vec<Value>) -> Row {
+        Row::stored(id, self.columns.iter().map(|c| c.name.clone()).zip(values))
     }
 
     /// The stored form of a row: the format byte, the column count (u16 LE), then each value.

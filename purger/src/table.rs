@@ -8,18 +8,67 @@
 
 use std::sync::Arc;
 
-use cairn::{DbIterator, Transaction};
+use cairn::{DbIterator, Transaction, WriteBatch};
 
 use crate::error::{Error, Result};
 use crate::keys;
+use crate::migration;
 use crate::row::Row;
-use crate::schema::TableDef;
-use crate::tables::{Tables, scan_prefix};
+use crate::schema::{Schema, TableDef};
+use crate::tables::{Tables, encode_def, scan_prefix};
 use crate::value::Value;
 
 /// How many times a write is retried after a transaction conflict before the conflict is
 /// returned to the caller.
 const MAX_ATTEMPTS: usize = 16;
+
+impl Tables {
+    /// Creates a table. A purge target created after migration `20260731120000` was applied
+    /// gets its `deleted_at` index at once, as if it had existed when the migration ran.
+    ///
+    /// # Errors
+    /// `TableExists`; `InvalidArgument` for a bad schema (a duplicate or unknown column, an
+    /// empty index, a column named `id`).
+    pub fn create_table(&self, schema: Schema) -> Result<Table> {
+        let mut catalog = self.catalog_mut();
+        if catalog.tables.contains_key(schema.name()) {
+            return Err(Error::TableExists(schema.name().to_owned()));
+        }
+        let id = catalog.next_table_id;
+        let mut def = TableDef::from_schema(id, schema)?;
+        if catalog
+            .migrations
+            .contains_key(&migration::DELETED_AT_INDEX)
+        {
+            migration::declare_deleted_at_index(&mut def)?;
+        }
+        let next = id
+            .checked_add(1)
+            .ok_or_else(|| Error::invalid("out of table ids"))?;
+        let mut batch = WriteBatch::new();
+        batch.put_cf(
+            &self.inner.cf,
+            keys::table_def(&def.name),
+            encode_def(&def)?,
+        );
+        batch.put_cf(&self.inner.cf, keys::NEXT_TABLE_ID, next.to_be_bytes());
+        self.write_synced(batch)?;
+        catalog.next_table_id = next;
+        let name = def.name.clone();
+        catalog.tables.insert(name.clone(), Arc::new(def));
+        tracing::info!(table = %name, "created table");
+        Ok(Table::new(self.clone(), &name))
+    }
+
+    /// A handle on the table `name`, with scoped reads (soft-deleted rows hidden).
+    ///
+    /// # Errors
+    /// `NoSuchTable`.
+    pub fn table(&self, name: &str) -> Result<Table> {
+        self.catalog().def(name)?;
+        Ok(Table::new(self.clone(), name))
+    }
+}
 
 /// A handle on one table. Scoped (the default) hides soft-deleted rows, as GORM does;
 /// [`unscoped`](Table::unscoped) sees them.
@@ -85,9 +134,7 @@ impl Table {
             return Ok(None);
         };
         let values = def.decode_row(&key, &bytes)?;
-        Ok(self
-            .visible(&def, &values)
-            .then(|| Row::from_stored(&def, id, values)))
+        Ok(self.visible(&def, &values).then(|| def.row(id, values)))
     }
 
     /// The row holding `values` (in the index's column order) in the unique index `index`.
@@ -221,7 +268,7 @@ impl Table {
             })?;
             let mut new = def.assign(old.clone(), &row)?;
             if let Some(p) = def.deleted_at_position()
-                && row.get(crate::schema::DELETED_AT).is_none()
+                && row.get(crate::row::DELETED_AT).is_none()
                 && let Some(slot) = new.get_mut(p)
             {
                 *slot = Value::Null;
@@ -483,7 +530,7 @@ impl Iterator for Rows {
             });
             match decoded {
                 Ok((_, values)) if self.scoped && self.def.deleted_at(&values).is_some() => {}
-                Ok((id, values)) => return Some(Ok(Row::from_stored(&self.def, id, values))),
+                Ok((id, values)) => return Some(Ok(self.def.row(id, values))),
                 Err(e) => return Some(Err(e)),
             }
         }

@@ -15,11 +15,7 @@ use cairn::{CfOptions, ColumnFamily, Db, WriteBatch, WriteOptions};
 
 use crate::error::{Error, Result};
 use crate::keys;
-use crate::lock::AdvisoryLock;
-use crate::migration;
-use crate::running::LoopState;
-use crate::schema::{Column, Index, IndexDef, Schema, TableDef};
-use crate::table::Table;
+use crate::schema::{Column, Index, IndexDef, TableDef};
 
 /// Row ids are reserved from the catalog this many at a time: one small write per block
 /// instead of one per insert. A restart skips the rest of a block, as MySQL's does.
@@ -112,8 +108,6 @@ pub(crate) struct TablesInner {
     pub(crate) cf: ColumnFamily,
     catalog: RwLock<Catalog>,
     ids: Mutex<HashMap<u32, IdRange>>,
-    /// The background purge loops running, by lock name: one per name.
-    pub(crate) loops: Mutex<HashMap<String, Arc<LoopState>>>,
 }
 
 /// The catalog as loaded in memory.
@@ -122,7 +116,7 @@ pub(crate) struct Catalog {
     pub(crate) tables: BTreeMap<String, Arc<TableDef>>,
     /// Applied migrations: version → when (ms).
     pub(crate) migrations: BTreeMap<u64, u64>,
-    next_table_id: u32,
+    pub(crate) next_table_id: u32,
 }
 
 impl Catalog {
@@ -188,7 +182,6 @@ impl Tables {
                 cf,
                 catalog: RwLock::new(catalog),
                 ids: Mutex::new(HashMap::new()),
-                loops: Mutex::new(HashMap::new()),
             }),
         };
         tables.clear_unfinished_indexes()?;
@@ -234,52 +227,6 @@ impl Tables {
         &self.inner.cf
     }
 
-    /// Creates a table. A purge target created after migration `20260731120000` was applied
-    /// gets its `deleted_at` index at once, as if it had existed when the migration ran.
-    ///
-    /// # Errors
-    /// `TableExists`; `InvalidArgument` for a bad schema (a duplicate or unknown column, an
-    /// empty index, a column named `id`).
-    pub fn create_table(&self, schema: Schema) -> Result<Table> {
-        let mut catalog = self.catalog_mut();
-        if catalog.tables.contains_key(schema.name()) {
-            return Err(Error::TableExists(schema.name().to_owned()));
-        }
-        let id = catalog.next_table_id;
-        let mut def = TableDef::from_schema(id, schema)?;
-        if catalog
-            .migrations
-            .contains_key(&migration::DELETED_AT_INDEX)
-        {
-            migration::declare_deleted_at_index(&mut def)?;
-        }
-        let next = id
-            .checked_add(1)
-            .ok_or_else(|| Error::invalid("out of table ids"))?;
-        let mut batch = WriteBatch::new();
-        batch.put_cf(
-            &self.inner.cf,
-            keys::table_def(&def.name),
-            encode_def(&def)?,
-        );
-        batch.put_cf(&self.inner.cf, keys::NEXT_TABLE_ID, next.to_be_bytes());
-        self.write_synced(batch)?;
-        catalog.next_table_id = next;
-        let name = def.name.clone();
-        catalog.tables.insert(name.clone(), Arc::new(def));
-        tracing::info!(table = %name, "created table");
-        Ok(Table::new(self.clone(), &name))
-    }
-
-    /// A handle on the table `name`, with scoped reads (soft-deleted rows hidden).
-    ///
-    /// # Errors
-    /// `NoSuchTable`.
-    pub fn table(&self, name: &str) -> Result<Table> {
-        self.catalog().def(name)?;
-        Ok(Table::new(self.clone(), name))
-    }
-
     /// The names of every table, sorted.
     pub fn table_names(&self) -> Vec<String> {
         self.catalog().tables.keys().cloned().collect()
@@ -317,38 +264,9 @@ impl Tables {
         self.backfill_and_store(&mut catalog, def)
     }
 
-    /// Applies every pending migration, in version order, and records each. Idempotent.
-    /// Returns the versions this call applied.
-    ///
-    /// # Errors
-    /// As [`add_index`](Self::add_index).
-    pub fn migrate(&self) -> Result<Vec<u64>> {
-        let mut catalog = self.catalog_mut();
-        let mut applied = Vec::new();
-        for &version in migration::ALL {
-            if catalog.migrations.contains_key(&version) {
-                continue;
-            }
-            migration::apply(self, &mut catalog, version)?;
-            let now = self.inner.db.now_ms();
-            let mut batch = WriteBatch::new();
-            batch.put_cf(&self.inner.cf, keys::migration(version), now.to_be_bytes());
-            self.write_synced(batch)?;
-            catalog.migrations.insert(version, now);
-            tracing::info!(version, "applied migration");
-            applied.push(version);
-        }
-        Ok(applied)
-    }
-
-    /// The migrations applied to this database, in version order.
-    pub fn applied_migrations(&self) -> Vec<u64> {
-        self.catalog().migrations.keys().copied().collect()
-    }
-
-    /// The named advisory lock (see [`AdvisoryLock`]).
-    pub fn advisory_lock(&self, name: &str) -> AdvisoryLock {
-        AdvisoryLock::new(self.clone(), name)
+    /// Identifies this catalog in the process (every clone shares it).
+    pub(crate) fn address(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
     }
 
     pub(crate) fn catalog(&self) -> RwLockReadGuard<'_, Catalog> {
@@ -358,14 +276,14 @@ impl Tables {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn catalog_mut(&self) -> RwLockWriteGuard<'_, Catalog> {
+    pub(crate) fn catalog_mut(&self) -> RwLockWriteGuard<'_, Catalog> {
         self.inner
             .catalog
             .write()
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn write_synced(&self, batch: WriteBatch) -> Result<()> {
+    pub(crate) fn write_synced(&self, batch: WriteBatch) -> Result<()> {
         let options = WriteOptions { sync: true };
         self.inner.db.write_opt(batch, &options)?;
         Ok(())
@@ -527,7 +445,7 @@ pub(crate) fn add_index_def(def: &mut TableDef, index: Index) -> Result<()> {
     def.resolve().map_err(Error::InvalidArgument)
 }
 
-fn encode_def(def: &TableDef) -> Result<Vec<u8>> {
+pub(crate) fn encode_def(def: &TableDef) -> Result<Vec<u8>> {
     serde_json::to_vec(def).map_err(|e| Error::invalid(format!("table {:?}: {e}", def.name)))
 }
 
@@ -573,6 +491,7 @@ pub(crate) fn scan_prefix(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::schema::Schema;
     use crate::value::ColumnType;
 
     #[test]
