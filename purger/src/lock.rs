@@ -134,6 +134,20 @@ impl AdvisoryLock {
         Ok(current.filter(|lease| lease.expires_at_ms > now))
     }
 
+    /// Fails with `LockLost` unless `holder` holds the lock with a lease still running, as
+    /// `tx` reads it. The read is checked at commit: if another session takes the lock after
+    /// `tx`'s snapshot, `tx`'s commit conflicts. So a write made under the lock commits only
+    /// while the lock is really held.
+    pub(crate) fn check_held(&self, tx: &mut cairn::Transaction<'_>, holder: &str) -> Result<()> {
+        let now = self.tables.inner.db.now_ms();
+        match self.read(tx, &keys::lock(&self.name))? {
+            Some(lease) if lease.holder == holder && lease.expires_at_ms > now => Ok(()),
+            _ => Err(Error::LockLost {
+                name: self.name.clone(),
+            }),
+        }
+    }
+
     fn read(&self, tx: &mut cairn::Transaction<'_>, key: &[u8]) -> Result<Option<Lease>> {
         tx.get_cf(&self.tables.inner.cf, key)?
             .map(|bytes| decode(key, &bytes))

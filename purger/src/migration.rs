@@ -62,7 +62,7 @@ fn add_deleted_at_indexes(tables: &Tables, catalog: &mut Catalog) -> Result<()> 
         };
         let mut def = TableDef::clone(def);
         if declare_deleted_at_index(&mut def)? {
-            tables.backfill_and_store(catalog, def)?;
+            tables.backfill_and_store(catalog, &def)?;
         }
     }
     Ok(())

@@ -21,7 +21,7 @@
 //! change with the row.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -87,6 +87,9 @@ pub struct Purger {
     lease: Duration,
     on_purge: Option<Arc<OnPurge>>,
     warned_full_scan: Arc<Mutex<HashSet<String>>>,
+    /// Set when the background loop running this purger is stopped: the pass in progress
+    /// ends before its next table or batch.
+    pub(crate) cancel: Option<Arc<AtomicBool>>,
 }
 
 impl std::fmt::Debug for Purger {
@@ -119,6 +122,7 @@ impl Purger {
             lease: DEFAULT_LEASE,
             on_purge: None,
             warned_full_scan: Arc::new(Mutex::new(HashSet::new())),
+            cancel: None,
         }
     }
 
@@ -194,6 +198,9 @@ impl Purger {
         report.cutoff_ms = self.tables.db().now_ms().saturating_sub(retention);
         let mut first_error = None;
         for table in (self.list)() {
+            if self.cancelled() {
+                break;
+            }
             let mut table_report = TableReport {
                 table: table.clone(),
                 ..TableReport::default()
@@ -279,7 +286,7 @@ impl Purger {
         let mut cursor = Cursor::default();
         loop {
             let want = BATCH.min(budget);
-            if want == 0 {
+            if want == 0 || self.cancelled() {
                 break;
             }
             let ids = selector.select(want, &mut cursor)?;
@@ -293,12 +300,18 @@ impl Purger {
             // The lease must cover the delete: renewed before each batch, so a table that
             // takes long (a slow disk, a back-fill holding the catalog) cannot outlive it.
             held.renew()?;
-            self.delete(table, &ids, cutoff, &mut report.purged)?;
+            self.delete(held, table, &ids, cutoff, &mut report.purged)?;
             if selected < want {
                 break;
             }
         }
         Ok(())
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::SeqCst))
     }
 
     fn first_full_scan(&self, table: &str) -> bool {
@@ -311,8 +324,9 @@ impl Purger {
     /// Deletes those of `ids` that still meet the predicate, in one transaction; on a
     /// conflict, in two halves, down to single rows retried a few times. Adds each committed
     /// deletion to `purged` as it commits, so a later failure does not hide earlier ones.
-    pub(crate) fn delete(
+    fn delete(
         &self,
+        held: &HeldLock<'_>,
         table: &str,
         ids: &[u64],
         cutoff: u64,
@@ -320,7 +334,7 @@ impl Purger {
     ) -> Result<()> {
         let mut attempt = 1;
         loop {
-            match self.delete_once(table, ids, cutoff) {
+            match self.delete_once(held, table, ids, cutoff) {
                 Ok(n) => {
                     *purged += n;
                     return Ok(());
@@ -328,8 +342,8 @@ impl Purger {
                 Err(e) if e.is_conflict() => {
                     if let [_, _, ..] = ids {
                         let (left, right) = ids.split_at(ids.len() / 2);
-                        self.delete(table, left, cutoff, purged)?;
-                        return self.delete(table, right, cutoff, purged);
+                        self.delete(held, table, left, cutoff, purged)?;
+                        return self.delete(held, table, right, cutoff, purged);
                     }
                     if attempt >= MAX_ATTEMPTS {
                         return Err(e);
@@ -341,10 +355,20 @@ impl Purger {
         }
     }
 
-    fn delete_once(&self, table: &str, ids: &[u64], cutoff: u64) -> Result<u64> {
+    fn delete_once(
+        &self,
+        held: &HeldLock<'_>,
+        table: &str,
+        ids: &[u64],
+        cutoff: u64,
+    ) -> Result<u64> {
         let catalog = self.tables.catalog();
         let def = catalog.def(table)?;
         let mut tx = self.tables.db().transaction();
+        // The lease, read in the transaction: a takeover after this read conflicts the commit,
+        // so no batch lands after the lock was lost (a renew before the batch is not enough:
+        // the batch may wait on the catalog, or retry, past the lease).
+        held.lock.check_held(&mut tx, held.holder)?;
         let mut deleted = 0;
         for &id in ids {
             let Some(values) = read_row(&mut tx, &self.tables, def, id)? else {
@@ -479,5 +503,63 @@ impl Selector<'_> {
             .def
             .deleted_at(&values)
             .is_some_and(|at| at < self.cutoff))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::row::Row;
+    use crate::schema::Schema;
+    use crate::value::{ColumnType, Value};
+
+    #[test]
+    fn a_batch_does_not_commit_after_the_lease_was_lost() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let clock = Arc::new(cairn::ManualClock::new(1_000_000_000));
+        let options = cairn::Options::default().clock(clock.clone());
+        let db = cairn::Db::open(dir.path(), options).expect("open");
+        let tables = Tables::open(Arc::new(db)).expect("tables");
+        let t = tables
+            .create_table(
+                Schema::new("t")
+                    .column("name", ColumnType::Text)
+                    .soft_delete(),
+            )
+            .expect("create");
+        let ids: Vec<u64> = (0..10)
+            .map(|i| {
+                let row = Row::new()
+                    .set("name", format!("r{i}"))
+                    .set("deleted_at", Value::Timestamp(1));
+                t.insert(row).expect("insert")
+            })
+            .collect();
+        let config = PurgeConfig {
+            enable: true,
+            ..PurgeConfig::default()
+        };
+        let purger = Purger::new(tables.clone(), "l", || vec!["t".to_owned()], config);
+        let lock = tables.advisory_lock("l");
+        let lease = Duration::from_secs(1);
+        assert!(lock.try_acquire("a#1", lease).expect("acquire"));
+        let held = HeldLock {
+            lock: &lock,
+            holder: "a#1",
+            lease,
+        };
+        // The pass stalls past its lease (a back-fill, a slow disk) and another takes over.
+        clock.advance(Duration::from_secs(2));
+        assert!(lock.try_acquire("b#2", lease).expect("takeover"));
+        let mut deleted = 0;
+        let lost = purger.delete(&held, "t", &ids, u64::MAX, &mut deleted);
+        assert!(matches!(lost, Err(Error::LockLost { .. })), "{lost:?}");
+        assert_eq!(deleted, 0);
+        assert_eq!(
+            t.unscoped().count().expect("count"),
+            10,
+            "nothing deleted without the lock"
+        );
+        std::mem::forget(held); // its release would fail: the lock is b's
     }
 }

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -29,6 +29,8 @@ fn loop_key(purger: &Purger) -> (usize, String) {
 #[derive(Debug, Default)]
 pub(crate) struct LoopState {
     stop: Mutex<bool>,
+    /// What the pass in progress watches, to end early once the loop is stopped.
+    cancel: Arc<AtomicBool>,
     wake: Condvar,
     passes: AtomicU64,
     handles: AtomicUsize,
@@ -36,7 +38,8 @@ pub(crate) struct LoopState {
 }
 
 /// A handle on a running purge loop, from [`Purger::start`]. Stopping (or dropping) the last
-/// handle stops the loop and waits for a pass in progress to end.
+/// handle stops the loop: a pass in progress ends before its next table or batch, and the stop
+/// waits for it.
 #[derive(Debug)]
 pub struct Running {
     purger: Purger,
@@ -79,7 +82,8 @@ impl Purger {
             handles: AtomicUsize::new(1),
             ..LoopState::default()
         });
-        let purger = self.clone();
+        let mut purger = self.clone();
+        purger.cancel = Some(Arc::clone(&state.cancel));
         let thread_state = Arc::clone(&state);
         let thread = std::thread::Builder::new()
             .name(format!("cairn-purge-{}", self.lock_name()))
@@ -179,6 +183,7 @@ impl Running {
                 return Ok(());
             }
             *state.stop.lock().unwrap_or_else(PoisonError::into_inner) = true;
+            state.cancel.store(true, Ordering::SeqCst);
             let key = loop_key(&self.purger);
             if loops.get(&key).is_some_and(|s| Arc::ptr_eq(s, state)) {
                 loops.remove(&key);
@@ -190,8 +195,8 @@ impl Running {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        // Stopped from inside the loop (an `on_purge` callback): the loop ends when the pass
-        // returns; joining itself would deadlock.
+        // Stopped from inside the loop (an `on_purge` callback): the pass ends before its next
+        // table and the loop with it; joining itself would deadlock.
         let thread = thread.filter(|t| t.thread().id() != std::thread::current().id());
         match thread.map(JoinHandle::join) {
             Some(Err(_)) => Err(Error::Engine(cairn::Error::Panicked(

@@ -128,13 +128,17 @@ impl Table {
     /// # Errors
     /// `Corruption` if the stored row cannot be decoded.
     pub fn get(&self, id: u64) -> Result<Option<Row>> {
-        let def = self.def()?;
+        let (def, snapshot) = self.view()?;
+        self.get_at(&def, &snapshot, id)
+    }
+
+    fn get_at(&self, def: &TableDef, snapshot: &cairn::Snapshot, id: u64) -> Result<Option<Row>> {
         let key = keys::row(def.id, id);
-        let Some(bytes) = self.tables.inner.cf.get(&key)? else {
+        let Some(bytes) = snapshot.get_cf(&self.tables.inner.cf, &key)? else {
             return Ok(None);
         };
         let values = def.decode_row(&key, &bytes)?;
-        Ok(self.visible(&def, &values).then(|| def.row(id, values)))
+        Ok(self.visible(def, &values).then(|| def.row(id, values)))
     }
 
     /// The row holding `values` (in the index's column order) in the unique index `index`.
@@ -143,7 +147,7 @@ impl Table {
     /// `InvalidArgument` if there is no such unique index, or the values do not match its
     /// columns in number or type.
     pub fn find_unique(&self, index: &str, values: &[Value]) -> Result<Option<Row>> {
-        let def = self.def()?;
+        let (def, snapshot) = self.view()?;
         let index = def.index(index)?;
         if !index.index.unique || index.positions.len() != values.len() {
             return Err(Error::invalid(format!(
@@ -169,8 +173,8 @@ impl Table {
             }
         }
         let key = keys::unique_lookup(def.id, index, values);
-        match self.tables.inner.cf.get(&key)? {
-            Some(id) => self.get(keys::id_value(&key, &id)?),
+        match snapshot.get_cf(&self.tables.inner.cf, &key)? {
+            Some(id) => self.get_at(&def, &snapshot, keys::id_value(&key, &id)?),
             None => Ok(None),
         }
     }
@@ -316,9 +320,7 @@ impl Table {
     /// `NoSuchTable`; engine errors; `Corruption` (also from the iterator) for an undecodable
     /// row.
     pub fn scan(&self) -> Result<Rows> {
-        let catalog = self.tables.catalog();
-        let def = Arc::clone(catalog.def(&self.name)?);
-        let snapshot = self.tables.inner.db.snapshot();
+        let (def, snapshot) = self.view()?;
         let iter = scan_prefix(&snapshot, &self.tables.inner.cf, &keys::row_prefix(def.id))?;
         Ok(Rows {
             iter,
@@ -334,9 +336,9 @@ impl Table {
     /// # Errors
     /// As [`get`](Self::get).
     pub fn engine_keys(&self, id: u64) -> Result<Option<Vec<Vec<u8>>>> {
-        let def = self.def()?;
+        let (def, snapshot) = self.view()?;
         let key = keys::row(def.id, id);
-        let Some(bytes) = self.tables.inner.cf.get(&key)? else {
+        let Some(bytes) = snapshot.get_cf(&self.tables.inner.cf, &key)? else {
             return Ok(None);
         };
         let values = def.decode_row(&key, &bytes)?;
@@ -360,9 +362,8 @@ impl Table {
     /// # Errors
     /// `Corruption` naming the first row or entry that disagrees; engine errors.
     pub fn check(&self) -> Result<u64> {
-        let def = self.def()?;
+        let (def, snapshot) = self.view()?;
         let cf = &self.tables.inner.cf;
-        let snapshot = self.tables.inner.db.snapshot();
         let mut rows = 0;
         for entry in scan_prefix(&snapshot, cf, &keys::row_prefix(def.id))? {
             let (key, bytes) = entry?;
@@ -407,11 +408,27 @@ impl Table {
                 }
             }
         }
+        // Index ids are handed out in order and never dropped: nothing may lie past the last.
+        let unused = keys::index_prefix(def.id, def.next_index_id);
+        if let Some(end) = keys::prefix_end(&keys::index_prefix(def.id, u16::MAX)) {
+            let mut leftovers = snapshot.range_cf(cf, unused.as_slice()..end.as_slice())?;
+            if let Some(entry) = leftovers.next().transpose()? {
+                return Err(Error::corruption(
+                    &entry.0,
+                    "an entry of no index of the table",
+                ));
+            }
+        }
         Ok(rows)
     }
 
-    fn def(&self) -> Result<Arc<TableDef>> {
-        Ok(Arc::clone(self.tables.catalog().def(&self.name)?))
+    /// The table's definition and a snapshot, taken together under the catalog's read lock:
+    /// every row in the snapshot was written by this definition or an older one (a schema
+    /// change cannot land between the two), so it decodes.
+    fn view(&self) -> Result<(Arc<TableDef>, cairn::Snapshot)> {
+        let catalog = self.tables.catalog();
+        let def = Arc::clone(catalog.def(&self.name)?);
+        Ok((def, self.tables.inner.db.snapshot()))
     }
 
     fn visible(&self, def: &TableDef, values: &[Value]) -> bool {

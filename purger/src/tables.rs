@@ -184,15 +184,18 @@ impl Tables {
                 ids: Mutex::new(HashMap::new()),
             }),
         };
-        tables.clear_unfinished_indexes()?;
-        if options.auto_migration {
-            tables.migrate()?;
-        }
+        // Registered before the migrations run, and without holding the registry through
+        // them: a failed open drops `tables`, and its entry with it.
         open.push((
             db_addr,
             options.column_family.clone(),
             Arc::downgrade(&tables.inner),
         ));
+        drop(open);
+        tables.clear_unfinished_indexes()?;
+        if options.auto_migration {
+            tables.migrate()?;
+        }
         Ok(tables)
     }
 
@@ -211,7 +214,12 @@ impl Tables {
                 snapshot.range_cf(&self.inner.cf, start.as_slice()..end.as_slice())?;
             if leftovers.next().transpose()?.is_some() {
                 tracing::warn!(table = %def.name, "clearing the entries of an unfinished index");
-                self.inner.cf.delete_range(&start, &end)?;
+                match self.inner.cf.delete_range(&start, &end) {
+                    Err(cairn::Error::ReadOnly) => {
+                        tracing::warn!(table = %def.name, "read-only: the entries stay until a writer opens the tables");
+                    }
+                    other => other?,
+                }
             }
         }
         Ok(())
@@ -261,7 +269,7 @@ impl Tables {
         let mut catalog = self.catalog_mut();
         let mut def = TableDef::clone(catalog.def(table)?);
         add_index_def(&mut def, index)?;
-        self.backfill_and_store(&mut catalog, def)
+        self.backfill_and_store(&mut catalog, &def)
     }
 
     /// Identifies this catalog in the process (every clone shares it).
@@ -304,26 +312,30 @@ impl Tables {
     /// Writes the entries of `def`'s indexes that the stored definition lacks, then stores
     /// `def`. A crash part-way leaves entries under an index id the catalog does not name; the
     /// retry clears them first (index ids are only consumed once the definition is stored).
-    pub(crate) fn backfill_and_store(&self, catalog: &mut Catalog, def: TableDef) -> Result<()> {
+    pub(crate) fn backfill_and_store(&self, catalog: &mut Catalog, def: &TableDef) -> Result<()> {
         let old = catalog.def(&def.name)?;
         let new_indexes: Vec<&IndexDef> = def
             .indexes
             .iter()
             .filter(|i| old.indexes.iter().all(|o| o.id != i.id))
             .collect();
-        for index in &new_indexes {
-            if let Err(e) = self.backfill(&def, index) {
-                // Entries written before the failure hold column values; leave none behind.
-                if let Err(clear) = self.clear_index(&def, index) {
+        let name = def.name.clone();
+        let added: Vec<IndexDef> = new_indexes.into_iter().cloned().collect();
+        let result = added
+            .iter()
+            .try_for_each(|index| self.backfill(def, index))
+            .and_then(|()| self.store_def(catalog, def.clone()));
+        if let Err(e) = result {
+            // Entries written before the failure hold column values; leave none behind.
+            for index in &added {
+                if let Err(clear) = self.clear_index(def, index) {
                     tracing::warn!(error = %clear, "clearing a failed back-fill failed; the next open retries");
                 }
-                return Err(e);
             }
+            return Err(e);
         }
-        let name = def.name.clone();
-        let added: Vec<String> = new_indexes.iter().map(|i| i.index.name.clone()).collect();
-        self.store_def(catalog, def)?;
-        tracing::info!(table = %name, indexes = ?added, "added indexes");
+        let names: Vec<&str> = added.iter().map(|i| i.index.name.as_str()).collect();
+        tracing::info!(table = %name, indexes = ?names, "added indexes");
         Ok(())
     }
 
@@ -491,6 +503,7 @@ pub(crate) fn scan_prefix(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::row::Row;
     use crate::schema::Schema;
     use crate::value::ColumnType;
 
@@ -502,10 +515,19 @@ mod tests {
             Tables::open(Arc::new(db)).expect("tables")
         };
         let tables = open();
-        let t = tables
-            .create_table(Schema::new("t").column("name", ColumnType::Text))
-            .expect("create");
-        drop(t);
+        let schema = |name: &str| {
+            Schema::new(name)
+                .column("name", ColumnType::Text)
+                .index(format!("idx_{name}"), &["name"])
+        };
+        for name in ["t", "u"] {
+            let table = tables.create_table(schema(name)).expect("create");
+            for i in 0..20 {
+                table
+                    .insert(Row::new().set("name", format!("{name}{i}")))
+                    .expect("insert");
+            }
+        }
         let def = Arc::clone(tables.catalog().def("t").expect("def"));
         // What a crash part-way through a back-fill leaves: entries under the next index id.
         let orphan = [
@@ -514,6 +536,10 @@ mod tests {
         ]
         .concat();
         tables.column_family().put(&orphan, b"").expect("put");
+        assert!(
+            tables.table("t").expect("t").check().is_err(),
+            "check sees the leftover"
+        );
         let db = Arc::clone(tables.db());
         drop(tables);
         let Ok(db) = Arc::try_unwrap(db) else {
@@ -522,5 +548,9 @@ mod tests {
         db.close().expect("close");
         let tables = open();
         assert_eq!(tables.column_family().get(&orphan).expect("get"), None);
+        for name in ["t", "u"] {
+            let table = tables.table(name).expect("table");
+            assert_eq!(table.check().expect("the live indexes are intact"), 20);
+        }
     }
 }

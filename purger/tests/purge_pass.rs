@@ -444,9 +444,28 @@ fn stopping_the_loop_from_its_own_callback_returns() {
     create_cube_tables(&f.tables);
     fill_eligible(&f, SPEC, 3);
     let handle: Arc<Mutex<Option<cairn_purger::Running>>> = Arc::default();
-    let stopped = Arc::new(AtomicBool::new(false));
-    let (slot, flag) = (Arc::clone(&handle), Arc::clone(&stopped));
-    let p = purger(&f, &[SPEC, "t_cube_template_replica"], enabled()).on_purge(move |_, _, _| {
+    let (stopped, calls, armed) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let (slot, flag, count) = (
+        Arc::clone(&handle),
+        Arc::clone(&stopped),
+        Arc::clone(&calls),
+    );
+    let list_armed = Arc::clone(&armed);
+    // The second table joins the list once the handle is in place, so the pass that stops
+    // is one that has a table after the stop.
+    let list = move || {
+        let mut list = vec![SPEC.to_owned()];
+        if list_armed.load(Ordering::SeqCst) {
+            list.push("t_cube_template_replica".to_owned());
+        }
+        list
+    };
+    let p = Purger::new(f.tables.clone(), "test_lock", list, enabled()).on_purge(move |_, _, _| {
+        count.fetch_add(1, Ordering::SeqCst);
         // Taking the handle out first: the lock guarding it is not held across the stop.
         let running = slot.lock().expect("slot").take();
         if let Some(running) = running {
@@ -455,14 +474,29 @@ fn stopping_the_loop_from_its_own_callback_returns() {
         }
     });
     let running = p.start().expect("start");
+    wait_for("the first pass", || calls.load(Ordering::SeqCst) >= 1);
+    fill_eligible(&f, "t_cube_template_replica", 3);
     *handle.lock().expect("slot") = Some(running);
-    // The first pass may run before the handle is in place: move time on until one sees it.
+    armed.store(true, Ordering::SeqCst);
+    f.clock.advance(HOUR);
     wait_for("the stop from the callback", || {
-        f.clock.advance(HOUR);
         stopped.load(Ordering::SeqCst)
     });
     let t = f.tables.table(SPEC).expect("table");
     assert_eq!(t.unscoped().count().expect("count"), 0);
+    // The pass that was stopped ends before its next table.
+    let replica = f.tables.table("t_cube_template_replica").expect("table");
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        replica.unscoped().count().expect("count"),
+        3,
+        "purged after the stop"
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "no table ran after the stop"
+    );
 }
 
 #[test]

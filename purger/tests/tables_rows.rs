@@ -542,4 +542,17 @@ fn check_finds_rows_and_entries_that_disagree() {
     let entry = t.unscoped().engine_keys(id).expect("keys").expect("row")[1].clone();
     cf.delete(&entry).expect("delete");
     assert!(matches!(t.check(), Err(Error::Corruption { .. })));
+    // And the other way: an entry whose row is gone.
+    let other = t
+        .insert(Row::new().set("name", "b").set("note", "m"))
+        .expect("insert");
+    let keys = t.unscoped().engine_keys(other).expect("keys").expect("row");
+    t.unscoped().hard_delete(id).expect("drop the damaged row");
+    assert_eq!(t.check().expect("consistent again"), 1);
+    cf.delete(&keys[0]).expect("delete the row key alone");
+    let dangling = t.check();
+    assert!(
+        matches!(&dangling, Err(Error::Corruption { reason, .. }) if reason.contains("does not exist")),
+        "{dangling:?}"
+    );
 }
