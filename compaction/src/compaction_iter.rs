@@ -1,81 +1,9 @@
-//! The compaction iterator: what lives and what dies when tables are rewritten.
+//! The compaction iterator: applies the garbage-collection rules of [`crate::rules`] to a sorted
+//! stream of versions, key by key, newest first, and counts every drop under its rule.
 //!
-//! A compaction reads every version of every key in its inputs, newest first, and writes out only
-//! what some reader could still need. This module is the one place that decides; each rule below
-//! is the row of DESIGN.md §3 of the same name, and every drop is counted under its rule.
-//!
-//! # Snapshot stripes
-//!
-//! Live snapshots cut the sequence numbers into **stripes**. A version belongs to the stripe of
-//! the oldest snapshot that can see it (the first snapshot at or above its seqno), or to the top
-//! stripe if no snapshot can: only readers of "now" see it.
-//!
-//! ```text
-//! snapshots:            s=10            s=20
-//! seqnos:    1 .. 10 |  11 .. 20  |  21 ..
-//! stripe:        0   |      1     |    2 (top)
-//! ```
-//!
-//! Within one stripe every reader sees the same newest version, so older versions in the same
-//! stripe are invisible to everyone. Across a stripe boundary they are not: the snapshot between
-//! them still reads the older one.
-//!
-//! # The rules
-//!
-//! **shadowed** — a version is dropped when its stripe already holds `max_versions` newer puts,
-//! or a newer tombstone. With `max_versions = 1`:
-//!
-//! ```text
-//! k@30 Put "c" | k@25 Put "b" | k@12 Put "a"      snapshot at 20
-//! stripe 2       stripe 2       stripe 1
-//! keep           drop (shadowed) keep (the snapshot reads "a")
-//! ```
-//!
-//! **obsolete tombstone** — a `Delete` is dropped only when all three hold: no live snapshot is
-//! older than it (it is in stripe 0), no older version of the key can exist below the output level
-//! (the compaction is bottommost for the key), and its grace period is over
-//! (`now >= deletion_time + grace`). Anything older in its stripe goes with it, as shadowed.
-//!
-//! ```text
-//! k@40 Delete (t=1000) | k@5 Put "a"      no snapshots, bottommost, grace 60 s
-//! now = 1000 + 59_999:  keep the Delete, drop the Put (shadowed)
-//! now = 1000 + 60_000:  drop both
-//! ```
-//!
-//! Dropping it earlier would resurrect: a snapshot older than it would keep "a" in an older
-//! stripe, or a put below would show through once the tombstone is gone.
-//!
-//! **single delete** — a `SingleDelete` that meets the `Put` it cancels in its own stripe removes
-//! it. The `SingleDelete` goes too under the obsolete-tombstone conditions (no older snapshot,
-//! nothing below, grace over); until then it stays as a tombstone, so a put that misuse left
-//! further down can never show through. (`RocksDB` drops the pair at any level; Cairn keeps the
-//! marker until the bottom, where misuse can be seen.) A second put under one `SingleDelete` is
-//! **misuse**: it is counted, and the `SingleDelete` then acts as a `Delete`, so nothing is
-//! resurrected. With a snapshot between the two, both stay: the snapshot reads the put.
-//!
-//! ```text
-//! k@9 SingleDelete | k@4 Put "a"     no snapshot: both dropped
-//! k@9 SingleDelete | k@4 Put "a"     snapshot at 6: both kept
-//! ```
-//!
-//! **range tombstone** — a point version covered by a range tombstone newer than it *in the same
-//! stripe* is dropped (a snapshot between them still reads it). A range tombstone itself is dropped
-//! under the obsolete-tombstone conditions, with "nothing below the output level overlaps its
-//! range" for "bottommost"; an older tombstone piece in the same stripe as a newer one over the
-//! same fragment is redundant and dropped.
-//!
-//! **expired** — a put whose TTL is over (`now >= write_time + min(cf_ttl, cell_ttl)`). With
-//! `max_versions > 1` it is dropped: older versions are meant to show through. With
-//! `max_versions = 1` it is dropped only when no older version survives in the output and none can
-//! lie below; otherwise it is rewritten as a `Delete` at the same seqno, deleted at its expiry
-//! time, so no older value comes back at any snapshot. Expired puts still count as candidates for
-//! `max_versions`, as they do for reads, so results never depend on whether compaction ran.
-//!
-//! **filter** — a user [`CompactionFilter`] is asked about the newest version of a key only, and
-//! only when no live snapshot can read it (it is newer than every snapshot: the top stripe), so a
-//! filter never changes what a snapshot sees. `Remove` drops the put when nothing older survives
-//! or can lie below; otherwise the put becomes a `Delete` so nothing older shows through to new
-//! readers. `ChangeValue` rewrites the value in place.
+//! The rules themselves — stripes, and when a tombstone, a shadowed, covered or expired version
+//! may go — are stated, with an example each, in [`crate::rules`]; this file applies them and
+//! restates none.
 
 use std::collections::VecDeque;
 
@@ -87,6 +15,7 @@ use cairn_sstable::{
 
 use crate::Result;
 use crate::filter::{CompactionFilter, Decision};
+use crate::rules::{self, TombstoneRules};
 use crate::stats::DropCounts;
 
 /// Tells a compaction whether data for a key may lie in levels below its output level.
@@ -152,18 +81,13 @@ impl GcContext<'_> {
         self.snapshots.partition_point(|&s| s < seqno)
     }
 
-    fn grace_over(&self, deletion_time: u64) -> bool {
-        self.now >= deletion_time.saturating_add(self.grace_ms)
-    }
-
-    /// When a put expires, if it has a TTL.
-    fn expiry(&self, meta: EntryMeta) -> Option<u64> {
-        let ttl = match (self.cf_ttl_ms, meta.ttl) {
-            (Some(a), Some(b)) => a.min(b),
-            (Some(t), None) | (None, Some(t)) => t,
-            (None, None) => return None,
-        };
-        Some(meta.write_time.saturating_add(ttl))
+    /// The obsolete-tombstone rule's view of this compaction.
+    pub fn tombstone_rules(&self) -> TombstoneRules {
+        TombstoneRules {
+            oldest_snapshot: self.snapshots.first().copied(),
+            now: self.now,
+            grace_ms: self.grace_ms,
+        }
     }
 }
 
@@ -275,12 +199,17 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
             for version in &fragment.versions {
                 let stripe = self.ctx.stripe(version.seqno);
                 let redundant = kept_stripes.contains(&stripe);
-                let obsolete = stripe == 0
-                    && self.ctx.grace_over(version.write_time)
-                    && !self
-                        .ctx
+                let below = || {
+                    self.ctx
                         .below
-                        .range_may_exist_below(&fragment.start, &fragment.end);
+                        .range_may_exist_below(&fragment.start, &fragment.end)
+                        .then_some(())
+                };
+                let obsolete = self
+                    .ctx
+                    .tombstone_rules()
+                    .keep_reason(version.seqno, version.write_time, below)
+                    .is_none();
                 if redundant || obsolete {
                     self.drops.range += 1;
                     continue;
@@ -395,7 +324,7 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
                     tracing::warn!(key = ?String::from_utf8_lossy(key), "SingleDelete covers more than one put");
                 }
             }
-            if !self.obsolete(stripe, v.meta.write_time, &mut below) {
+            if !self.obsolete(v.seqno, v.meta.write_time, &mut below) {
                 out.push(v);
             } else if cancels_put && !misuse {
                 self.drops.single_delete += 1;
@@ -416,7 +345,9 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
         v: Version,
         below: &mut Below<'_>,
     ) -> PutFate {
-        if let Some(expiry) = self.ctx.expiry(v.meta).filter(|&e| self.ctx.now >= e) {
+        if let Some(expiry) =
+            rules::expiry(v.meta, self.ctx.cf_ttl_ms).filter(|&e| self.ctx.now >= e)
+        {
             self.drops.expired += 1;
             if self.ctx.max_versions > 1 {
                 return PutFate::Drop { hides_older: false };
@@ -444,10 +375,14 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
         }
     }
 
-    /// True if a tombstone in `stripe` written at `deletion_time` may be dropped: no snapshot is
-    /// older than it, its grace is over, and nothing older can lie below.
-    fn obsolete(&self, stripe: usize, deletion_time: u64, below: &mut Below<'_>) -> bool {
-        stripe == 0 && self.ctx.grace_over(deletion_time) && !below.get(&self.ctx)
+    /// True if the obsolete-tombstone rule lets a tombstone at `seqno` written at
+    /// `deletion_time` go.
+    fn obsolete(&self, seqno: SeqNo, deletion_time: u64, below: &mut Below<'_>) -> bool {
+        let data_below = || below.get(&self.ctx).then_some(());
+        self.ctx
+            .tombstone_rules()
+            .keep_reason(seqno, deletion_time, data_below)
+            .is_none()
     }
 }
 

@@ -1,8 +1,10 @@
 //! Cairn's compaction: deciding what lives and what dies, choosing what to compact, and doing it.
 //!
-//! - [`compaction_iter`]: the garbage-collection rules of DESIGN.md §3, applied to a sorted
-//!   stream of versions with the live snapshots, the clock, the grace period and a
-//!   [`BelowOracle`] that says whether older data may lie below the output level;
+//! - [`rules`]: the garbage-collection rules of DESIGN.md §3, stated once, with an example each:
+//!   the compaction iterator, the picker and the engine's explanations and reads all ask it;
+//! - [`compaction_iter`]: the rules applied to a sorted stream of versions with the live
+//!   snapshots, the clock, the grace period and a [`BelowOracle`] that says whether older data
+//!   may lie below the output level;
 //! - [`picker`]: leveled compaction with dynamic level sizes, and the deletion-aware triggers in
 //!   priority order (delete persistence deadline, tombstone density, read-triggered, TTL,
 //!   snapshot release);
@@ -18,6 +20,7 @@ mod filter;
 pub mod job;
 pub mod picker;
 pub mod planted;
+pub mod rules;
 mod stats;
 
 pub use compaction_iter::{

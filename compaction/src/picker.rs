@@ -132,6 +132,17 @@ pub struct PickerConfig<'a> {
     pub read_triggered: &'a [(Bytes, Bytes)],
 }
 
+impl PickerConfig<'_> {
+    /// The obsolete-tombstone rule as this configuration sees it.
+    pub fn tombstone_rules(&self) -> crate::rules::TombstoneRules {
+        crate::rules::TombstoneRules {
+            oldest_snapshot: self.oldest_snapshot,
+            now: self.now,
+            grace_ms: self.grace_ms,
+        }
+    }
+}
+
 impl Default for PickerConfig<'_> {
     fn default() -> Self {
         Self {
@@ -341,10 +352,10 @@ impl LevelsView {
 
     fn pick_deadline(&self, config: &PickerConfig<'_>) -> Option<Pick> {
         let deadline = config.deadline_ms?;
-        let stages = self.levels.len() as u64 + 1;
+        let rules = config.tombstone_rules();
         self.files().find_map(|(level, file)| {
-            let droppable_since = file.oldest_tombstone_time?.saturating_add(config.grace_ms);
-            let budget = deadline.saturating_mul(level as u64 + 2) / stages;
+            let droppable_since = rules.grace_end(file.oldest_tombstone_time?);
+            let budget = crate::rules::deadline_budget(deadline, self.levels.len(), Some(level));
             let due = config.now >= droppable_since.saturating_add(budget) && !pinned(file, config);
             if due {
                 self.advance(Reason::Deadline, level, file, config)
@@ -453,21 +464,24 @@ impl LevelsView {
     }
 }
 
-/// True if every tombstone in the table is newer than some live snapshot.
+/// True if every tombstone in the table is newer than some live snapshot (its oldest one is).
 fn pinned(file: &FileInfo, config: &PickerConfig<'_>) -> bool {
-    match (config.oldest_snapshot, file.smallest_tombstone_seqno) {
-        (Some(oldest), Some(seqno)) => seqno > oldest,
-        _ => false,
-    }
+    file.smallest_tombstone_seqno
+        .is_some_and(|seqno| config.tombstone_rules().pinned_by(seqno).is_some())
 }
 
-/// True if rewriting the bottom-level table now would drop at least one tombstone.
+/// True if rewriting the bottom-level table now would drop at least one tombstone: the rules
+/// let its oldest tombstone go, with nothing below the bottom.
 fn bottom_droppable(file: &FileInfo, config: &PickerConfig<'_>) -> bool {
+    let (Some(seqno), Some(time)) = (file.smallest_tombstone_seqno, file.oldest_tombstone_time)
+    else {
+        return false;
+    };
     file.num_tombstones > 0
-        && !pinned(file, config)
-        && file
-            .oldest_tombstone_time
-            .is_some_and(|t| config.now >= t.saturating_add(config.grace_ms))
+        && config
+            .tombstone_rules()
+            .keep_reason(seqno, time, || None::<()>)
+            .is_none()
 }
 
 fn ratio(a: u64, b: u64) -> f64 {

@@ -169,7 +169,7 @@ impl DbInner {
     /// True if the active memtables hold a tombstone that must reach a table now to meet the
     /// delete persistence deadline (its first stage, as the picker splits the deadline).
     fn memtable_deadline_due(&self, state: &DbState) -> bool {
-        let Some(stage_ms) = self.options.deadline_stage_ms() else {
+        let Some(budget_ms) = self.options.deadline_stage_ms() else {
             return false;
         };
         let now = self.options.clock.now_ms();
@@ -180,7 +180,7 @@ impl DbInner {
                 .get(cf)
                 .map_or(0, |(_, o)| crate::batch::millis(o.tombstone_grace));
             mem.oldest_tombstone_time()
-                .is_some_and(|t| now >= t.saturating_add(grace).saturating_add(stage_ms))
+                .is_some_and(|t| now >= t.saturating_add(grace).saturating_add(budget_ms))
         })
     }
 

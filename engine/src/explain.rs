@@ -1,13 +1,14 @@
 //! Explain: why each tombstone is still in a memtable or on disk.
 //!
 //! `explain_tombstones` says, per tombstone, which garbage-collection condition keeps it — a
-//! snapshot, its grace period, older data below, or only a compaction that has not reached it —
-//! checking the conditions in the order the compaction iterator does. (Where a key still lies is
-//! `audit.rs`'s question.)
+//! snapshot, its grace period, older data below, or only a compaction that has not reached it.
+//! The answer is the obsolete-tombstone rule of `cairn_compaction::rules`, the one compaction
+//! applies. (Where a key still lies is `audit.rs`'s question.)
 
 use std::ops::Bound;
 
 use bytes::Bytes;
+use cairn_compaction::rules::{KeepReason, TombstoneRules};
 use cairn_sstable::{
     FragmentedRangeTombstones, InternalIterator, Kind, MAX_SEQNO, SeqNo, parse_internal_key,
     seek_key,
@@ -67,14 +68,15 @@ impl DbInner {
         range: &(Bound<Bytes>, Bound<Bytes>),
     ) -> Result<Vec<TombstoneExplanation>> {
         let sv = self.super_version();
-        let grace = crate::batch::millis(sv.cf_options(cf)?.tombstone_grace);
         let judge = Judge {
             db: self,
             sv: &sv,
             cf,
-            grace,
-            now: self.options.clock.now_ms(),
-            oldest_snapshot: self.snapshots.oldest(),
+            rules: TombstoneRules {
+                oldest_snapshot: self.snapshots.oldest(),
+                now: self.options.clock.now_ms(),
+                grace_ms: crate::batch::millis(sv.cf_options(cf)?.tombstone_grace),
+            },
         };
         let mut out = Vec::new();
         for set in &sv.memsets {
@@ -166,14 +168,13 @@ fn in_range(range: &(Bound<Bytes>, Bound<Bytes>), key: &[u8]) -> bool {
     above && below
 }
 
-/// Applies the obsolete-tombstone conditions, in the order the compaction iterator does.
+/// Asks the obsolete-tombstone rule of `cairn_compaction::rules` about each tombstone, with
+/// the levels below as the data the rule asks about last.
 struct Judge<'a> {
     db: &'a DbInner,
     sv: &'a SuperVersion,
     cf: u32,
-    grace: u64,
-    now: u64,
-    oldest_snapshot: Option<SeqNo>,
+    rules: TombstoneRules,
 }
 
 impl Judge<'_> {
@@ -186,15 +187,21 @@ impl Judge<'_> {
         start: &[u8],
         end: &[u8],
     ) -> TombstoneReason {
-        if let Some(snapshot) = self.oldest_snapshot.filter(|&s| s < seqno) {
-            return TombstoneReason::PinnedBySnapshot { seqno: snapshot };
+        let below = || self.level_below(level, start, end);
+        match self.rules.keep_reason(seqno, deleted_at, below) {
+            Some(KeepReason::PinnedBySnapshot { snapshot }) => {
+                TombstoneReason::PinnedBySnapshot { seqno: snapshot }
+            }
+            Some(KeepReason::GraceUntil { time }) => TombstoneReason::GraceUntil { time },
+            Some(KeepReason::DataBelow(level)) => TombstoneReason::OlderDataBelow { level },
+            None => TombstoneReason::AwaitingCompaction,
         }
-        let grace_end = deleted_at.saturating_add(self.grace);
-        if self.now < grace_end {
-            return TombstoneReason::GraceUntil { time: grace_end };
-        }
+    }
+
+    /// The first level below `level` with a table that may hold data in `[start, end]`.
+    fn level_below(&self, level: Option<usize>, start: &[u8], end: &[u8]) -> Option<usize> {
         let deeper = level.map_or(0, |l| l + 1);
-        let below = self.sv.version.cf(self.cf).and_then(|v| {
+        self.sv.version.cf(self.cf).and_then(|v| {
             v.levels
                 .iter()
                 .enumerate()
@@ -209,11 +216,7 @@ impl Judge<'_> {
                         })
                         .then_some(l)
                 })
-        });
-        match below {
-            Some(level) => TombstoneReason::OlderDataBelow { level },
-            None => TombstoneReason::AwaitingCompaction,
-        }
+        })
     }
 
     /// For a point tombstone, the table's bloom filter says whether it may hold the key.

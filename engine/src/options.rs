@@ -239,9 +239,13 @@ impl Options {
     /// a stage per level and one more, and the memtable flush and the MANIFEST rollover each
     /// get one. `None` without a deadline.
     pub(crate) fn deadline_stage_ms(&self) -> Option<u64> {
-        let stages = crate::version::NUM_LEVELS as u64 + 1;
-        self.delete_persistence_deadline
-            .map(|d| crate::batch::millis(d) / stages)
+        self.delete_persistence_deadline.map(|d| {
+            cairn_compaction::rules::deadline_budget(
+                crate::batch::millis(d),
+                crate::version::NUM_LEVELS,
+                None,
+            )
+        })
     }
 }
 

@@ -47,12 +47,7 @@ impl Visibility {
 
     /// True if a put written at `write_time` with cell TTL `ttl` has expired.
     pub(crate) fn expired(&self, meta: cairn_sstable::EntryMeta) -> bool {
-        let ttl = match (self.cf_ttl, meta.ttl) {
-            (Some(a), Some(b)) => a.min(b),
-            (Some(t), None) | (None, Some(t)) => t,
-            (None, None) => return false,
-        };
-        self.now >= meta.write_time.saturating_add(ttl)
+        cairn_compaction::rules::expired(meta, self.cf_ttl, self.now)
     }
 }
 

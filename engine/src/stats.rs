@@ -213,17 +213,23 @@ impl crate::db::DbInner {
                 else {
                     continue;
                 };
-                let pinned = oldest_snapshot.is_some_and(|s| seqno > s);
-                let grace_over = now >= time.saturating_add(grace);
-                let below = version
-                    .levels
-                    .iter()
-                    .skip(level + 1)
-                    .flatten()
-                    .any(|g| g.smallest <= file.largest && g.largest >= file.smallest);
-                if !pinned && grace_over && !below {
+                let rules = TombstoneRules {
+                    oldest_snapshot,
+                    now,
+                    grace_ms: grace,
+                };
+                let below = || {
+                    version
+                        .levels
+                        .iter()
+                        .skip(level + 1)
+                        .flatten()
+                        .any(|g| g.smallest <= file.largest && g.largest >= file.smallest)
+                        .then_some(())
+                };
+                if rules.keep_reason(seqno, time, below).is_none() {
                     count += file.num_point_tombstones + file.num_range_tombstones;
-                    let since = time.saturating_add(grace);
+                    let since = rules.grace_end(time);
                     oldest = Some(oldest.map_or(since, |o| o.min(since)));
                 }
             }
@@ -234,6 +240,8 @@ impl crate::db::DbInner {
         )
     }
 }
+
+use cairn_compaction::rules::TombstoneRules;
 
 fn ratio(a: u64, b: u64) -> f64 {
     if b == 0 {
