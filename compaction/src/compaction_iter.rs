@@ -93,7 +93,7 @@ impl GcContext<'_> {
 
 /// One version of a key as it goes in or out.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Version {
+pub struct KeyVersion {
     /// Its sequence number.
     pub seqno: SeqNo,
     /// Its kind.
@@ -227,7 +227,7 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
     }
 
     /// Reads every version of the next user key, newest first.
-    fn next_key(&mut self) -> Result<Option<(Vec<u8>, Vec<Version>)>> {
+    fn next_key(&mut self) -> Result<Option<(Vec<u8>, Vec<KeyVersion>)>> {
         if !self.input.valid() {
             return Ok(None);
         }
@@ -243,7 +243,7 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
                     reason: "malformed internal key in compaction input".into(),
                 }
             })?;
-            versions.push(Version {
+            versions.push(KeyVersion {
                 seqno: parsed.seqno,
                 kind: parsed.kind,
                 meta: self.input.meta(),
@@ -265,7 +265,7 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
     }
 
     /// Applies the rules to one key's versions (newest first); returns those to write.
-    fn decide(&mut self, key: &[u8], versions: Vec<Version>) -> Vec<Version> {
+    fn decide(&mut self, key: &[u8], versions: Vec<KeyVersion>) -> Vec<KeyVersion> {
         let mut out = Vec::new();
         let mut below = Below::new(key);
         let mut stripe_now = usize::MAX;
@@ -342,7 +342,7 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
         newest: bool,
         stripe: usize,
         rest_in_stripe: bool,
-        v: Version,
+        v: KeyVersion,
         below: &mut Below<'_>,
     ) -> PutFate {
         if let Some(expiry) =
@@ -363,7 +363,7 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
         };
         match filter.filter(cf, key, &v.value) {
             Decision::Keep => PutFate::Keep(v),
-            Decision::ChangeValue(value) => PutFate::Keep(Version { value, ..v }),
+            Decision::ChangeValue(value) => PutFate::Keep(KeyVersion { value, ..v }),
             Decision::Remove => {
                 self.drops.filter += 1;
                 if rest_in_stripe && !below.get(&self.ctx) {
@@ -389,14 +389,14 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
 /// What happens to a put.
 enum PutFate {
     /// Write this version (the put itself, a new value, or a tombstone in its place).
-    Keep(Version),
+    Keep(KeyVersion),
     /// Write nothing; `hides_older` when older versions in its stripe must go with it.
     Drop { hides_older: bool },
 }
 
 /// A `Delete` standing in for a put, so nothing older shows through.
-fn tombstone_for(seqno: SeqNo, deletion_time: u64) -> Version {
-    Version {
+fn tombstone_for(seqno: SeqNo, deletion_time: u64) -> KeyVersion {
+    KeyVersion {
         seqno,
         kind: Kind::Delete,
         meta: EntryMeta::at(deletion_time),

@@ -24,7 +24,7 @@ pub mod rules;
 mod stats;
 
 pub use compaction_iter::{
-    BelowOracle, CompactionIter, GcContext, NothingBelow, OutputEntry, Version,
+    BelowOracle, CompactionIter, GcContext, KeyVersion, NothingBelow, OutputEntry,
 };
 pub use error::{Error, Result};
 pub use filter::{CompactionFilter, Decision};

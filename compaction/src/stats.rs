@@ -2,6 +2,7 @@
 
 /// Entries dropped by compaction, by the rule that dropped them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DropCounts {
     /// Versions hidden by newer ones (or a tombstone) in the same snapshot stripe.
     pub shadowed: u64,

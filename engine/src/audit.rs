@@ -26,6 +26,7 @@ use crate::version_edit::VersionEdit;
 
 /// Where a version, a tombstone, or the bytes of a key still lie.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Location {
     /// In a memtable.
     Memtable,
@@ -65,6 +66,7 @@ pub enum Location {
 
 /// One place a key's version, tombstone or bytes still lie.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct KeyTrace {
     /// Where.
     pub location: Location,

@@ -34,9 +34,6 @@ pub enum Error {
     /// The column family does not exist (or was dropped).
     #[error("column family {0:?} does not exist")]
     ColumnFamilyNotFound(String),
-    /// The operation belongs to a capability this build does not have yet.
-    #[error("unsupported: {0}")]
-    Unsupported(&'static str),
     /// The database was opened read-only ([`Db::open_read_only`](crate::Db::open_read_only)):
     /// it takes no writes, flushes, compactions or column-family changes.
     #[error("the database is open read-only")]
@@ -130,7 +127,6 @@ impl Error {
             Self::InvalidArgument(why) => Self::InvalidArgument(why.clone()),
             Self::Conflict { key } => Self::Conflict { key: key.clone() },
             Self::ColumnFamilyNotFound(name) => Self::ColumnFamilyNotFound(name.clone()),
-            Self::Unsupported(what) => Self::Unsupported(what),
             Self::Io(e) => Self::Io(e.duplicate()),
             Self::Stopped(why) => Self::Stopped(why.clone()),
             Self::Panicked(why) => Self::Panicked(why.clone()),

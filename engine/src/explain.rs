@@ -21,6 +21,7 @@ use crate::super_version::SuperVersion;
 
 /// Why a tombstone is still kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TombstoneReason {
     /// A live snapshot older than the tombstone may read what it deletes.
     PinnedBySnapshot {
@@ -43,6 +44,7 @@ pub enum TombstoneReason {
 
 /// One tombstone and why it is kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TombstoneExplanation {
     /// The deleted key, or the start of a deleted range.
     pub key: Bytes,

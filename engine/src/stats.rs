@@ -9,6 +9,7 @@ use cairn_sstable::SeqNo;
 
 /// Per-level figures of the tables, summed over column families.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LevelStats {
     /// Tables on the level.
     pub files: usize,
@@ -24,6 +25,7 @@ pub struct LevelStats {
 
 /// A snapshot of the engine's statistics.
 #[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
 pub struct Stats {
     /// Tables per level, summed over column families.
     pub levels: Vec<LevelStats>,

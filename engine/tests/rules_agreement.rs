@@ -239,6 +239,7 @@ fn check_agreement(
                     "{e:?} was explained as kept but after a full compaction is {still:?}"
                 );
             }
+            other => prop_assert!(false, "a reason this test does not know: {other:?}"),
         }
     }
     Ok(())
