@@ -89,21 +89,39 @@ fn truncated_or_garbage_blocks_are_errors_not_panics() {
         builder.add(key, &[b"value"]);
     }
     let good = builder.finish().to_vec();
+    // Every strict prefix of the block is an error: on open, or while reading it through.
     for cut in 0..good.len() {
         let bytes = Bytes::copy_from_slice(good.get(..cut).unwrap_or_default());
-        if let Ok(block) = Block::new(bytes, Origin::default()) {
-            let mut iter = block.iter();
-            let mut steps = 0;
-            if iter.seek_to_first().is_ok() {
-                while iter.valid() && steps < 100 {
-                    if iter.next().is_err() {
-                        break;
-                    }
-                    steps += 1;
-                }
-            }
-            let _ = iter.seek_to_last();
-            let _ = iter.seek(&seek_key(b"key00010", 1));
-        }
+        assert!(
+            read_whole(bytes).is_err(),
+            "a block cut to {cut} of {} bytes read without an error",
+            good.len()
+        );
     }
+    assert!(
+        read_whole(Bytes::from(good)).is_ok(),
+        "the whole block reads"
+    );
+    // Garbage never panics, whatever it yields.
+    for seed in 0..200u8 {
+        let garbage: Vec<u8> = (0..64u8)
+            .map(|i| i.wrapping_mul(31).wrapping_add(seed))
+            .collect();
+        let _ = read_whole(Bytes::from(garbage));
+    }
+}
+
+/// Opens `bytes` as a block and reads every entry forward, then seeks: the first error, if any.
+fn read_whole(bytes: Bytes) -> crate::Result<()> {
+    let block = Block::new(bytes, Origin::default())?;
+    let mut iter = block.iter();
+    iter.seek_to_first()?;
+    let mut steps = 0;
+    while iter.valid() && steps < 1_000 {
+        iter.next()?;
+        steps += 1;
+    }
+    iter.seek_to_last()?;
+    iter.seek(&seek_key(b"key00010", 1))?;
+    Ok(())
 }
