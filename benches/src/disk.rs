@@ -1,4 +1,4 @@
-//! Bytes on disk: the sizes of the files under a database directory, as the issue asks, and the
+//! Bytes on disk: the sizes of the files under a database directory, as DESIGN.md §8 measures them, and the
 //! bytes the file system allocated to them, which differ for sparse or preallocated files.
 
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! Medians over the rounds, the table, the targets of issue 6, the JSON file and the closing
+//! Medians over the rounds, the table, the targets of DESIGN.md §8, the JSON file and the closing
 //! `ratios:` line.
 
 use std::collections::BTreeMap;
@@ -161,7 +161,7 @@ impl Report {
             .min_by(f64::total_cmp)
     }
 
-    /// `scan_after_settle` time over `scan_fresh10` time on `engine` (issue 4 wants ≤ 1.5).
+    /// `scan_after_settle` time over `scan_fresh10` time on `engine` (the bar: ≤ 1.5).
     pub fn settled_scan_vs_fresh(&self, engine: EngineKind) -> Option<f64> {
         let settled = self.summary("scan_after_settle", engine)?;
         let fresh = self.summary("scan_fresh10", engine)?;
@@ -174,7 +174,7 @@ impl Report {
         self.write_table(&mut out);
         self.write_latency(&mut out);
         self.write_queue(&mut out);
-        self.write_issue4(&mut out);
+        self.write_deletion_figures(&mut out);
         self.write_targets(&mut out);
         for f in &self.failures {
             let _ = writeln!(
@@ -289,7 +289,7 @@ impl Report {
             "engine", "1st", "2nd", "3rd", "4th", "5th", "last/first", "MB at end", "allocated MB"
         );
         for (e, s) in queues {
-            let f = s.fifths.unwrap_or_default();
+            let f = s.fifths.clone().unwrap_or_default();
             let _ = write!(out, "{:<10}", e.name());
             for x in &f {
                 let _ = write!(out, " {:>10}", fmt_rate(*x));
@@ -298,20 +298,20 @@ impl Report {
             let last = f.last().copied().unwrap_or(0.0);
             let _ = writeln!(
                 out,
-                " {:>11} {:>10.1} {:>13.1}",
+                " {:>11} {:>10} {:>13}",
                 if first > 0.0 {
                     format!("{:.2}", last / first)
                 } else {
                     "-".into()
                 },
-                s.extra.get("bytes_end").copied().unwrap_or(0.0) / 1e6,
-                s.extra.get("allocated_end").copied().unwrap_or(0.0) / 1e6
+                mb_bare(&s, "bytes_end"),
+                mb_bare(&s, "allocated_end")
             );
         }
     }
 
-    fn write_issue4(&self, out: &mut String) {
-        let _ = writeln!(out, "\nissue 4 figures:");
+    fn write_deletion_figures(&self, out: &mut String) {
+        let _ = writeln!(out, "\ndeletion figures:");
         for &e in &self.engines {
             if let Some(r) = self.settled_scan_vs_fresh(e) {
                 let _ = writeln!(
@@ -328,17 +328,16 @@ impl Report {
             {
                 let _ = writeln!(
                     out,
-                    "  space_after_delete {}: {:.2}% of peak ({:.1} MB -> {:.2} MB; settle {:.1} \
-                     s; {:.2} MB the moment the wait returned; allocated {:.1} MB -> {:.2} \
-                     MB){}",
+                    "  space_after_delete {}: {:.2}% of peak ({} -> {}; settle {}; {} the moment \
+                     the wait returned; allocated {} -> {}){}",
                     e.name(),
                     f * 100.0,
-                    s.extra.get("bytes_peak").copied().unwrap_or(0.0) / 1e6,
-                    s.extra.get("bytes_after").copied().unwrap_or(0.0) / 1e6,
-                    s.extra.get("settle_secs").copied().unwrap_or(0.0),
-                    s.extra.get("bytes_at_wait_return").copied().unwrap_or(0.0) / 1e6,
-                    s.extra.get("allocated_peak").copied().unwrap_or(0.0) / 1e6,
-                    s.extra.get("allocated_after").copied().unwrap_or(0.0) / 1e6,
+                    mb(&s, "bytes_peak"),
+                    mb(&s, "bytes_after"),
+                    secs(&s, "settle_secs"),
+                    mb(&s, "bytes_at_wait_return"),
+                    mb(&s, "allocated_peak"),
+                    mb(&s, "allocated_after"),
                     if e == EngineKind::Cairn {
                         "; target < 5% with grace 0"
                     } else {
@@ -351,19 +350,15 @@ impl Report {
             if let Some(s) = self.summary("scan_after_settle", e) {
                 let _ = writeln!(
                     out,
-                    "  delete90 bytes {}: {:.1} MB full -> {:.1} MB after deletes -> {:.1} MB \
-                     settled ({:.1} s to settle; allocated {:.1} MB -> {:.1} MB)",
+                    "  delete90 bytes {}: {} full -> {} after deletes -> {} settled ({} to \
+                     settle; allocated {} -> {})",
                     e.name(),
-                    s.extra.get("bytes_full").copied().unwrap_or(0.0) / 1e6,
-                    s.extra.get("bytes_after_delete").copied().unwrap_or(0.0) / 1e6,
-                    s.extra.get("bytes_after_settle").copied().unwrap_or(0.0) / 1e6,
-                    s.extra.get("settle_secs").copied().unwrap_or(0.0),
-                    s.extra.get("allocated_full").copied().unwrap_or(0.0) / 1e6,
-                    s.extra
-                        .get("allocated_after_settle")
-                        .copied()
-                        .unwrap_or(0.0)
-                        / 1e6,
+                    mb(&s, "bytes_full"),
+                    mb(&s, "bytes_after_delete"),
+                    mb(&s, "bytes_after_settle"),
+                    secs(&s, "settle_secs"),
+                    mb(&s, "allocated_full"),
+                    mb(&s, "allocated_after_settle"),
                 );
             }
         }
@@ -375,7 +370,7 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "\nissue 6 targets (cairn / best peer, higher is better):"
+            "\nthe performance bar of DESIGN.md §8 (cairn / best peer, higher is better):"
         );
         for (row, target) in [
             ("fillrandom", 1.0),
@@ -422,7 +417,7 @@ impl Report {
         line
     }
 
-    /// The JSON document: settings, every sample, medians, ratios and the issue-4 figures.
+    /// The JSON document: settings, every sample, medians, ratios and the deletion figures.
     pub fn json(&self) -> serde_json::Value {
         let mut medians = serde_json::Map::new();
         for row in self.rows() {
@@ -459,6 +454,28 @@ impl Report {
             "failures": self.failures,
         })
     }
+}
+
+/// `extra[key]` in megabytes with its unit, or "not measured" when the run did not record it
+/// (a missing figure is never shown as zero).
+fn mb(s: &Summary, key: &str) -> String {
+    s.extra
+        .get(key)
+        .map_or_else(|| "not measured".into(), |b| format!("{:.2} MB", b / 1e6))
+}
+
+/// `extra[key]` in megabytes without the unit (a table column), or "not measured".
+fn mb_bare(s: &Summary, key: &str) -> String {
+    s.extra
+        .get(key)
+        .map_or_else(|| "not measured".into(), |b| format!("{:.1}", b / 1e6))
+}
+
+/// `extra[key]` in seconds, or "not measured".
+fn secs(s: &Summary, key: &str) -> String {
+    s.extra
+        .get(key)
+        .map_or_else(|| "not measured".into(), |t| format!("{t:.1} s"))
 }
 
 fn cell(s: &Summary) -> String {
