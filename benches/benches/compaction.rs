@@ -5,6 +5,7 @@
 //! nothing below, so the rules drop every shadowed put and every tombstone with what it
 //! deletes. `compaction_iter` times the rules over a `MergingIter` of the tables' iterators
 //! (blocks cached); `job_run` times `job::run`, which also writes and fsyncs the output table.
+//! `compaction_iter_one_key_10k_versions` times the rules over one key with 10,000 kept puts.
 //! `cargo bench -p cairn-bench --bench compaction`.
 
 #![expect(
@@ -128,11 +129,52 @@ fn bench_compaction(c: &mut Criterion) {
     group.finish();
 }
 
+/// One key with 10,000 puts, all kept (`max_versions` 10,000, no snapshot): the rules' cost per
+/// version of one key must not grow with the versions after it.
+fn bench_many_versions(c: &mut Criterion) {
+    const VERSIONS: u64 = 10_000;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("versions.sst");
+    let file = RealFs::new().create(&path).expect("create table file");
+    let mut writer = TableWriter::new(file, TableOptions::default()).expect("table writer");
+    for seqno in (1..=VERSIONS).rev() {
+        writer
+            .add(
+                &internal_key(b"hot", seqno, Kind::Put),
+                EntryMeta::at(WRITE_TIME),
+                &VALUE,
+            )
+            .expect("add entry");
+    }
+    writer.finish().expect("finish table");
+    let table = Table::open(&RealFs::new(), &path, 1, None).expect("open table");
+    let rules = || {
+        let ctx = GcContext {
+            max_versions: u32::try_from(VERSIONS).expect("fits"),
+            ..context()
+        };
+        let input = FragmentedRangeTombstones::fragment(Vec::new());
+        let mut iter = CompactionIter::new(table.iter(), input, ctx).expect("compaction iterator");
+        let mut out = 0u64;
+        while let Some(entry) = iter.next_entry().expect("next entry") {
+            black_box(entry);
+            out += 1;
+        }
+        out
+    };
+    assert_eq!(rules(), VERSIONS);
+    let mut group = c.benchmark_group("compaction");
+    group.throughput(Throughput::Elements(VERSIONS));
+    group.sample_size(10);
+    group.bench_function("compaction_iter_one_key_10k_versions", |b| b.iter(rules));
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = bench_compaction
+    targets = bench_compaction, bench_many_versions
 }
 criterion_main!(benches);

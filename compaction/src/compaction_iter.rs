@@ -271,6 +271,10 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
         let mut stripe_now = usize::MAX;
         let mut puts_in_stripe = 0u32;
         let mut tombstone_in_stripe = false;
+        // Stripes only fall as versions get older, so "every version after this one shares its
+        // stripe" is "the oldest version is in its stripe": one check per key, not a walk of
+        // the rest per put.
+        let oldest_stripe = versions.last().map(|v| self.ctx.stripe(v.seqno));
         let mut versions = versions.into_iter().enumerate().peekable();
         while let Some((index, v)) = versions.next() {
             let stripe = self.ctx.stripe(v.seqno);
@@ -291,9 +295,7 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
                 puts_in_stripe += 1;
                 // Do all the versions still to come share this stripe? Then none of them survives
                 // a put that hides what is older.
-                let rest_in_stripe = versions
-                    .clone()
-                    .all(|(_, next)| self.ctx.stripe(next.seqno) == stripe);
+                let rest_in_stripe = oldest_stripe == Some(stripe);
                 match self.decide_put(key, index == 0, stripe, rest_in_stripe, v, &mut below) {
                     PutFate::Keep(kept) => {
                         tombstone_in_stripe = kept.kind != Kind::Put;
