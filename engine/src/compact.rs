@@ -21,6 +21,14 @@ use crate::filename;
 use crate::version::Version;
 use crate::version_edit::{FileMeta, VersionEdit};
 
+/// Ranges a column family remembers for read-triggered compaction until they are compacted;
+/// reports beyond it are dropped (the ranges held are compacted first, then new reports count).
+const MAX_READ_TRIGGERED_RANGES: usize = 64;
+
+/// An output table is cut when it overlaps this many target file sizes of the level below
+/// (`LevelDB`'s grandparent limit), so no later compaction of it rewrites too much.
+const GRANDPARENT_OVERLAP_FACTOR: u64 = 10;
+
 /// How long an idle compaction thread sleeps before looking again (grace periods and deadlines
 /// end with time, not with an event).
 const IDLE_POLL: Duration = Duration::from_millis(500);
@@ -152,7 +160,7 @@ impl DbInner {
         PickerConfig {
             l0_trigger: c.l0_trigger,
             level_base_bytes: c.level_base_bytes,
-            fan_out: 10,
+            fan_out: self.options.compaction.fan_out,
             density_trigger: c.density_trigger,
             deadline_ms: self
                 .options
@@ -300,7 +308,7 @@ impl DbInner {
             table_options: self.options.table.clone(),
             target_file_size: target,
             grandparents: &grandparents,
-            max_grandparent_overlap: target.saturating_mul(10),
+            max_grandparent_overlap: target.saturating_mul(GRANDPARENT_OVERLAP_FACTOR),
         };
         let output = cairn_compaction::job::run(spec, outputs).map_err(Error::from)?;
         tracing::debug!(
@@ -460,7 +468,8 @@ impl DbInner {
         let ranges = state.read_triggered.entry(cf).or_default();
         if ranges.is_empty() {
             // Once per episode: until the reported ranges are compacted, further reports are quiet.
-            tracing::warn!(
+            // Routine (a purge sets it off), so not a warning.
+            tracing::info!(
                 cf,
                 start = ?String::from_utf8_lossy(&start),
                 end = ?String::from_utf8_lossy(&end),
@@ -468,7 +477,7 @@ impl DbInner {
                 "a scan stepped over many tombstones; compacting the range"
             );
         }
-        if ranges.len() < 64 {
+        if ranges.len() < MAX_READ_TRIGGERED_RANGES {
             ranges.push((start, end));
         }
         // Tombstones still in the active memtable are out of compaction's reach until flushed.

@@ -43,6 +43,7 @@ pub(crate) struct CompactionOptions {
     pub(crate) l0_slowdown: usize,
     pub(crate) l0_stop: usize,
     pub(crate) level_base_bytes: u64,
+    pub(crate) fan_out: u64,
     pub(crate) target_file_size: u64,
     pub(crate) density_trigger: u32,
     pub(crate) read_trigger: u64,
@@ -55,6 +56,7 @@ impl Default for CompactionOptions {
             l0_slowdown: 20,
             l0_stop: 36,
             level_base_bytes: 256 << 20,
+            fan_out: 10,
             target_file_size: 64 << 20,
             density_trigger: 64,
             read_trigger: 1000,
@@ -196,10 +198,18 @@ impl Options {
     }
 
     /// The target size of the base level, the first level below level 0 (default 256 MiB); each
-    /// level below targets ten times the one above, sized from the last level down.
+    /// level below targets [`level_fan_out`](Self::level_fan_out) times the one above, sized
+    /// from the last level down.
     #[must_use]
     pub fn level_base_bytes(mut self, bytes: u64) -> Self {
         self.compaction.level_base_bytes = bytes.max(4096);
+        self
+    }
+
+    /// The size ratio between adjacent levels (default 10, at least 2).
+    #[must_use]
+    pub fn level_fan_out(mut self, ratio: u64) -> Self {
+        self.compaction.fan_out = ratio.max(2);
         self
     }
 

@@ -33,6 +33,17 @@ impl CfVersion {
             .flat_map(|(level, files)| files.iter().map(move |f| (level, f)))
     }
 
+    /// True if every level below 0 is sorted and its tables do not overlap (the invariant
+    /// reads and compaction picks rely on). Neighbours may touch: a table's largest bound can
+    /// be the exclusive end of a range tombstone, which the next table starts at.
+    fn levels_below_l0_are_disjoint(&self) -> bool {
+        self.levels.iter().skip(1).all(|files| {
+            files
+                .windows(2)
+                .all(|pair| matches!(pair, [a, b] if a.largest <= b.smallest))
+        })
+    }
+
     fn sort(&mut self) {
         if let Some(l0) = self.levels.first_mut() {
             l0.sort_by(|a, b| {
@@ -101,6 +112,10 @@ impl Version {
         }
         for cf in next.cfs.values_mut() {
             cf.sort();
+            debug_assert!(
+                cf.levels_below_l0_are_disjoint(),
+                "overlapping tables in {cf:?}"
+            );
         }
         Ok(next)
     }
