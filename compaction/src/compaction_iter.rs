@@ -83,8 +83,15 @@ impl GcContext<'_> {
 
     /// The obsolete-tombstone rule's view of this compaction.
     pub fn tombstone_rules(&self) -> TombstoneRules {
+        let ignore_snapshots = crate::planted::active(crate::planted::GcBug::IgnoreSnapshots);
         TombstoneRules {
-            oldest_snapshot: self.snapshots.first().copied(),
+            // Planted bug: as if no snapshot were alive (only compaction is wrong, so the
+            // engine's explanations stay truthful and can disagree with it).
+            oldest_snapshot: self
+                .snapshots
+                .first()
+                .copied()
+                .filter(|_| !ignore_snapshots),
             now: self.now,
             grace_ms: self.grace_ms,
         }

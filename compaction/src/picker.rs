@@ -473,15 +473,11 @@ fn pinned(file: &FileInfo, config: &PickerConfig<'_>) -> bool {
 /// True if rewriting the bottom-level table now would drop at least one tombstone: the rules
 /// let its oldest tombstone go, with nothing below the bottom.
 fn bottom_droppable(file: &FileInfo, config: &PickerConfig<'_>) -> bool {
-    let (Some(seqno), Some(time)) = (file.smallest_tombstone_seqno, file.oldest_tombstone_time)
-    else {
-        return false;
-    };
     file.num_tombstones > 0
-        && config
-            .tombstone_rules()
-            .keep_reason(seqno, time, || None::<()>)
-            .is_none()
+        && !pinned(file, config)
+        && file
+            .oldest_tombstone_time
+            .is_some_and(|t| config.tombstone_rules().grace_over(t))
 }
 
 fn ratio(a: u64, b: u64) -> f64 {

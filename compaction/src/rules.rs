@@ -82,7 +82,8 @@
 use cairn_sstable::{EntryMeta, SeqNo};
 
 /// Why the rules keep a tombstone. `B` is what the caller knows of the data below (the level it
-/// lies at, for an explanation; nothing, for compaction).
+/// lies at, for an explanation; nothing, for compaction). Deliberately exhaustive: a new reason
+/// must break every caller's `match` until it says what the reason means there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeepReason<B = ()> {
     /// A live snapshot older than the tombstone may read what it deletes.
@@ -113,10 +114,6 @@ pub struct TombstoneRules {
 impl TombstoneRules {
     /// The oldest live snapshot older than a tombstone at `seqno`: it pins the tombstone.
     pub fn pinned_by(&self, seqno: SeqNo) -> Option<SeqNo> {
-        if crate::planted::active(crate::planted::GcBug::IgnoreSnapshots) {
-            // Planted bug: as if no snapshot were alive.
-            return None;
-        }
         self.oldest_snapshot.filter(|&s| s < seqno)
     }
 
@@ -170,9 +167,11 @@ pub fn expired(meta: EntryMeta, cf_ttl_ms: Option<u64>, now: u64) -> bool {
 
 /// The delete persistence deadline, split into stages: a droppable tombstone must leave the
 /// memtable within the first `deadline / (levels + 1)`, and level `l` within `l + 2` of those
-/// stages, so it reaches the bottom — and is gone — within the whole deadline. `level` is
-/// `None` for a memtable. Returns how long after the tombstone became droppable (its grace
-/// end) it must leave that place.
+/// stages, so the compactions that carry it down reach the bottom within the whole deadline.
+/// (The MANIFEST rollover that forgets table bounds naming a deleted key waits one stage after
+/// the edit it drops, so a key that was a table's bound can outlive the deadline there by a
+/// stage.) `level` is `None` for a memtable. Returns how long after the tombstone became
+/// droppable (its grace end) it must leave that place.
 pub fn deadline_budget(deadline_ms: u64, levels: usize, level: Option<usize>) -> u64 {
     let stages = levels as u64 + 1;
     let stage = level.map_or(1, |l| l as u64 + 2);
