@@ -31,7 +31,7 @@ use crate::keys;
 use crate::lock::AdvisoryLock;
 use crate::report::{PassReport, TableReport};
 use crate::schema::{IndexDef, TableDef};
-use crate::table::{delete_row, read_row};
+use crate::table::{backoff, delete_row, read_row};
 use crate::tables::{Tables, scan_prefix};
 
 /// The most rows one pass selects from one table.
@@ -349,6 +349,7 @@ impl Purger {
                         return Err(e);
                     }
                     attempt += 1;
+                    backoff(attempt);
                 }
                 Err(e) => return Err(e),
             }
