@@ -55,6 +55,14 @@ pub(crate) fn index_prefix(table: u32, index: u16) -> Vec<u8> {
     [&b"x"[..], &table.to_be_bytes(), &index.to_be_bytes()].concat()
 }
 
+/// `[start, end)` of the entries of every index id from `next` up: ids no definition of the
+/// table has reached, where only a back-fill a crash interrupted can have left entries.
+pub(crate) fn unused_indexes(table: u32, next: u16) -> (Vec<u8>, Vec<u8>) {
+    // The end of the table's whole index space; never `None`: the prefix starts with `x`.
+    let end = prefix_end(&[&b"x"[..], &table.to_be_bytes()].concat()).unwrap_or_default();
+    (index_prefix(table, next), end)
+}
+
 /// The index entry `values` (a whole row, in column order) gives row `id`, or `None` for a
 /// unique index and a key holding a NULL (NULLs never collide, so they are not indexed).
 pub(crate) fn index_entry(

@@ -128,9 +128,10 @@ impl AdvisoryLock {
     /// # Errors
     /// Engine errors; `Corruption` for an undecodable record.
     pub fn holder(&self) -> Result<Option<Lease>> {
-        let mut tx = self.tables.inner.db.transaction();
+        let key = keys::lock(&self.name);
         let now = self.tables.inner.db.now_ms();
-        let current = self.read(&mut tx, &keys::lock(&self.name))?;
+        let current = self.tables.inner.cf.get(&key)?;
+        let current = current.map(|bytes| decode(&key, &bytes)).transpose()?;
         Ok(current.filter(|lease| lease.expires_at_ms > now))
     }
 

@@ -111,14 +111,12 @@ impl Purger {
         list: impl Fn() -> Vec<String> + Send + Sync + 'static,
         config: PurgeConfig,
     ) -> Self {
-        static SESSIONS: AtomicU64 = AtomicU64::new(1);
-        let session = SESSIONS.fetch_add(1, Ordering::Relaxed);
         Self {
             tables,
             lock_name: lock_name.to_owned(),
             list: Arc::new(list),
             config: config.clamped(),
-            holder: format!("pid{}-purger{session}", std::process::id()),
+            holder: format!("pid{}", std::process::id()),
             lease: DEFAULT_LEASE,
             on_purge: None,
             warned_full_scan: Arc::new(Mutex::new(HashSet::new())),
@@ -127,7 +125,7 @@ impl Purger {
     }
 
     /// The name this purger's passes hold the lock under, each suffixed `#n` so that no two
-    /// passes share one (default: unique to the purger).
+    /// passes in the process share one (default: `pid<process id>`).
     #[must_use]
     pub fn holder(mut self, holder: impl Into<String>) -> Self {
         self.holder = holder.into();

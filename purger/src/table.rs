@@ -409,15 +409,13 @@ impl Table {
             }
         }
         // Index ids are handed out in order and never dropped: nothing may lie past the last.
-        let unused = keys::index_prefix(def.id, def.next_index_id);
-        if let Some(end) = keys::prefix_end(&keys::index_prefix(def.id, u16::MAX)) {
-            let mut leftovers = snapshot.range_cf(cf, unused.as_slice()..end.as_slice())?;
-            if let Some(entry) = leftovers.next().transpose()? {
-                return Err(Error::corruption(
-                    &entry.0,
-                    "an entry of no index of the table",
-                ));
-            }
+        let (unused, end) = keys::unused_indexes(def.id, def.next_index_id);
+        let mut leftovers = snapshot.range_cf(cf, unused.as_slice()..end.as_slice())?;
+        if let Some(entry) = leftovers.next().transpose()? {
+            return Err(Error::corruption(
+                &entry.0,
+                "an entry of no index of the table",
+            ));
         }
         Ok(rows)
     }

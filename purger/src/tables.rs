@@ -205,10 +205,7 @@ impl Tables {
     fn clear_unfinished_indexes(&self) -> Result<()> {
         let catalog = self.catalog();
         for def in catalog.tables.values() {
-            let start = keys::index_prefix(def.id, def.next_index_id);
-            let Some(end) = keys::prefix_end(&keys::index_prefix(def.id, u16::MAX)) else {
-                continue;
-            };
+            let (start, end) = keys::unused_indexes(def.id, def.next_index_id);
             let snapshot = self.inner.db.snapshot();
             let mut leftovers =
                 snapshot.range_cf(&self.inner.cf, start.as_slice()..end.as_slice())?;
@@ -314,13 +311,12 @@ impl Tables {
     /// retry clears them first (index ids are only consumed once the definition is stored).
     pub(crate) fn backfill_and_store(&self, catalog: &mut Catalog, def: &TableDef) -> Result<()> {
         let old = catalog.def(&def.name)?;
-        let new_indexes: Vec<&IndexDef> = def
+        let added: Vec<IndexDef> = def
             .indexes
             .iter()
             .filter(|i| old.indexes.iter().all(|o| o.id != i.id))
+            .cloned()
             .collect();
-        let name = def.name.clone();
-        let added: Vec<IndexDef> = new_indexes.into_iter().cloned().collect();
         let result = added
             .iter()
             .try_for_each(|index| self.backfill(def, index))
@@ -335,25 +331,18 @@ impl Tables {
             return Err(e);
         }
         let names: Vec<&str> = added.iter().map(|i| i.index.name.as_str()).collect();
-        tracing::info!(table = %name, indexes = ?names, "added indexes");
+        tracing::info!(table = %def.name, indexes = ?names, "added indexes");
         Ok(())
     }
 
     fn backfill(&self, def: &TableDef, index: &IndexDef) -> Result<()> {
         let cf = &self.inner.cf;
-        let prefix = keys::index_prefix(def.id, index.id);
-        if let Some(end) = keys::prefix_end(&prefix) {
-            let mut clear = WriteBatch::new();
-            clear.delete_range_cf(cf, &prefix, &end);
-            self.inner.db.write(clear)?;
-        }
+        self.clear_index(def, index)?;
         let snapshot = self.inner.db.snapshot();
-        let rows = keys::row_prefix(def.id);
-        let end = keys::prefix_end(&rows).unwrap_or_default();
         let mut batch = WriteBatch::new();
         // Unique keys in `batch`, not yet visible to `get`.
         let mut pending = HashSet::new();
-        for entry in snapshot.range_cf(cf, rows.as_slice()..end.as_slice())? {
+        for entry in scan_prefix(&snapshot, cf, &keys::row_prefix(def.id))? {
             let (key, bytes) = entry?;
             let values = def.decode_row(&key, &bytes)?;
             let id = keys::trailing_id(&key)?;
@@ -428,14 +417,7 @@ impl Tables {
             Some(v) => keys::id_value(&key, &v)?,
             None => 1,
         };
-        let prefix = keys::row_prefix(table);
-        let end = keys::prefix_end(&prefix).unwrap_or_default();
-        let last = match self
-            .inner
-            .cf
-            .range(prefix.as_slice()..end.as_slice())?
-            .next_back()
-        {
+        let last = match self.inner.cf.prefix(keys::row_prefix(table))?.next_back() {
             Some(entry) => keys::trailing_id(&entry?.0)?.saturating_add(1),
             None => 1,
         };
