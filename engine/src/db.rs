@@ -117,7 +117,7 @@ impl DbState {
             return Err(Error::Stopped(why.clone()));
         }
         if self.shutting_down {
-            return Err(Error::Stopped("the database is closed".into()));
+            return Err(Error::closed());
         }
         Ok(())
     }

@@ -96,6 +96,11 @@ impl From<cairn_wal::Error> for Error {
 }
 
 impl Error {
+    /// What every call on a closed database returns.
+    pub(crate) fn closed() -> Self {
+        Self::Stopped("the database is closed".into())
+    }
+
     pub(crate) fn invalid(why: impl Into<String>) -> Self {
         Self::InvalidArgument(why.into())
     }

@@ -464,15 +464,7 @@ impl DbIterator {
     /// `Stopped` once the database is closed: the directory may belong to another process by
     /// then, so an iterator made before reads no further.
     fn check_open(&self) -> Result<()> {
-        if self
-            .trigger
-            .db
-            .closed
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
-            return Err(crate::Error::Stopped("the database is closed".into()));
-        }
-        Ok(())
+        self.trigger.db.check_open()
     }
 
     fn wrap(&mut self, step: Result<Option<(Bytes, Bytes)>>) -> Option<Result<(Bytes, Bytes)>> {

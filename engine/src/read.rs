@@ -91,6 +91,15 @@ impl<'a> Resolver<'a> {
 }
 
 impl DbInner {
+    /// `Stopped` once the database is closed: the directory may belong to another process by
+    /// then, so a handle that outlived it (a snapshot, an iterator) reads nothing stale.
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(crate::Error::closed());
+        }
+        Ok(())
+    }
+
     /// The read view and the sequence number to read at: `snapshot`'s, or (for `None`) the
     /// latest, read only *after* the view is taken. The other order races with compaction: a
     /// compaction installed in between may have dropped a version the number sees, shadowed by
@@ -100,9 +109,7 @@ impl DbInner {
     /// # Errors
     /// `Stopped` once the database is closed: a handle that outlived it reads nothing stale.
     pub(crate) fn read_view(&self, snapshot: Option<SeqNo>) -> Result<(Arc<SuperVersion>, SeqNo)> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(crate::Error::Stopped("the database is closed".into()));
-        }
+        self.check_open()?;
         let sv = self.super_version();
         let seqno = snapshot.unwrap_or_else(|| self.visible_seqno.load(Ordering::Acquire));
         Ok((sv, seqno))

@@ -162,7 +162,7 @@ impl DbInner {
         }
         let mut queue = self.writes.lock();
         if queue.closed {
-            return Err(Error::Stopped("the database is closed".into()));
+            return Err(Error::closed());
         }
         if !queue.leading && queue.waiting.is_empty() {
             // Nobody to group with: write directly, with no queue entry to allocate and no one
