@@ -112,9 +112,14 @@ impl Version {
         }
         for cf in next.cfs.values_mut() {
             cf.sort();
+            // Table numbers only: the bounds are user keys, possibly deleted ones.
             debug_assert!(
                 cf.levels_below_l0_are_disjoint(),
-                "overlapping tables in {cf:?}"
+                "overlapping tables below level 0: {:?}",
+                cf.levels
+                    .iter()
+                    .map(|files| files.iter().map(|f| f.number).collect::<Vec<_>>())
+                    .collect::<Vec<_>>()
             );
         }
         Ok(next)

@@ -495,11 +495,19 @@ impl Table {
     }
 }
 
-/// Waits before retry `attempt` of a transaction that lost a conflict: exponentially longer
-/// (100 µs doubling to 12.8 ms), so writers racing for one row stop meeting in lockstep.
+/// Waits before retry `attempt` (2 and up) of a transaction that lost a conflict:
+/// exponentially longer (about 200 µs doubling to 12.8 ms), with half of it random so that
+/// writers racing for one row stop meeting in lockstep. No lock may be held across it.
 pub(crate) fn backoff(attempt: usize) {
+    use std::hash::{BuildHasher, Hasher};
     let exponent = u32::try_from(attempt.min(8)).unwrap_or(8);
-    std::thread::sleep(std::time::Duration::from_micros(50 << exponent));
+    let base: u64 = 50 << exponent;
+    // A fresh `RandomState` is seeded afresh: a cheap random number without a crate.
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let micros = base / 2 + random % (base / 2).max(1);
+    std::thread::sleep(std::time::Duration::from_micros(micros));
 }
 
 /// Row `id` as the transaction sees it (the read is checked for conflicts at commit).

@@ -43,6 +43,9 @@ fn resurrected_rows_survive_racing_purges() {
 struct Touched {
     written: Mutex<Vec<u64>>,
     hard_deleted: Mutex<Vec<u64>>,
+    /// Writes attempted, and those that lost every retry to a racing transaction.
+    attempts: AtomicU64,
+    lost: AtomicU64,
 }
 
 fn run(seed: u64) {
@@ -115,6 +118,15 @@ fn race_one(
         return;
     };
     let written = || touched.written.lock().expect("touched");
+    touched.attempts.fetch_add(1, Ordering::Relaxed);
+    let lost_race = |e: &cairn_purger::Error| {
+        let lost = matches!(
+            e,
+            cairn_purger::Error::Engine(cairn::Error::Conflict { .. })
+        );
+        touched.lost.fetch_add(u64::from(lost), Ordering::Relaxed);
+        lost
+    };
     match rng.random_range(0..100) {
         0..50 => {
             let row = Row::new()
@@ -122,7 +134,8 @@ fn race_one(
                 .set("note", "back");
             let upserted = match t.upsert(row) {
                 Ok(upserted) => upserted,
-                // Lost every retry to other writers: nothing was written, which is allowed.
+                // Lost every retry to other writers: nothing was written, which is allowed
+                // (and counted: it must stay rare).
                 Err(e) if lost_race(&e) => return,
                 Err(e) => panic!("seed {seed}: upsert: {e}"),
             };
@@ -155,14 +168,6 @@ fn race_one(
             Err(e) => panic!("seed {seed}: hard delete: {e}"),
         },
     }
-}
-
-/// A write that lost every retry to a racing transaction: it wrote nothing.
-fn lost_race(e: &cairn_purger::Error) -> bool {
-    matches!(
-        e,
-        cairn_purger::Error::Engine(cairn::Error::Conflict { .. })
-    )
 }
 
 fn check(seed: u64, t: &Table, ids: &[u64], touched: Touched, purged: u64) {
@@ -207,6 +212,13 @@ fn check(seed: u64, t: &Table, ids: &[u64], touched: Touched, purged: u64) {
     assert!(
         !written.is_empty(),
         "seed {seed}: the threads never got a write in"
+    );
+    // A write that loses every retry writes nothing and is allowed, but it must stay rare, or
+    // the race would check little (spurious conflicts, or a purger that starves writers).
+    let (attempts, lost) = (touched.attempts.into_inner(), touched.lost.into_inner());
+    assert!(
+        lost * 1_000 <= attempts,
+        "seed {seed}: {lost} of {attempts} writes lost every retry to a racing transaction"
     );
     eprintln!(
         "seed {seed}: {gone_by_purge} purged, {} rows written to by racing threads survived, {} \
