@@ -184,7 +184,7 @@ impl Snapshot {
     /// As [`ColumnFamily::get`].
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
         self.db.get(
-            crate::column_family::DEFAULT_CF,
+            crate::version_edit::DEFAULT_CF,
             key.as_ref(),
             Some(self.seqno),
         )
@@ -218,7 +218,7 @@ impl Snapshot {
     pub fn range<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Result<DbIterator> {
         DbIterator::new(
             Arc::clone(&self.db),
-            crate::column_family::DEFAULT_CF,
+            crate::version_edit::DEFAULT_CF,
             Some(self.seqno),
             owned_bounds(&range),
         )
@@ -249,7 +249,7 @@ impl Snapshot {
     pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Result<DbIterator> {
         DbIterator::new(
             Arc::clone(&self.db),
-            crate::column_family::DEFAULT_CF,
+            crate::version_edit::DEFAULT_CF,
             Some(self.seqno),
             prefix_bounds(prefix.as_ref()),
         )

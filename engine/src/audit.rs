@@ -18,10 +18,10 @@ use cairn_sstable::{
 };
 use cairn_wal::{LogReader, RecoveryMode};
 
-use crate::batch::{BatchOp, decode_record};
 use crate::db::DbInner;
 use crate::error::Result;
 use crate::filename::{self, FileKind};
+use crate::log_record::{BatchOp, decode_record};
 use crate::version_edit::VersionEdit;
 
 /// Where a version, a tombstone, or the bytes of a key still lie.
@@ -88,7 +88,7 @@ impl DbInner {
     /// Every trace of `key` in `cf`, newest first.
     pub(crate) fn audit_key(&self, cf: u32, key: &[u8]) -> Result<Vec<KeyTrace>> {
         let sv = self.super_version();
-        let grace = crate::batch::millis(sv.cf_options(cf)?.tombstone_grace);
+        let grace = crate::clock::millis(sv.cf_options(cf)?.tombstone_grace);
         let mut traces: Vec<KeyTrace> = Vec::new();
         for mem in sv.memtables(cf) {
             for e in mem.versions(key, MAX_SEQNO, usize::MAX) {
@@ -160,7 +160,7 @@ impl DbInner {
         let deadline = self
             .options
             .delete_persistence_deadline
-            .map(crate::batch::millis);
+            .map(crate::clock::millis);
         let mut deleted_at: Option<u64> = None;
         for t in traces {
             if t.kind.is_some_and(Kind::is_tombstone) {

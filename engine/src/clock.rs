@@ -5,6 +5,11 @@ use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// A duration in whole milliseconds, saturating at `u64::MAX`.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// A source of milliseconds.
 pub trait Clock: Send + Sync + Debug {
     /// The current time in milliseconds.

@@ -10,9 +10,6 @@ use crate::options::CfOptions;
 use crate::super_version::MemSet;
 use crate::version_edit::VersionEdit;
 
-/// The id of the default column family.
-pub(crate) const DEFAULT_CF: u32 = 0;
-
 /// A handle on a column family. Cheap to clone; it names the family by id, so a handle to a
 /// dropped family fails with `ColumnFamilyNotFound` rather than reaching a new family of the
 /// same name.

@@ -165,9 +165,9 @@ impl DbInner {
             deadline_ms: self
                 .options
                 .delete_persistence_deadline
-                .map(crate::batch::millis),
-            grace_ms: crate::batch::millis(options.tombstone_grace),
-            cf_ttl_ms: options.ttl.map(crate::batch::millis),
+                .map(crate::clock::millis),
+            grace_ms: crate::clock::millis(options.tombstone_grace),
+            cf_ttl_ms: options.ttl.map(crate::clock::millis),
             now: self.options.clock.now_ms(),
             oldest_snapshot: self.snapshots.oldest(),
             read_triggered,
@@ -186,7 +186,7 @@ impl DbInner {
                 .meta
                 .cfs
                 .get(cf)
-                .map_or(0, |(_, o)| crate::batch::millis(o.tombstone_grace));
+                .map_or(0, |(_, o)| crate::clock::millis(o.tombstone_grace));
             mem.oldest_tombstone_time()
                 .is_some_and(|t| now >= t.saturating_add(grace).saturating_add(budget_ms))
         })
@@ -291,9 +291,9 @@ impl DbInner {
         let ctx = GcContext {
             snapshots: &snapshots,
             now: self.options.clock.now_ms(),
-            grace_ms: crate::batch::millis(cf_options.tombstone_grace),
+            grace_ms: crate::clock::millis(cf_options.tombstone_grace),
             max_versions: cf_options.max_versions,
-            cf_ttl_ms: cf_options.ttl.map(crate::batch::millis),
+            cf_ttl_ms: cf_options.ttl.map(crate::clock::millis),
             below: &below,
             filter: self
                 .options
@@ -380,7 +380,7 @@ impl DbInner {
     /// last level's overlapping tables in place so every tombstone that can go does.
     pub(crate) fn compact_range(&self, cf: u32, range: (Bound<Bytes>, Bound<Bytes>)) -> Result<()> {
         self.flush()?;
-        let last = crate::version::NUM_LEVELS - 1;
+        let last = crate::options::NUM_LEVELS - 1;
         for level in 0..=last {
             loop {
                 let mut state = self.lock_state();

@@ -10,13 +10,14 @@ use cairn_fs::{FileLock, FileSystem};
 use cairn_sstable::{BlockCache, SeqNo};
 use cairn_wal::LogWriter;
 
-use crate::column_family::{ColumnFamily, DEFAULT_CF};
+use crate::column_family::ColumnFamily;
 use crate::error::{Error, Result};
 use crate::manifest::{ManifestState, ManifestWriter};
 use crate::options::{CfOptions, Options};
 use crate::snapshot::SnapshotList;
 use crate::super_version::{MemSet, SuperVersion};
 use crate::table_cache::TableCache;
+use crate::version_edit::DEFAULT_CF;
 use crate::write_queue::WriteQueue;
 
 /// An open database. The data API (`put`, `get`, `delete`, `range`, …) acts on the default

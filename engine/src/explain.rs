@@ -77,7 +77,7 @@ impl DbInner {
             rules: TombstoneRules {
                 oldest_snapshot: self.snapshots.oldest(),
                 now: self.options.clock.now_ms(),
-                grace_ms: crate::batch::millis(sv.cf_options(cf)?.tombstone_grace),
+                grace_ms: crate::clock::millis(sv.cf_options(cf)?.tombstone_grace),
             },
         };
         let mut out = Vec::new();

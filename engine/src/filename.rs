@@ -2,6 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
+/// File numbers stay below this: one read from disk at or above it is corruption, and every
+/// `+ 1` on a number is safe.
+pub(crate) const MAX_FILE_NUMBER: u64 = 1 << 62;
+
 /// What a file in the database directory is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FileKind {

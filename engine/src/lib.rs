@@ -43,6 +43,7 @@ mod explain;
 mod filename;
 mod flush;
 mod iterator;
+mod log_record;
 mod manifest;
 mod memtable;
 mod options;

@@ -14,16 +14,11 @@ use std::sync::Arc;
 use cairn_fs::FileSystem;
 use cairn_wal::{LogReader, LogWriter, RecoveryMode};
 
-use crate::column_family::DEFAULT_CF;
 use crate::error::{Error, Result};
 use crate::filename;
 use crate::options::CfOptions;
 use crate::version::Version;
-use crate::version_edit::VersionEdit;
-
-/// File numbers stay below this: one read from disk at or above it is corruption, and every
-/// `+ 1` on a number is safe.
-pub(crate) const MAX_FILE_NUMBER: u64 = 1 << 62;
+use crate::version_edit::{DEFAULT_CF, VersionEdit};
 
 /// Everything the MANIFEST records.
 #[derive(Debug, Clone)]
@@ -145,7 +140,7 @@ impl ManifestWriter {
 
     /// The MANIFEST at `path` of a database open read-only: never written (every append fails).
     pub(crate) fn read_only(path: PathBuf, number: u64) -> Self {
-        let writer = LogWriter::new(Box::new(crate::recovery::ReadOnlyFile(path.clone())));
+        let writer = LogWriter::new(Box::new(ReadOnlyFile(path.clone())));
         Self {
             path,
             number,
@@ -249,4 +244,34 @@ pub(crate) fn load(fs: &dyn FileSystem, dir: &Path, name: &str) -> Result<Manife
         ));
     }
     Ok(state)
+}
+
+/// What a read-only database writes through: nothing. Every append and sync fails, so a write
+/// that slipped past the read-only checks could not reach the disk.
+#[derive(Debug)]
+pub(crate) struct ReadOnlyFile(pub(crate) std::path::PathBuf);
+
+impl cairn_fs::WritableFile for ReadOnlyFile {
+    fn append(&mut self, _: &[u8]) -> cairn_fs::Result<()> {
+        Err(read_only_write(&self.0))
+    }
+
+    fn sync(&mut self) -> cairn_fs::Result<()> {
+        Err(read_only_write(&self.0))
+    }
+
+    fn len(&self) -> u64 {
+        0
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+fn read_only_write(path: &Path) -> cairn_fs::Error {
+    cairn_fs::Error::from(std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        format!("{}: the database is open read-only", path.display()),
+    ))
 }

@@ -16,6 +16,9 @@ pub const MAX_KEY_LEN: usize = 64 * 1024;
 /// The longest value the engine accepts, in bytes.
 pub const MAX_VALUE_LEN: usize = 256 * 1024 * 1024;
 
+/// Levels per column family.
+pub(crate) const NUM_LEVELS: usize = 7;
+
 /// How a database is opened and run. A consuming builder: `Options::default().memtable_size(…)`.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -251,8 +254,8 @@ impl Options {
     pub(crate) fn deadline_stage_ms(&self) -> Option<u64> {
         self.delete_persistence_deadline.map(|d| {
             cairn_compaction::rules::deadline_budget(
-                crate::batch::millis(d),
-                crate::version::NUM_LEVELS,
+                crate::clock::millis(d),
+                crate::options::NUM_LEVELS,
                 None,
             )
         })

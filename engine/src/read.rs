@@ -40,7 +40,7 @@ impl Visibility {
     pub(crate) fn new(now: u64, options: &CfOptions) -> Self {
         Self {
             now,
-            cf_ttl: options.ttl.map(crate::batch::millis),
+            cf_ttl: options.ttl.map(crate::clock::millis),
             max_versions: options.max_versions.max(1),
         }
     }

@@ -9,15 +9,14 @@ use cairn_fs::FileSystem;
 use cairn_sstable::MAX_SEQNO;
 use cairn_wal::{LogReader, LogWriter, RecoveryMode};
 
-use crate::batch::decode_record;
 use crate::db::{DbInner, OpenedParts};
 use crate::error::{Error, Result};
-use crate::filename::{self, FileKind};
-use crate::manifest::{self, MAX_FILE_NUMBER, ManifestState, ManifestWriter};
+use crate::filename::{self, FileKind, MAX_FILE_NUMBER};
+use crate::log_record::decode_record;
+use crate::manifest::{self, ManifestState, ManifestWriter, ReadOnlyFile};
 use crate::memtable::Memtable;
 use crate::options::Options;
 use crate::super_version::MemSet;
-use crate::write::apply_ops;
 
 /// Opens the database in `dir`.
 pub(crate) fn open(dir: &Path, options: Options) -> Result<DbInner> {
@@ -109,36 +108,6 @@ pub(crate) fn open_read_only(dir: &Path, options: Options) -> Result<DbInner> {
 
 fn no_database(dir: &Path) -> Error {
     Error::invalid(format!("{} holds no Cairn database", dir.display()))
-}
-
-/// What a read-only database writes through: nothing. Every append and sync fails, so a write
-/// that slipped past the read-only checks could not reach the disk.
-#[derive(Debug)]
-pub(crate) struct ReadOnlyFile(pub(crate) std::path::PathBuf);
-
-impl cairn_fs::WritableFile for ReadOnlyFile {
-    fn append(&mut self, _: &[u8]) -> cairn_fs::Result<()> {
-        Err(read_only_write(&self.0))
-    }
-
-    fn sync(&mut self) -> cairn_fs::Result<()> {
-        Err(read_only_write(&self.0))
-    }
-
-    fn len(&self) -> u64 {
-        0
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-fn read_only_write(path: &Path) -> cairn_fs::Error {
-    cairn_fs::Error::from(std::io::Error::new(
-        std::io::ErrorKind::PermissionDenied,
-        format!("{}: the database is open read-only", path.display()),
-    ))
 }
 
 /// Checks that every table the MANIFEST names is there, at the size it recorded: a missing or
@@ -273,12 +242,7 @@ fn replay_logs(
                 skip_damaged(mode, damage)?;
                 continue;
             }
-            apply_ops(
-                &memset,
-                record.first_seqno,
-                record.write_time,
-                record.ops.iter(),
-            );
+            memset.apply(record.first_seqno, record.write_time, record.ops.iter());
             last_seqno = last_seqno.max(record.first_seqno + count.saturating_sub(1));
         }
         if let Some(damage) = reader.stopped_at() {

@@ -134,7 +134,7 @@ impl Counters {
 impl crate::db::DbInner {
     pub(crate) fn stats(&self) -> Stats {
         let sv = self.super_version();
-        let mut levels = vec![LevelStats::default(); crate::version::NUM_LEVELS];
+        let mut levels = vec![LevelStats::default(); crate::options::NUM_LEVELS];
         for cf in sv.version.cfs.values() {
             for (level, file) in cf.all_files() {
                 if let Some(l) = levels.get_mut(level) {
@@ -208,7 +208,7 @@ impl crate::db::DbInner {
             let grace = sv
                 .cfs
                 .get(cf)
-                .map_or(0, |(_, o)| crate::batch::millis(o.tombstone_grace));
+                .map_or(0, |(_, o)| crate::clock::millis(o.tombstone_grace));
             for (level, file) in version.all_files() {
                 let (Some(time), Some(seqno)) =
                     (file.oldest_tombstone_time, file.smallest_tombstone_seqno)

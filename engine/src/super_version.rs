@@ -4,6 +4,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use bytes::Bytes;
+use cairn_sstable::{EntryMeta, Kind, SeqNo};
+
+use crate::log_record::BatchOp;
 use crate::memtable::Memtable;
 use crate::options::CfOptions;
 use crate::version::Version;
@@ -59,5 +63,47 @@ impl SuperVersion {
         self.memsets
             .iter()
             .filter_map(move |set| set.tables.get(&cf))
+    }
+}
+
+impl MemSet {
+    /// Inserts ops into the memtables with consecutive sequence numbers from `first`.
+    pub(crate) fn apply<'a>(
+        &self,
+        first: SeqNo,
+        write_time: u64,
+        ops: impl Iterator<Item = &'a BatchOp>,
+    ) {
+        for (seqno, op) in (first..).zip(ops) {
+            let Some(table) = self.tables.get(&op.cf()) else {
+                continue;
+            };
+            let meta = EntryMeta::at(write_time);
+            match op {
+                BatchOp::Put {
+                    key, value, ttl, ..
+                } => {
+                    table.insert(
+                        key,
+                        seqno,
+                        Kind::Put,
+                        EntryMeta {
+                            write_time,
+                            ttl: *ttl,
+                        },
+                        value.clone(),
+                    );
+                }
+                BatchOp::Delete { key, .. } => {
+                    table.insert(key, seqno, Kind::Delete, meta, Bytes::new());
+                }
+                BatchOp::SingleDelete { key, .. } => {
+                    table.insert(key, seqno, Kind::SingleDelete, meta, Bytes::new());
+                }
+                BatchOp::DeleteRange { start, end, .. } => {
+                    table.insert_range_tombstone(start.clone(), end.clone(), seqno, write_time);
+                }
+            }
+        }
     }
 }

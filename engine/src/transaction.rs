@@ -9,9 +9,10 @@ use cairn_sstable::SeqNo;
 
 use crate::api::Snapshot;
 use crate::batch::WriteBatch;
-use crate::column_family::{ColumnFamily, DEFAULT_CF};
+use crate::column_family::ColumnFamily;
 use crate::db::{Db, DbInner};
 use crate::error::{Error, Result};
+use crate::version_edit::DEFAULT_CF;
 
 /// An optimistic transaction: reads at its snapshot, buffered writes, and a commit that fails
 /// with `Conflict` if a key it read was written after the snapshot.

@@ -4,10 +4,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::options::NUM_LEVELS;
 use crate::version_edit::{FileMeta, VersionEdit};
-
-/// Levels per column family.
-pub(crate) const NUM_LEVELS: usize = 7;
 
 /// One column family's tables by level. Level 0 is ordered newest first; deeper levels are
 /// sorted by smallest key and do not overlap.

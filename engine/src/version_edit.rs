@@ -2,8 +2,11 @@
 
 use bytes::Bytes;
 
-use crate::batch::{Reader, put_varint};
 use crate::options::CfOptions;
+use cairn_sstable::coding::{Cursor, put_length_prefixed, put_varint};
+
+/// The id of the default column family.
+pub(crate) const DEFAULT_CF: u32 = 0;
 
 /// One table in a version.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,10 +67,10 @@ const TAG_DELETED_FILE: u8 = 8;
 
 impl VersionEdit {
     /// Checks the numbers an edit read from disk may hold: sequence numbers within 56 bits, file
-    /// numbers below [`MAX_FILE_NUMBER`](crate::manifest::MAX_FILE_NUMBER), column family ids
+    /// numbers below [`MAX_FILE_NUMBER`](crate::filename::MAX_FILE_NUMBER), column family ids
     /// below `u32::MAX`, levels that exist. A message says what is out of range.
     pub(crate) fn check_ranges(&self) -> Result<(), String> {
-        use crate::manifest::MAX_FILE_NUMBER;
+        use crate::filename::MAX_FILE_NUMBER;
         let seqnos = self.last_seqno.into_iter().chain(
             self.new_files
                 .iter()
@@ -102,7 +105,7 @@ impl VersionEdit {
             .chain(self.deleted_files.iter().map(|(_, l, _)| *l));
         if let Some(l) = levels
             .into_iter()
-            .find(|&l| l >= crate::version::NUM_LEVELS)
+            .find(|&l| l >= crate::options::NUM_LEVELS)
         {
             return Err(format!("level {l} does not exist"));
         }
@@ -125,15 +128,15 @@ impl VersionEdit {
         for (id, name, options) in &self.added_cfs {
             out.push(TAG_ADD_CF);
             put_varint(&mut out, u64::from(*id));
-            put_bytes(&mut out, name.as_bytes());
+            put_length_prefixed(&mut out, name.as_bytes());
             put_varint(
                 &mut out,
                 options
                     .ttl
-                    .map_or(0, |t| crate::batch::millis(t).saturating_add(1)),
+                    .map_or(0, |t| crate::clock::millis(t).saturating_add(1)),
             );
             put_varint(&mut out, u64::from(options.max_versions));
-            put_varint(&mut out, crate::batch::millis(options.tombstone_grace));
+            put_varint(&mut out, crate::clock::millis(options.tombstone_grace));
         }
         for id in &self.dropped_cfs {
             out.push(TAG_DROP_CF);
@@ -146,8 +149,8 @@ impl VersionEdit {
             for v in [f.number, f.file_size] {
                 put_varint(&mut out, v);
             }
-            put_bytes(&mut out, &f.smallest);
-            put_bytes(&mut out, &f.largest);
+            put_length_prefixed(&mut out, &f.smallest);
+            put_length_prefixed(&mut out, &f.largest);
             for v in [
                 f.smallest_seqno,
                 f.largest_seqno,
@@ -176,10 +179,7 @@ impl VersionEdit {
 
     /// Decodes an edit; `None` if malformed.
     pub(crate) fn decode(record: &[u8]) -> Option<Self> {
-        let mut r = Reader {
-            input: Bytes::copy_from_slice(record),
-            pos: 0,
-        };
+        let mut r = Cursor::new(record);
         let mut edit = Self::default();
         while !r.is_empty() {
             match r.byte()? {
@@ -208,16 +208,11 @@ fn optional(v: Option<u64>) -> u64 {
 }
 
 /// The encoded optional read back (0 → `None`); `Err` if the input ends.
-fn read_optional(r: &mut Reader) -> Result<Option<u64>, ()> {
+fn read_optional(r: &mut Cursor<'_>) -> Result<Option<u64>, ()> {
     r.varint().map(|v| v.checked_sub(1)).ok_or(())
 }
 
-fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
-    put_varint(out, bytes.len() as u64);
-    out.extend_from_slice(bytes);
-}
-
-fn decode_cf(r: &mut Reader) -> Option<(u32, String, CfOptions)> {
+fn decode_cf(r: &mut Cursor<'_>) -> Option<(u32, String, CfOptions)> {
     let id = u32::try_from(r.varint()?).ok()?;
     let name = String::from_utf8(r.length_prefixed()?.to_vec()).ok()?;
     let ttl = r.varint()?;
@@ -230,13 +225,13 @@ fn decode_cf(r: &mut Reader) -> Option<(u32, String, CfOptions)> {
     Some((id, name, options))
 }
 
-fn decode_file(r: &mut Reader) -> Option<(u32, usize, FileMeta)> {
+fn decode_file(r: &mut Cursor<'_>) -> Option<(u32, usize, FileMeta)> {
     let cf = u32::try_from(r.varint()?).ok()?;
     let level = usize::try_from(r.varint()?).ok()?;
     let number = r.varint()?;
     let file_size = r.varint()?;
-    let smallest = r.length_prefixed()?;
-    let largest = r.length_prefixed()?;
+    let smallest = Bytes::copy_from_slice(r.length_prefixed()?);
+    let largest = Bytes::copy_from_slice(r.length_prefixed()?);
     Some((
         cf,
         level,

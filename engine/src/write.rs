@@ -13,14 +13,14 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 
-use bytes::Bytes;
-use cairn_sstable::{EntryMeta, Kind, MAX_SEQNO, SeqNo};
+use cairn_sstable::{MAX_SEQNO, SeqNo};
 use cairn_wal::LogWriter;
 
-use crate::batch::{BatchOp, WriteBatch, encode_record};
+use crate::batch::WriteBatch;
 use crate::db::{DbInner, DbState};
 use crate::error::{Error, Result};
 use crate::filename;
+use crate::log_record::{BatchOp, encode_record};
 use crate::super_version::MemSet;
 use crate::write_queue::{Exclusive, Work};
 
@@ -86,7 +86,7 @@ impl DbInner {
             self.stop_with(&e);
             return Err(e);
         }
-        apply_ops(&mem, first, write_time, ops.iter().copied());
+        mem.apply(first, write_time, ops.iter().copied());
         self.visible_seqno.store(last, Ordering::Release);
         if sync {
             self.durable_seqno.fetch_max(last, Ordering::AcqRel);
@@ -262,44 +262,4 @@ fn level0_files(state: &DbState) -> usize {
         .map(|v| v.levels.first().map_or(0, Vec::len))
         .max()
         .unwrap_or(0)
-}
-
-/// Inserts ops into the memtables with consecutive sequence numbers from `first`.
-pub(crate) fn apply_ops<'a>(
-    mem: &MemSet,
-    first: SeqNo,
-    write_time: u64,
-    ops: impl Iterator<Item = &'a BatchOp>,
-) {
-    for (seqno, op) in (first..).zip(ops) {
-        let Some(table) = mem.tables.get(&op.cf()) else {
-            continue;
-        };
-        let meta = EntryMeta::at(write_time);
-        match op {
-            BatchOp::Put {
-                key, value, ttl, ..
-            } => {
-                table.insert(
-                    key,
-                    seqno,
-                    Kind::Put,
-                    EntryMeta {
-                        write_time,
-                        ttl: *ttl,
-                    },
-                    value.clone(),
-                );
-            }
-            BatchOp::Delete { key, .. } => {
-                table.insert(key, seqno, Kind::Delete, meta, Bytes::new());
-            }
-            BatchOp::SingleDelete { key, .. } => {
-                table.insert(key, seqno, Kind::SingleDelete, meta, Bytes::new());
-            }
-            BatchOp::DeleteRange { start, end, .. } => {
-                table.insert_range_tombstone(start.clone(), end.clone(), seqno, write_time);
-            }
-        }
-    }
 }

@@ -17,9 +17,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use cairn_sstable::SeqNo;
 
-use crate::batch::{BatchOp, WriteBatch};
+use crate::batch::WriteBatch;
 use crate::db::DbInner;
 use crate::error::{Error, Result};
+use crate::log_record::BatchOp;
 
 /// A commit group carries at most this many bytes of batches (a larger batch leads alone).
 const MAX_GROUP_BYTES: usize = 1 << 20;

@@ -1,11 +1,14 @@
-//! Varints and fixed-width integers, decoded without trusting the input.
+//! Varints, fixed-width integers and length-prefixed byte strings, decoded without trusting the
+//! input: every read returns `None` where the input ends early or a varint overflows, never
+//! panics. Tables use it, and so do the engine's log records and MANIFEST edits, so the
+//! project has one varint codec.
 
 /// Appends `v` as a LEB128 varint (7 bits a byte, low bits first).
 #[expect(
     clippy::cast_possible_truncation,
     reason = "each byte is masked to 7 bits first"
 )]
-pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v & 0x7f) as u8 | 0x80);
         v >>= 7;
@@ -13,9 +16,15 @@ pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
+/// The bytes `put_varint` writes for `v`.
+pub fn varint_len(v: u64) -> usize {
+    let bits = 64 - v.leading_zeros() as usize;
+    bits.div_ceil(7).max(1)
+}
+
 /// Decodes a varint from the front of `input`: the value and the bytes it used, or `None` if the
 /// input ends inside it or it does not fit in 64 bits.
-pub(crate) fn get_varint(input: &[u8]) -> Option<(u64, usize)> {
+pub fn get_varint(input: &[u8]) -> Option<(u64, usize)> {
     let mut value = 0u64;
     for (i, &byte) in input.iter().enumerate().take(10) {
         let bits = u64::from(byte & 0x7f);
@@ -32,61 +41,81 @@ pub(crate) fn get_varint(input: &[u8]) -> Option<(u64, usize)> {
 }
 
 /// Reads a little-endian `u32` at `pos`.
-pub(crate) fn get_u32(input: &[u8], pos: usize) -> Option<u32> {
+pub fn get_u32(input: &[u8], pos: usize) -> Option<u32> {
     let bytes = input.get(pos..pos.checked_add(4)?)?;
     Some(u32::from_le_bytes(bytes.try_into().ok()?))
 }
 
 /// Reads a little-endian `u64` at `pos`.
-pub(crate) fn get_u64(input: &[u8], pos: usize) -> Option<u64> {
+pub fn get_u64(input: &[u8], pos: usize) -> Option<u64> {
     let bytes = input.get(pos..pos.checked_add(8)?)?;
     Some(u64::from_le_bytes(bytes.try_into().ok()?))
 }
 
 /// A cursor that decodes fields in order from a byte slice.
-pub(crate) struct Cursor<'a> {
+pub struct Cursor<'a> {
     input: &'a [u8],
     pos: usize,
 }
 
 impl<'a> Cursor<'a> {
-    pub(crate) fn new(input: &'a [u8]) -> Self {
+    /// A cursor at the start of `input`.
+    pub fn new(input: &'a [u8]) -> Self {
         Self { input, pos: 0 }
     }
 
-    pub(crate) fn pos(&self) -> usize {
+    /// Bytes decoded so far.
+    pub fn pos(&self) -> usize {
         self.pos
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
+    /// True once every byte is decoded.
+    pub fn is_empty(&self) -> bool {
         self.pos >= self.input.len()
     }
 
-    pub(crate) fn varint(&mut self) -> Option<u64> {
+    /// A varint.
+    pub fn varint(&mut self) -> Option<u64> {
         let (v, n) = get_varint(self.input.get(self.pos..)?)?;
         self.pos += n;
         Some(v)
     }
 
-    pub(crate) fn varint_usize(&mut self) -> Option<usize> {
+    /// A varint that must fit a `usize`.
+    pub fn varint_usize(&mut self) -> Option<usize> {
         usize::try_from(self.varint()?).ok()
     }
 
-    pub(crate) fn bytes(&mut self, len: usize) -> Option<&'a [u8]> {
+    /// The next `len` bytes.
+    pub fn bytes(&mut self, len: usize) -> Option<&'a [u8]> {
         let out = self.input.get(self.pos..self.pos.checked_add(len)?)?;
         self.pos += len;
         Some(out)
     }
 
+    /// One byte.
+    pub fn byte(&mut self) -> Option<u8> {
+        let b = *self.input.get(self.pos)?;
+        self.pos += 1;
+        Some(b)
+    }
+
+    /// A little-endian `u64`.
+    pub fn u64_le(&mut self) -> Option<u64> {
+        let v = get_u64(self.input, self.pos)?;
+        self.pos += 8;
+        Some(v)
+    }
+
     /// A varint length followed by that many bytes.
-    pub(crate) fn length_prefixed(&mut self) -> Option<&'a [u8]> {
+    pub fn length_prefixed(&mut self) -> Option<&'a [u8]> {
         let len = self.varint_usize()?;
         self.bytes(len)
     }
 }
 
 /// Appends a varint length and then `bytes`.
-pub(crate) fn put_length_prefixed(out: &mut Vec<u8>, bytes: &[u8]) {
+pub fn put_length_prefixed(out: &mut Vec<u8>, bytes: &[u8]) {
     put_varint(out, bytes.len() as u64);
     out.extend_from_slice(bytes);
 }

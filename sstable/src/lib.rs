@@ -40,7 +40,7 @@
 mod block;
 mod bloom;
 mod cache;
-mod coding;
+pub mod coding;
 mod error;
 mod iter;
 pub mod key;
