@@ -18,9 +18,9 @@ use cairn_sstable::{
 };
 use cairn_wal::{LogReader, RecoveryMode};
 
-use crate::db::DbInner;
 use crate::error::Result;
 use crate::filename::{self, FileKind};
+use crate::inner::DbInner;
 use crate::log_record::{BatchOp, decode_record};
 use crate::version_edit::VersionEdit;
 

@@ -191,6 +191,11 @@ impl WriteBatch {
         cf.id()
     }
 
+    /// The writes, for the write queue.
+    pub(crate) fn into_ops(self) -> Vec<BatchOp> {
+        self.ops
+    }
+
     pub(crate) fn push(&mut self, op: BatchOp) {
         self.bytes += op.approximate_bytes();
         self.ops.push(op);

@@ -1,12 +1,26 @@
 //! Column families: independent key spaces with their own options, sharing one log and one
 //! sequence of writes. The database itself is the column family named `"default"`.
+//!
+//! Here are the public handle with its data API (the reads and writes `Db` offers on the default
+//! family) and the creation and dropping of families, each an exclusive entry of the write
+//! queue and one MANIFEST edit.
 
+use std::ops::RangeBounds;
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::db::DbInner;
+use bytes::Bytes;
+
+use crate::audit::KeyTrace;
+use crate::clock::millis;
 use crate::error::{Error, Result};
+use crate::explain::TombstoneExplanation;
+use crate::inner::DbInner;
+use crate::iterator::{DbIterator, owned_bounds, prefix_bounds};
+use crate::log_record::BatchOp;
 use crate::memtable::Memtable;
 use crate::options::CfOptions;
+use crate::read::Version;
 use crate::super_version::MemSet;
 use crate::version_edit::VersionEdit;
 
@@ -15,7 +29,7 @@ use crate::version_edit::VersionEdit;
 /// same name.
 #[derive(Debug, Clone)]
 pub struct ColumnFamily {
-    pub(crate) db: Arc<crate::db::DbInner>,
+    pub(crate) db: Arc<DbInner>,
     pub(crate) id: u32,
     pub(crate) name: Arc<str>,
 }
@@ -31,7 +45,161 @@ impl ColumnFamily {
     }
 }
 
-impl crate::db::DbInner {
+impl ColumnFamily {
+    /// Sets `key` to `value`.
+    ///
+    /// # Errors
+    /// `InvalidArgument` if the key or value is over the limit; `ColumnFamilyNotFound` if the
+    /// family was dropped; `Stopped` if an earlier failure stopped the database or it is closed.
+    /// With those three the write was certainly not applied. `Io` if the log write or sync
+    /// failed: the write may or may not survive a reopen, and the database stops.
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        self.db.write_op(BatchOp::Put {
+            cf: self.id,
+            key: bytes(key),
+            value: bytes(value),
+            ttl: None,
+        })
+    }
+
+    /// Sets `key` to `value`, expiring `ttl` after now (or sooner if the family's TTL is
+    /// shorter).
+    ///
+    /// # Errors
+    /// As [`put`](Self::put).
+    pub fn put_with_ttl(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+        ttl: Duration,
+    ) -> Result<()> {
+        self.db.write_op(BatchOp::Put {
+            cf: self.id,
+            key: bytes(key),
+            value: bytes(value),
+            ttl: Some(millis(ttl)),
+        })
+    }
+
+    /// Deletes `key`.
+    ///
+    /// # Errors
+    /// As [`put`](Self::put).
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<()> {
+        self.db.write_op(BatchOp::Delete {
+            cf: self.id,
+            key: bytes(key),
+        })
+    }
+
+    /// Deletes `key`, which must have been put exactly once since it was last deleted: the
+    /// tombstone then vanishes with the put it cancels. Misuse is detected by compaction.
+    ///
+    /// # Errors
+    /// As [`put`](Self::put).
+    pub fn single_delete(&self, key: impl AsRef<[u8]>) -> Result<()> {
+        self.db.write_op(BatchOp::SingleDelete {
+            cf: self.id,
+            key: bytes(key),
+        })
+    }
+
+    /// Deletes every key in `[start, end)` with one range tombstone.
+    ///
+    /// # Errors
+    /// `InvalidArgument` if `start > end` (`start == end` deletes nothing); otherwise as
+    /// [`put`](Self::put).
+    pub fn delete_range(&self, start: impl AsRef<[u8]>, end: impl AsRef<[u8]>) -> Result<()> {
+        self.db.write_op(BatchOp::DeleteRange {
+            cf: self.id,
+            start: bytes(start),
+            end: bytes(end),
+        })
+    }
+
+    /// The value of `key`, if it has one.
+    ///
+    /// # Errors
+    /// `Corruption` if a table on the way is damaged; `ColumnFamilyNotFound` if the family was
+    /// dropped.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
+        self.db.get(self.id, key.as_ref(), None)
+    }
+
+    /// Up to `limit` live versions of `key`, newest first (at most the family's
+    /// `max_versions`).
+    ///
+    /// # Errors
+    /// As [`get`](Self::get).
+    pub fn get_versions(&self, key: impl AsRef<[u8]>, limit: usize) -> Result<Vec<Version>> {
+        self.db.get_versions(self.id, key.as_ref(), None, limit)
+    }
+
+    /// The live keys and values in `range`, in key order, from either end.
+    ///
+    /// # Errors
+    /// `ColumnFamilyNotFound` if the family was dropped; reads that meet damage yield
+    /// `Err(Corruption)` and end.
+    pub fn range<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Result<DbIterator> {
+        DbIterator::new(Arc::clone(&self.db), self.id, None, owned_bounds(&range))
+    }
+
+    /// The live keys starting with `prefix`.
+    ///
+    /// # Errors
+    /// As [`range`](Self::range).
+    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Result<DbIterator> {
+        DbIterator::new(
+            Arc::clone(&self.db),
+            self.id,
+            None,
+            prefix_bounds(prefix.as_ref()),
+        )
+    }
+
+    /// Every live key.
+    ///
+    /// # Errors
+    /// As [`range`](Self::range).
+    pub fn iter(&self) -> Result<DbIterator> {
+        self.range::<&[u8]>(..)
+    }
+
+    /// Compacts the tables overlapping `range` down to the last level (flushing the memtables
+    /// first) and rewrites the last level's overlapping tables, so every version and tombstone
+    /// the garbage-collection rules allow to go is gone when this returns.
+    ///
+    /// # Errors
+    /// The error of a failed flush or compaction.
+    pub fn compact_range<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Result<()> {
+        self.db.compact_range(self.id, owned_bounds(&range))
+    }
+
+    /// Every tombstone in `range` still in a memtable or table, and the garbage-collection
+    /// condition that keeps it: a snapshot older than it, its grace period, older data below,
+    /// or nothing but a compaction that has not reached it yet.
+    ///
+    /// # Errors
+    /// `Corruption` if a table on the way is damaged.
+    pub fn explain_tombstones<K: AsRef<[u8]>>(
+        &self,
+        range: impl RangeBounds<K>,
+    ) -> Result<Vec<TombstoneExplanation>> {
+        self.db.explain_tombstones(self.id, &owned_bounds(&range))
+    }
+
+    /// Every place — memtable, log file, table — that still holds a version or tombstone of
+    /// `key`, newest first, with the time the delete persistence deadline promises each deleted
+    /// one gone. An empty list means no trace anywhere.
+    ///
+    /// # Errors
+    /// `Corruption` if a table on the way is damaged.
+    pub fn audit_key(&self, key: impl AsRef<[u8]>) -> Result<Vec<KeyTrace>> {
+        self.db.audit_key(self.id, key.as_ref())
+    }
+}
+
+impl DbInner {
     /// Creates a column family (an exclusive entry of the write queue, so no write is in flight
     /// while the memtables gain it); returns its id.
     pub(crate) fn create_column_family(&self, name: &str, options: CfOptions) -> Result<u32> {
@@ -100,4 +268,8 @@ impl crate::db::DbInner {
         self.delete_obsolete_files();
         Ok(())
     }
+}
+
+fn bytes(data: impl AsRef<[u8]>) -> Bytes {
+    Bytes::copy_from_slice(data.as_ref())
 }

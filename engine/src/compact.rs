@@ -15,9 +15,9 @@ use cairn_compaction::picker::{FileInfo, LevelsView, Pick, PickerConfig, Reason}
 use cairn_compaction::{BelowOracle, GcContext};
 use cairn_fs::WritableFile;
 
-use crate::db::{DbInner, DbState};
 use crate::error::{Error, Result};
 use crate::filename;
+use crate::inner::{DbInner, DbState, Running};
 use crate::version::Version;
 use crate::version_edit::{FileMeta, VersionEdit};
 
@@ -32,27 +32,6 @@ const GRANDPARENT_OVERLAP_FACTOR: u64 = 10;
 /// How long an idle compaction thread sleeps before looking again (grace periods and deadlines
 /// end with time, not with an event).
 const IDLE_POLL: Duration = Duration::from_millis(500);
-
-/// A compaction that has been picked and not yet installed.
-#[derive(Debug, Clone)]
-pub(crate) struct Running {
-    pub(crate) cf: u32,
-    pub(crate) pick: Pick,
-    /// The user-key range `[start, end]` it writes at its output level.
-    pub(crate) start: Bytes,
-    pub(crate) end: Bytes,
-}
-
-impl Running {
-    fn conflicts(&self, other: &Running) -> bool {
-        let shares_file = self
-            .pick
-            .all_inputs()
-            .any(|n| other.pick.all_inputs().any(|m| m == n));
-        let same_output = self.cf == other.cf && self.pick.output_level == other.pick.output_level;
-        shares_file || (same_output && self.start <= other.end && other.start <= self.end)
-    }
-}
 
 impl DbInner {
     /// The loop of one compaction thread.
@@ -337,7 +316,7 @@ impl DbInner {
             new_files.push((
                 running.cf,
                 running.pick.output_level,
-                crate::flush::file_meta(number, summary),
+                crate::version_set::file_meta(number, summary),
             ));
         }
         if !new_files.is_empty() {

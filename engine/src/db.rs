@@ -1,24 +1,30 @@
-//! `Db`: the open database and its shared state.
+//! `Db`: the public handle on an open database — opening and closing it, its column
+//! families, and the data API (reads and writes on the default column family, which
+//! `ColumnFamily` offers on any family) — all in one `impl Db`. The state it shares with its
+//! handles and background threads is `inner::DbInner`.
 
-use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
-use std::thread::JoinHandle;
+use std::ops::RangeBounds;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-use cairn_fs::{FileLock, FileSystem};
-use cairn_sstable::{BlockCache, SeqNo};
-use cairn_wal::LogWriter;
+use bytes::Bytes;
+use cairn_sstable::SeqNo;
 
+use crate::audit::KeyTrace;
+use crate::batch::WriteBatch;
 use crate::column_family::ColumnFamily;
 use crate::error::{Error, Result};
-use crate::manifest::{ManifestState, ManifestWriter};
-use crate::options::{CfOptions, Options};
-use crate::snapshot::SnapshotList;
-use crate::super_version::{MemSet, SuperVersion};
-use crate::table_cache::TableCache;
+use crate::explain::TombstoneExplanation;
+use crate::inner::DbInner;
+use crate::iterator::DbIterator;
+use crate::options::{CfOptions, Options, WriteOptions};
+use crate::read::Version;
+use crate::snapshot::Snapshot;
+use crate::stats::Stats;
+use crate::transaction::Transaction;
 use crate::version_edit::DEFAULT_CF;
-use crate::write_queue::WriteQueue;
 
 /// An open database. The data API (`put`, `get`, `delete`, `range`, …) acts on the default
 /// column family; [`column_family`](Self::column_family) gives handles on the others.
@@ -42,95 +48,6 @@ use crate::write_queue::WriteQueue;
 pub struct Db {
     pub(crate) inner: Arc<DbInner>,
     pub(crate) default_cf: ColumnFamily,
-}
-
-/// State shared by the database, its handles and its background thread.
-#[derive(Debug)]
-pub(crate) struct DbInner {
-    pub(crate) dir: PathBuf,
-    pub(crate) options: Options,
-    /// Opened with [`Db::open_read_only`]: no writes, no background work, nothing on disk
-    /// changes.
-    pub(crate) read_only: bool,
-    /// Closed: reads through a handle that outlived the database fail.
-    pub(crate) closed: std::sync::atomic::AtomicBool,
-    pub(crate) fs: Arc<dyn FileSystem>,
-    pub(crate) tables: TableCache,
-    pub(crate) state: Mutex<DbState>,
-    /// Signalled when a memtable is frozen, a flush finishes, or the database shuts down.
-    pub(crate) state_changed: Condvar,
-    /// The MANIFEST being appended to. Its lock serialises version edits and is held across
-    /// their write and sync, which the state lock never is; it is taken before the state lock.
-    pub(crate) manifest: Mutex<ManifestWriter>,
-    pub(crate) super_version: RwLock<Arc<SuperVersion>>,
-    pub(crate) writes: WriteQueue,
-    pub(crate) wal: Mutex<LogWriter>,
-    /// Tells this open database from every other in the process: a column family handle of
-    /// another one must not write or read here.
-    pub(crate) instance: u64,
-    /// The last sequence number whose write is in the memtables: what new reads see.
-    pub(crate) visible_seqno: AtomicU64,
-    /// The last sequence number whose write, and every one before it, is on disk and synced.
-    pub(crate) durable_seqno: AtomicU64,
-    pub(crate) snapshots: SnapshotList,
-    pub(crate) stats: crate::stats::Counters,
-    lock: Mutex<Option<FileLock>>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
-}
-
-/// What changes under the state lock.
-#[derive(Debug)]
-pub(crate) struct DbState {
-    pub(crate) meta: ManifestState,
-    /// The MANIFEST in use; the sweep deletes those numbered below it.
-    pub(crate) manifest_number: u64,
-    /// When the oldest edit past the MANIFEST's snapshot was written (ms of the database's
-    /// clock): the delete persistence deadline rolls the MANIFEST over a stage after it.
-    pub(crate) manifest_oldest_edit: Option<u64>,
-    pub(crate) mem: Arc<MemSet>,
-    /// Frozen memtables waiting for their flush, oldest first.
-    pub(crate) imm: VecDeque<Arc<MemSet>>,
-    /// Set once a write or flush failed in a way that leaves the files uncertain.
-    pub(crate) error: Option<String>,
-    /// Sweeps past their checks and deleting: close waits for them.
-    pub(crate) sweeps: usize,
-    pub(crate) shutting_down: bool,
-    /// Numbers of tables being written, not yet in the version: never deleted as obsolete.
-    pub(crate) pending_outputs: std::collections::BTreeSet<u64>,
-    /// Every version published to readers; tables of those still alive are not deleted.
-    pub(crate) versions: Vec<std::sync::Weak<crate::version::Version>>,
-    /// Compactions picked and not yet installed.
-    pub(crate) compacting: Vec<crate::compact::Running>,
-    /// A sweep left obsolete tables that an older reader still held.
-    pub(crate) sweep_pending: bool,
-    /// Background work (a scan over many tombstones in the active memtable, the delete
-    /// persistence deadline) wants the memtables frozen; the next leader of the write queue
-    /// does it.
-    pub(crate) freeze_requested: bool,
-    /// Per column family, key ranges where scans stepped over many tombstones.
-    pub(crate) read_triggered: std::collections::BTreeMap<u32, Vec<(bytes::Bytes, bytes::Bytes)>>,
-}
-
-impl DbState {
-    /// Fails with the stored error if an earlier failure stopped the database.
-    pub(crate) fn check_running(&self) -> Result<()> {
-        if let Some(why) = &self.error {
-            return Err(Error::Stopped(why.clone()));
-        }
-        if self.shutting_down {
-            return Err(Error::closed());
-        }
-        Ok(())
-    }
-
-    /// Records a failure after which writes must stop until the database is reopened; the
-    /// first one stays the reason given.
-    pub(crate) fn stop(&mut self, error: &Error) {
-        if self.error.is_none() {
-            tracing::error!(error = %error, "stopping writes after a failure");
-            self.error = Some(error.to_string());
-        }
-    }
 }
 
 impl Db {
@@ -326,7 +243,7 @@ impl Db {
     pub fn explain_tombstones<K: AsRef<[u8]>>(
         &self,
         range: impl std::ops::RangeBounds<K>,
-    ) -> Result<Vec<crate::explain::TombstoneExplanation>> {
+    ) -> Result<Vec<TombstoneExplanation>> {
         self.default_cf.explain_tombstones(range)
     }
 
@@ -335,8 +252,128 @@ impl Db {
     ///
     /// # Errors
     /// `Corruption` if a table on the way is damaged.
-    pub fn audit_key(&self, key: impl AsRef<[u8]>) -> Result<Vec<crate::audit::KeyTrace>> {
+    pub fn audit_key(&self, key: impl AsRef<[u8]>) -> Result<Vec<KeyTrace>> {
         self.default_cf.audit_key(key)
+    }
+
+    // The data API on the default column family.
+
+    /// Sets `key` to `value`. See [`ColumnFamily::put`].
+    ///
+    /// # Errors
+    /// As [`ColumnFamily::put`].
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        self.default_cf.put(key, value)
+    }
+
+    /// Sets `key` to `value` with a time to live. See [`ColumnFamily::put_with_ttl`].
+    ///
+    /// # Errors
+    /// As [`ColumnFamily::put`].
+    pub fn put_with_ttl(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+        ttl: Duration,
+    ) -> Result<()> {
+        self.default_cf.put_with_ttl(key, value, ttl)
+    }
+
+    /// Deletes `key`. See [`ColumnFamily::delete`].
+    ///
+    /// # Errors
+    /// As [`ColumnFamily::put`].
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<()> {
+        self.default_cf.delete(key)
+    }
+
+    /// Single-deletes `key`. See [`ColumnFamily::single_delete`].
+    ///
+    /// # Errors
+    /// As [`ColumnFamily::put`].
+    pub fn single_delete(&self, key: impl AsRef<[u8]>) -> Result<()> {
+        self.default_cf.single_delete(key)
+    }
+
+    /// Deletes `[start, end)`. See [`ColumnFamily::delete_range`].
+    ///
+    /// # Errors
+    /// As [`ColumnFamily::delete_range`].
+    pub fn delete_range(&self, start: impl AsRef<[u8]>, end: impl AsRef<[u8]>) -> Result<()> {
+        self.default_cf.delete_range(start, end)
+    }
+
+    /// The value of `key`. See [`ColumnFamily::get`].
+    ///
+    /// # Errors
+    /// As [`ColumnFamily::get`].
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
+        self.default_cf.get(key)
+    }
+
+    /// Live versions of `key`. See [`ColumnFamily::get_versions`].
+    ///
+    /// # Errors
+    /// As [`ColumnFamily::get`].
+    pub fn get_versions(&self, key: impl AsRef<[u8]>, limit: usize) -> Result<Vec<Version>> {
+        self.default_cf.get_versions(key, limit)
+    }
+
+    /// The live entries in `range`. See [`ColumnFamily::range`].
+    ///
+    /// # Errors
+    /// As [`ColumnFamily::range`].
+    pub fn range<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Result<DbIterator> {
+        self.default_cf.range(range)
+    }
+
+    /// The live entries whose keys start with `prefix`. See [`ColumnFamily::prefix`].
+    ///
+    /// # Errors
+    /// As [`ColumnFamily::range`].
+    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Result<DbIterator> {
+        self.default_cf.prefix(prefix)
+    }
+
+    /// Every live entry. See [`ColumnFamily::iter`].
+    ///
+    /// # Errors
+    /// As [`ColumnFamily::range`].
+    pub fn iter(&self) -> Result<DbIterator> {
+        self.default_cf.iter()
+    }
+
+    /// Applies `batch` atomically; returns the sequence number of its last write.
+    ///
+    /// # Errors
+    /// `InvalidArgument` if any write in it is invalid, names a column family of another
+    /// database, or the whole batch is over the log's record limit (nothing is written);
+    /// otherwise as [`ColumnFamily::put`].
+    pub fn write(&self, batch: WriteBatch) -> Result<SeqNo> {
+        self.inner.write(batch, false)
+    }
+
+    /// Applies `batch` atomically with `options`.
+    ///
+    /// # Errors
+    /// As [`write`](Self::write).
+    pub fn write_opt(&self, batch: WriteBatch, options: &WriteOptions) -> Result<SeqNo> {
+        self.inner.write(batch, options.sync)
+    }
+
+    /// A snapshot of the database as it is now, released on drop.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot::new(Arc::clone(&self.inner))
+    }
+
+    /// The engine's statistics.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+
+    /// Starts an optimistic transaction at a snapshot of now.
+    pub fn transaction(&self) -> Transaction<'_> {
+        Transaction::new(&self.inner, self.snapshot())
     }
 }
 
@@ -346,187 +383,4 @@ impl Drop for Db {
             tracing::warn!(error = %e, "closing the database on drop failed");
         }
     }
-}
-
-/// The next [`DbInner::instance`].
-static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
-
-impl DbInner {
-    pub(crate) fn new(dir: PathBuf, options: Options, parts: OpenedParts, read_only: bool) -> Self {
-        let cache =
-            (options.block_cache_bytes > 0).then(|| BlockCache::new(options.block_cache_bytes));
-        let fs = Arc::clone(&options.fs);
-        let sv = SuperVersion {
-            memsets: vec![Arc::clone(&parts.mem)],
-            version: Arc::clone(&parts.meta.version),
-            cfs: parts.meta.cfs.clone(),
-        };
-        let last_seqno = parts.meta.last_seqno;
-        let initial_version = Arc::clone(&parts.meta.version);
-        Self {
-            tables: TableCache::new(Arc::clone(&fs), dir.clone(), cache, options.max_open_tables),
-            dir,
-            options,
-            fs,
-            read_only,
-            closed: std::sync::atomic::AtomicBool::new(false),
-            state: Mutex::new(DbState {
-                manifest_number: parts.manifest.number(),
-                manifest_oldest_edit: None,
-                meta: parts.meta,
-                mem: parts.mem,
-                imm: VecDeque::new(),
-                error: None,
-                sweeps: 0,
-                shutting_down: false,
-                pending_outputs: std::collections::BTreeSet::new(),
-                // The first read view's tables must outlive compactions like any other's.
-                versions: vec![Arc::downgrade(&initial_version)],
-                compacting: Vec::new(),
-                freeze_requested: false,
-                sweep_pending: false,
-                read_triggered: std::collections::BTreeMap::new(),
-            }),
-            state_changed: Condvar::new(),
-            manifest: Mutex::new(parts.manifest),
-            super_version: RwLock::new(Arc::new(sv)),
-            writes: WriteQueue::default(),
-            wal: Mutex::new(parts.wal),
-            instance: NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed),
-            visible_seqno: AtomicU64::new(last_seqno),
-            // Open flushed what it recovered into synced tables; a reader makes nothing durable.
-            durable_seqno: AtomicU64::new(if read_only { 0 } else { last_seqno }),
-            snapshots: SnapshotList::default(),
-            stats: crate::stats::Counters::default(),
-            lock: Mutex::new(parts.lock),
-            threads: Mutex::new(Vec::new()),
-        }
-    }
-
-    pub(crate) fn lock_state(&self) -> MutexGuard<'_, DbState> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    pub(crate) fn lock_wal(&self) -> MutexGuard<'_, LogWriter> {
-        self.wal
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn lock_threads(&self) -> MutexGuard<'_, Vec<JoinHandle<()>>> {
-        self.threads
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The current read view.
-    pub(crate) fn super_version(&self) -> Arc<SuperVersion> {
-        Arc::clone(
-            &self
-                .super_version
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        )
-    }
-
-    /// Publishes a new read view built from `state`. Called with the state lock held, so views
-    /// are published in the order the state changed.
-    pub(crate) fn install_super_version(&self, state: &mut DbState) {
-        state.versions.retain(|v| v.strong_count() > 0);
-        state.versions.push(Arc::downgrade(&state.meta.version));
-        let mut memsets = vec![Arc::clone(&state.mem)];
-        memsets.extend(state.imm.iter().rev().cloned());
-        let sv = Arc::new(SuperVersion {
-            memsets,
-            version: Arc::clone(&state.meta.version),
-            cfs: state.meta.cfs.clone(),
-        });
-        *self
-            .super_version
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = sv;
-    }
-
-    /// Runs one task of a background thread; a panic in it stops the database (whatever it was
-    /// doing may be half done) instead of quietly ending the thread.
-    pub(crate) fn run_task(&self, what: &str, task: impl FnOnce() -> Result<()>) {
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task))
-            .unwrap_or_else(|_| Err(Error::Panicked(format!("{what} panicked"))));
-        if let Err(e) = result {
-            self.stop_with(&e);
-        }
-    }
-
-    /// Records a failure after which writes must stop until the database is reopened.
-    pub(crate) fn stop_with(&self, error: &Error) {
-        self.lock_state().stop(error);
-        self.state_changed.notify_all();
-    }
-
-    /// Stops the database: refuses new writes, waits for the writes in flight, stops the
-    /// background threads, syncs the log, and only then releases the directory lock.
-    fn shutdown(&self) -> Result<()> {
-        {
-            let mut state = self.lock_state();
-            if state.shutting_down {
-                return Ok(());
-            }
-            state.shutting_down = true;
-        }
-        self.state_changed.notify_all();
-        // Writers stalled in the queue see `shutting_down` and give up; one writing finishes.
-        self.writes.close_and_drain();
-        let threads: Vec<_> = self.lock_threads().drain(..).collect();
-        for thread in threads {
-            if thread.join().is_err() {
-                tracing::error!("a background thread panicked");
-            }
-        }
-        // A compaction a caller runs on its own thread (`compact_range`) is not ours to join:
-        // wait for it, as it writes files and edits; and for a sweep already past its check.
-        let mut state = self.lock_state();
-        while !state.compacting.is_empty() || state.sweeps > 0 {
-            state = self
-                .state_changed
-                .wait(state)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-        }
-        let error = state.error.clone();
-        drop(state);
-        self.closed
-            .store(true, std::sync::atomic::Ordering::Release);
-        // Sealed: the next open reads these logs, and damage in them is then corruption. A
-        // stopped database still syncs its log if it can (a log whose write or sync failed
-        // refuses; the stored error says why the database stopped).
-        let synced = if self.read_only {
-            Ok(())
-        } else {
-            let wal = self.lock_wal().seal();
-            match error {
-                Some(_) => Ok(()),
-                None => wal.and_then(|()| self.lock_manifest().seal()),
-            }
-        };
-        self.lock
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        synced?;
-        match error {
-            Some(why) => Err(Error::Stopped(why)),
-            None => Ok(()),
-        }
-    }
-}
-
-/// What recovery hands to a new `DbInner`.
-#[derive(Debug)]
-pub(crate) struct OpenedParts {
-    pub(crate) lock: Option<FileLock>,
-    pub(crate) manifest: ManifestWriter,
-    pub(crate) meta: ManifestState,
-    pub(crate) mem: Arc<MemSet>,
-    pub(crate) wal: LogWriter,
 }

@@ -34,7 +34,7 @@ pub enum Error {
     /// The column family does not exist (or was dropped).
     #[error("column family {0:?} does not exist")]
     ColumnFamilyNotFound(String),
-    /// The database was opened read-only ([`Db::open_read_only`](crate::Db::open_read_only)):
+    /// The database was opened read-only (`Db::open_read_only`):
     /// it takes no writes, flushes, compactions or column-family changes.
     #[error("the database is open read-only")]
     ReadOnly,

@@ -15,8 +15,8 @@ use cairn_sstable::{
 };
 
 use crate::audit::Location;
-use crate::db::DbInner;
 use crate::error::Result;
+use crate::inner::DbInner;
 use crate::super_version::SuperVersion;
 
 /// Why a tombstone is still kept.

@@ -172,7 +172,7 @@ impl InternalIterator for SourceIter {
 
 /// Builds the sources of `cf` overlapping `[lower, upper)`, newest first.
 fn sources(
-    db: &crate::db::DbInner,
+    db: &crate::inner::DbInner,
     sv: &SuperVersion,
     cf: u32,
     snapshot: SeqNo,
@@ -255,7 +255,7 @@ pub struct DbIterator {
 
 /// Counts the tombstones a scan steps over and reports the range once they pass the threshold.
 struct ReadTrigger {
-    db: Arc<crate::db::DbInner>,
+    db: Arc<crate::inner::DbInner>,
     cf: u32,
     threshold: u64,
     /// Deleted keys stepped over by the resolver (range-deleted ones are counted by sources).
@@ -299,7 +299,7 @@ impl std::fmt::Debug for DbIterator {
 
 impl DbIterator {
     pub(crate) fn new(
-        db: Arc<crate::db::DbInner>,
+        db: Arc<crate::inner::DbInner>,
         cf: u32,
         snapshot: Option<SeqNo>,
         range: (Bound<Bytes>, Bound<Bytes>),

@@ -31,21 +31,23 @@
 //! [`Db::explain_tombstones`] says why one is still there and [`Db::audit_key`] finds every trace
 //! of a key.
 
-mod api;
 mod audit;
 mod batch;
 mod clock;
 mod column_family;
 mod compact;
+mod counters;
 mod db;
 mod error;
 mod explain;
 mod filename;
 mod flush;
+mod inner;
 mod iterator;
 mod log_record;
 mod manifest;
 mod memtable;
+mod memtable_switch;
 mod options;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
@@ -54,6 +56,7 @@ mod planted;
 mod read;
 mod recovery;
 mod snapshot;
+mod snapshot_list;
 mod stats;
 mod super_version;
 mod table_cache;
@@ -64,7 +67,6 @@ mod version_set;
 mod write;
 mod write_queue;
 
-pub use api::Snapshot;
 pub use audit::{KeyTrace, Location};
 pub use batch::WriteBatch;
 pub use cairn_compaction::{CompactionFilter, Decision};
@@ -79,5 +81,6 @@ pub use explain::{TombstoneExplanation, TombstoneReason};
 pub use iterator::DbIterator;
 pub use options::{CfOptions, MAX_KEY_LEN, MAX_VALUE_LEN, Options, WriteOptions};
 pub use read::Version;
+pub use snapshot::Snapshot;
 pub use stats::{DropCounts, LevelStats, Stats};
 pub use transaction::Transaction;

@@ -12,12 +12,12 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 use cairn_sstable::{Entry, InternalIterator, Kind, SeqNo, key::user_key, seek_key};
 
-use crate::db::DbInner;
 use crate::error::Result;
+use crate::inner::DbInner;
 use crate::options::CfOptions;
 use crate::super_version::SuperVersion;
 
-/// One version of a value, as [`get_versions`](crate::ColumnFamily::get_versions) returns it.
+/// One version of a value, as `ColumnFamily::get_versions` returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Version {
     /// The value.
@@ -95,7 +95,7 @@ impl DbInner {
     /// then, so a handle that outlived it (a snapshot, an iterator) reads nothing stale.
     pub(crate) fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
-            return Err(crate::Error::closed());
+            return Err(crate::error::Error::closed());
         }
         Ok(())
     }

@@ -9,9 +9,9 @@ use cairn_fs::FileSystem;
 use cairn_sstable::MAX_SEQNO;
 use cairn_wal::{LogReader, LogWriter, RecoveryMode};
 
-use crate::db::{DbInner, OpenedParts};
 use crate::error::{Error, Result};
 use crate::filename::{self, FileKind, MAX_FILE_NUMBER};
+use crate::inner::{DbInner, OpenedParts};
 use crate::log_record::decode_record;
 use crate::manifest::{self, ManifestState, ManifestWriter, ReadOnlyFile};
 use crate::memtable::Memtable;

@@ -1,64 +1,123 @@
-//! Snapshots: a sequence number whose reads never change, tracked so compaction can ask which
-//! versions must be kept.
+//! `Snapshot`: a frozen view of the database that its reads go through. The list of held
+//! snapshots, which compaction consults, is `snapshot_list`.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::ops::RangeBounds;
+use std::sync::Arc;
 
+use bytes::Bytes;
 use cairn_sstable::SeqNo;
 
-/// The live snapshots, counted by sequence number.
-#[derive(Debug, Default)]
-pub(crate) struct SnapshotList {
-    live: Mutex<BTreeMap<SeqNo, usize>>,
+use crate::column_family::ColumnFamily;
+use crate::error::Result;
+use crate::inner::DbInner;
+use crate::iterator::{DbIterator, owned_bounds, prefix_bounds};
+use crate::version_edit::DEFAULT_CF;
+
+/// A frozen view of the database: its reads never change, and the versions it can see are
+/// kept until it is dropped.
+#[derive(Debug)]
+pub struct Snapshot {
+    db: Arc<DbInner>,
+    seqno: SeqNo,
 }
 
-impl SnapshotList {
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<SeqNo, usize>> {
-        self.live
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+impl Snapshot {
+    pub(crate) fn new(db: Arc<DbInner>) -> Self {
+        let seqno = db.snapshots.acquire_current(&db.visible_seqno);
+        Self { db, seqno }
     }
 
-    /// Registers a snapshot at the sequence number `visible` holds now, and returns it. The
-    /// number is read under the list's lock: a compaction lists the snapshots under the same
-    /// lock, so it either sees this one or listed them before its number was read (and then
-    /// keeps the newest version of every key, which is what this snapshot reads).
-    pub(crate) fn acquire_current(&self, visible: &AtomicU64) -> SeqNo {
-        if crate::planted::active(crate::planted::Bug::SnapshotBeforeRegister) {
-            // Planted bug: read first, register later, with time for a compaction in between.
-            let seqno = visible.load(Ordering::Acquire);
-            std::thread::sleep(std::time::Duration::from_millis(10));
-            *self.lock().entry(seqno).or_insert(0) += 1;
-            return seqno;
+    /// The sequence number the snapshot reads at.
+    pub fn seqno(&self) -> SeqNo {
+        self.seqno
+    }
+
+    /// The value of `key` in the default family at the snapshot.
+    ///
+    /// # Errors
+    /// As [`ColumnFamily::get`].
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
+        self.db.get(DEFAULT_CF, key.as_ref(), Some(self.seqno))
+    }
+
+    /// The value of `key` in `cf` at the snapshot.
+    ///
+    /// # Errors
+    /// As [`ColumnFamily::get`]; `InvalidArgument` if `cf` belongs to another database.
+    pub fn get_cf(&self, cf: &ColumnFamily, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
+        self.check_family(cf)?;
+        self.db.get(cf.id, key.as_ref(), Some(self.seqno))
+    }
+
+    /// A family of another database (same id, other data) is a caller's mistake.
+    fn check_family(&self, cf: &ColumnFamily) -> Result<()> {
+        if Arc::ptr_eq(&cf.db, &self.db) {
+            Ok(())
+        } else {
+            Err(crate::error::Error::invalid(format!(
+                "column family {:?} belongs to another database than the snapshot",
+                cf.name()
+            )))
         }
-        let mut live = self.lock();
-        let seqno = visible.load(Ordering::Acquire);
-        *live.entry(seqno).or_insert(0) += 1;
-        seqno
     }
 
-    pub(crate) fn release(&self, seqno: SeqNo) {
-        let mut live = self.lock();
-        if let Some(count) = live.get_mut(&seqno) {
-            *count -= 1;
-            if *count == 0 {
-                live.remove(&seqno);
-            }
-        }
+    /// The live keys and values of the default family in `range` at the snapshot.
+    ///
+    /// # Errors
+    /// As [`ColumnFamily::range`].
+    pub fn range<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Result<DbIterator> {
+        DbIterator::new(
+            Arc::clone(&self.db),
+            DEFAULT_CF,
+            Some(self.seqno),
+            owned_bounds(&range),
+        )
     }
 
-    /// The live snapshot seqnos, ascending, each once.
-    pub(crate) fn list(&self) -> Vec<SeqNo> {
-        self.lock().keys().copied().collect()
+    /// The live keys and values of `cf` in `range` at the snapshot.
+    ///
+    /// # Errors
+    /// As [`ColumnFamily::range`]; `InvalidArgument` if `cf` belongs to another database.
+    pub fn range_cf<K: AsRef<[u8]>>(
+        &self,
+        cf: &ColumnFamily,
+        range: impl RangeBounds<K>,
+    ) -> Result<DbIterator> {
+        self.check_family(cf)?;
+        DbIterator::new(
+            Arc::clone(&self.db),
+            cf.id,
+            Some(self.seqno),
+            owned_bounds(&range),
+        )
     }
 
-    /// How many snapshots are live.
-    pub(crate) fn count(&self) -> usize {
-        self.lock().values().sum()
+    /// The live keys of the default family starting with `prefix`, at the snapshot.
+    ///
+    /// # Errors
+    /// As [`ColumnFamily::range`].
+    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Result<DbIterator> {
+        DbIterator::new(
+            Arc::clone(&self.db),
+            DEFAULT_CF,
+            Some(self.seqno),
+            prefix_bounds(prefix.as_ref()),
+        )
     }
 
-    pub(crate) fn oldest(&self) -> Option<SeqNo> {
-        self.lock().keys().next().copied()
+    /// Every live key of the default family at the snapshot.
+    ///
+    /// # Errors
+    /// As [`ColumnFamily::range`].
+    pub fn iter(&self) -> Result<DbIterator> {
+        self.range::<&[u8]>(..)
+    }
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        self.db.snapshots.release(self.seqno);
+        // Tombstones it pinned may be droppable now.
+        self.db.state_changed.notify_all();
     }
 }

@@ -1,7 +1,7 @@
-//! Statistics: what the engine holds and what it has done.
+//! Statistics: what the engine holds and what it has done, gathered for `Db::stats` from the
+//! current version, the snapshots and the running counters (`counters`).
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 pub use cairn_compaction::DropCounts;
@@ -75,63 +75,7 @@ pub struct Stats {
     pub open_tables: usize,
 }
 
-/// Running counters.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    writes: AtomicU64,
-    wal_bytes: AtomicU64,
-    flushes: AtomicU64,
-    stalls: AtomicU64,
-    slowdowns: AtomicU64,
-    read_triggers: AtomicU64,
-    table_bytes_written: AtomicU64,
-    compactions: AtomicU64,
-    compaction_bytes_read: AtomicU64,
-    single_delete_misuse: AtomicU64,
-    drops: Mutex<DropCounts>,
-}
-
-impl Counters {
-    pub(crate) fn note_write(&self, ops: usize, bytes: usize) {
-        self.writes.fetch_add(ops as u64, Ordering::Relaxed);
-        self.wal_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
-    }
-
-    pub(crate) fn note_flush(&self) {
-        self.flushes.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn note_stall(&self) {
-        self.stalls.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn note_slowdown(&self) {
-        self.slowdowns.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn note_read_trigger(&self) {
-        self.read_triggers.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn note_table_written(&self, bytes: u64) {
-        self.table_bytes_written.fetch_add(bytes, Ordering::Relaxed);
-    }
-
-    pub(crate) fn note_compaction(&self, job: &cairn_compaction::job::JobOutput) {
-        self.compactions.fetch_add(1, Ordering::Relaxed);
-        self.compaction_bytes_read
-            .fetch_add(job.bytes_read, Ordering::Relaxed);
-        self.note_table_written(job.bytes_written);
-        self.single_delete_misuse
-            .fetch_add(job.single_delete_misuse, Ordering::Relaxed);
-        self.drops
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .add(&job.drops);
-    }
-}
-
-impl crate::db::DbInner {
+impl crate::inner::DbInner {
     pub(crate) fn stats(&self) -> Stats {
         let sv = self.super_version();
         let mut levels = vec![LevelStats::default(); crate::options::NUM_LEVELS];

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 use cairn_sstable::SeqNo;
 
-use crate::api::Snapshot;
 use crate::batch::WriteBatch;
 use crate::column_family::ColumnFamily;
-use crate::db::{Db, DbInner};
 use crate::error::{Error, Result};
+use crate::inner::DbInner;
+use crate::snapshot::Snapshot;
 use crate::version_edit::DEFAULT_CF;
 
 /// An optimistic transaction: reads at its snapshot, buffered writes, and a commit that fails
@@ -34,7 +34,7 @@ use crate::version_edit::DEFAULT_CF;
 /// ```
 #[derive(Debug)]
 pub struct Transaction<'db> {
-    db: &'db Db,
+    db: &'db Arc<DbInner>,
     snapshot: Snapshot,
     reads: Vec<(u32, Bytes)>,
     batch: WriteBatch,
@@ -42,20 +42,18 @@ pub struct Transaction<'db> {
     local: BTreeMap<(u32, Bytes), Option<Bytes>>,
 }
 
-impl Db {
-    /// Starts an optimistic transaction at a snapshot of now.
-    pub fn transaction(&self) -> Transaction<'_> {
+impl<'db> Transaction<'db> {
+    /// A transaction reading at `snapshot`.
+    pub(crate) fn new(db: &'db Arc<DbInner>, snapshot: Snapshot) -> Self {
         Transaction {
-            db: self,
-            snapshot: self.snapshot(),
+            db,
+            snapshot,
             reads: Vec::new(),
             batch: WriteBatch::new(),
             local: BTreeMap::new(),
         }
     }
-}
 
-impl Transaction<'_> {
     /// Reads `key` from the default family: the transaction's own write if it made one, else
     /// the value at its snapshot. The key is checked for conflicts at commit.
     ///
@@ -94,7 +92,7 @@ impl Transaction<'_> {
     }
 
     fn snapshot_db(&self) -> &Arc<DbInner> {
-        &self.db.inner
+        self.db
     }
 
     /// Buffers a put in the default family.
@@ -137,7 +135,7 @@ impl Transaction<'_> {
     }
 
     fn owns(&self, cf: &ColumnFamily) -> bool {
-        cf.db.instance == self.db.inner.instance
+        cf.db.instance == self.db.instance
     }
 
     /// The sequence number of the transaction's snapshot: its reads see the writes at or
@@ -162,9 +160,9 @@ impl Transaction<'_> {
             mut batch,
             ..
         } = self;
-        batch.validate(db.inner.instance)?;
+        batch.validate(db.instance)?;
         let since = snapshot.seqno();
-        let last = db.inner.run_exclusive(Box::new(move |inner: &DbInner| {
+        let last = db.run_exclusive(Box::new(move |inner: &DbInner| {
             let reads = if crate::planted::active(crate::planted::Bug::IgnoreConflicts) {
                 &[][..]
             } else {

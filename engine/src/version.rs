@@ -63,6 +63,15 @@ pub(crate) struct Version {
 }
 
 impl Version {
+    /// The most level-0 tables any column family has.
+    pub(crate) fn most_level0_files(&self) -> usize {
+        self.cfs
+            .values()
+            .map(|v| v.levels.first().map_or(0, Vec::len))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The column family's tables (empty if it has none).
     pub(crate) fn cf(&self, cf: u32) -> Option<&CfVersion> {
         self.cfs.get(&cf)

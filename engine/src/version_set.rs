@@ -1,4 +1,10 @@
-//! Installing version edits: the one way the set of tables and column families changes.
+//! The version set: the MANIFEST state and the files of the directory, as LevelDB's
+//! `version_set` keeps them. It installs version edits (the one way the set of tables and
+//! column families changes), rolls the MANIFEST over, hands out file numbers, records a new
+//! table's metadata, and deletes the files nothing needs any more. The versions themselves are
+//! in `version`, their edits in `version_edit`, the MANIFEST file in `manifest`.
+//!
+//! ## Installing an edit
 //!
 //! An edit is built under the state lock, written and synced to the MANIFEST under the MANIFEST
 //! lock alone — so the writes, which take the state lock to find room, go on meanwhile — and then
@@ -13,21 +19,19 @@
 //! delete persistence deadline, once its oldest edit is a deadline stage old: old edits record
 //! the smallest and largest keys of tables long gone, deleted keys among them.
 
-use std::sync::MutexGuard;
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
-use crate::db::{DbInner, DbState};
+use bytes::Bytes;
+use cairn_sstable::TableSummary;
+
 use crate::error::{Error, Result};
+use crate::filename::{self, FileKind};
+use crate::inner::{DbInner, DbState};
 use crate::manifest::ManifestWriter;
-use crate::version_edit::VersionEdit;
+use crate::version_edit::{FileMeta, VersionEdit};
 
 impl DbInner {
-    pub(crate) fn lock_manifest(&self) -> MutexGuard<'_, ManifestWriter> {
-        self.manifest
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Writes one version edit to the MANIFEST and installs it.
     ///
     /// `prepare` runs under the state lock and returns the edit to write (`None`: nothing to do,
@@ -137,5 +141,158 @@ impl DbInner {
             _ => {}
         }
         Ok(())
+    }
+
+    /// A number for a table about to be written; it is protected from deletion until
+    /// [`release_output`](Self::release_output).
+    pub(crate) fn new_output_number(&self) -> u64 {
+        let mut state = self.lock_state();
+        let number = state.meta.next_file_number;
+        state.meta.next_file_number += 1;
+        state.pending_outputs.insert(number);
+        number
+    }
+
+    pub(crate) fn release_outputs(&self, numbers: impl IntoIterator<Item = u64>) {
+        let mut state = self.lock_state();
+        for n in numbers {
+            state.pending_outputs.remove(&n);
+        }
+    }
+
+    /// Deletes every file nothing needs any more: logs older than the oldest unflushed one,
+    /// tables in no version and not being written, temporaries, and old MANIFESTs. Files
+    /// created after the state is read carry numbers at or above `next_file_number` and are
+    /// left alone.
+    ///
+    /// A stopped database deletes nothing: after a failed MANIFEST write or sync, the in-memory
+    /// version may lack a table an edit on disk names, and reopening must find it. Nor does a
+    /// closing one.
+    pub(crate) fn delete_obsolete_files(&self) {
+        if self.read_only {
+            return;
+        }
+        let (keep, next_number, min_log, manifest) = {
+            let mut state = self.lock_state();
+            if state.error.is_some()
+                && !crate::planted::active(crate::planted::Bug::DeleteAfterManifestFailure)
+            {
+                return;
+            }
+            // Closing: the next open sweeps. (A caller's thread may still be in here after
+            // `close` released the directory to another process.)
+            if state.shutting_down {
+                return;
+            }
+            let current = state.meta.version.live_files();
+            let mut keep = current.clone();
+            for version in state.versions.iter().filter_map(std::sync::Weak::upgrade) {
+                keep.extend(version.live_files());
+            }
+            keep.extend(state.pending_outputs.iter().copied());
+            // A compaction's inputs until it ends, even if its family is dropped meanwhile.
+            keep.extend(state.compacting.iter().flat_map(|r| r.pick.all_inputs()));
+            // Tables only an older reader still holds: a later sweep must come back for them.
+            state.sweep_pending = keep
+                .iter()
+                .any(|n| !current.contains(n) && !state.pending_outputs.contains(n));
+            let min_log = state
+                .imm
+                .front()
+                .map_or(state.mem.log_number, |m| m.log_number);
+            // Last, so that nothing can panic between the count and its guard below.
+            state.sweeps += 1;
+            (
+                keep,
+                state.meta.next_file_number,
+                min_log,
+                state.manifest_number,
+            )
+        };
+        let _counted = SweepCount(self);
+        self.sweep_files(&keep, next_number, min_log, manifest);
+    }
+
+    /// Deletes the files of the directory that none of the sweep's reasons keep.
+    fn sweep_files(&self, keep: &HashSet<u64>, next_number: u64, min_log: u64, manifest: u64) {
+        let Ok(names) = self.fs.list(&self.dir) else {
+            return;
+        };
+        for name in names {
+            let path = self.dir.join(&name);
+            let obsolete = match filename::parse(&name) {
+                Some(FileKind::Log(n)) => n < min_log,
+                Some(FileKind::Table(n) | FileKind::TempTable(n)) => {
+                    n < next_number && !keep.contains(&n)
+                }
+                Some(FileKind::Manifest(n)) => n < manifest,
+                _ => false,
+            };
+            if !obsolete {
+                continue;
+            }
+            if let Some(FileKind::Table(n)) = filename::parse(&name) {
+                self.tables.evict(n);
+            }
+            match self.fs.remove(&path) {
+                // Another thread's sweep got there first.
+                Err(e) if !e.is_not_found() => {
+                    tracing::warn!(file = %path.display(), error = %e, "could not delete an obsolete file");
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The version's record of a table just written.
+pub(crate) fn file_meta(number: u64, summary: &TableSummary) -> FileMeta {
+    let props = &summary.properties;
+    let point_smallest = props
+        .smallest_key
+        .as_ref()
+        .map(|k| cairn_sstable::key::user_key(k).to_vec());
+    let point_largest = props
+        .largest_key
+        .as_ref()
+        .map(|k| cairn_sstable::key::user_key(k).to_vec());
+    let fragments = summary.range_tombstones.fragments();
+    let range_smallest = fragments.first().map(|f| f.start.to_vec());
+    let range_largest = fragments.last().map(|f| f.end.to_vec());
+    let smallest = [point_smallest, range_smallest]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or_default();
+    let largest = [point_largest, range_largest]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or_default();
+    FileMeta {
+        number,
+        file_size: summary.file_size,
+        smallest: Bytes::from(smallest),
+        largest: Bytes::from(largest),
+        smallest_seqno: props.smallest_seqno,
+        largest_seqno: props.largest_seqno,
+        num_entries: props.num_entries,
+        num_point_tombstones: props.num_point_tombstones(),
+        num_range_tombstones: props.num_range_tombstones,
+        oldest_tombstone_time: props.oldest_tombstone_time,
+        smallest_tombstone_seqno: props.smallest_tombstone_seqno,
+        max_tombstones_in_window: props.max_tombstones_in_window,
+        earliest_expiry: props.earliest_expiry,
+        oldest_write_time: props.oldest_write_time,
+    }
+}
+
+/// A sweep in progress, counted until dropped (a panic included): `close` waits for the count.
+struct SweepCount<'a>(&'a DbInner);
+
+impl Drop for SweepCount<'_> {
+    fn drop(&mut self) {
+        self.0.lock_state().sweeps -= 1;
+        self.0.state_changed.notify_all();
     }
 }

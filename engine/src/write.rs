@@ -1,28 +1,22 @@
-//! The write path: the leader of a commit group writes the log, then the memtables.
+//! Group commit: the leader of a commit group writes the log, then the memtables.
 //!
 //! The leader (see `write_queue`) finds room in the active memtables — waiting while level 0 is
-//! too full or too many memtables wait for their flush, freezing the memtables when they are
-//! full or when background work asked for it — gives the group consecutive sequence numbers,
-//! writes it as one log record (fsynced if any writer asked), inserts it into the memtables, and
-//! publishes the new last sequence number.
-//!
-//! Freezing swaps in new memtables and a new log. Only a leader does it, so no write can land in
-//! a memtable being frozen, and it does its I/O (the old log's sync, the new log's creation and
-//! the directory sync) without the state lock, which every write takes to find room.
+//! too full or too many memtables wait for their flush, freezing the memtables (see
+//! `memtable_switch`) when they are full or when background work asked for it — gives the group
+//! consecutive sequence numbers, writes it as one log record (fsynced if any writer asked),
+//! inserts it into the memtables, and publishes the new last sequence number.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 
 use cairn_sstable::{MAX_SEQNO, SeqNo};
-use cairn_wal::LogWriter;
 
 use crate::batch::WriteBatch;
-use crate::db::{DbInner, DbState};
 use crate::error::{Error, Result};
-use crate::filename;
-use crate::log_record::{BatchOp, encode_record};
+use crate::inner::{DbInner, DbState};
+use crate::log_record::{self, BatchOp, encode_record};
 use crate::super_version::MemSet;
-use crate::write_queue::{Exclusive, Work};
+use crate::write_queue::{Exclusive, Leader, Work};
 
 impl DbInner {
     /// Writes `batch` atomically; returns the sequence number of its last write.
@@ -45,12 +39,32 @@ impl DbInner {
         if batch.is_empty() {
             return Ok(self.visible_seqno.load(Ordering::Acquire));
         }
-        self.submit(Work::Batch(batch), sync)
+        let bytes = batch.size_bytes();
+        self.submit(Work::Batch(batch.into_ops(), bytes), sync)
+    }
+
+    /// Writes one op (a caller's `put`, `delete`, …) without a batch around it.
+    pub(crate) fn write_op(&self, op: BatchOp) -> Result<()> {
+        op.validate()?;
+        if op.is_empty_range() {
+            return Ok(());
+        }
+        log_record::check_record_len(std::iter::once(&op))?;
+        let bytes = op.approximate_bytes();
+        self.submit(Work::Batch(vec![op], bytes), false).map(drop)
     }
 
     /// Runs `work` as the leader, alone, between commit groups.
-    pub(crate) fn run_exclusive(&self, work: Exclusive) -> Result<SeqNo> {
+    pub(crate) fn run_exclusive(&self, work: Exclusive<DbInner>) -> Result<SeqNo> {
         self.submit(Work::Exclusive(work), false)
+    }
+
+    /// Queues `work` in the write queue; a read-only database refuses it.
+    fn submit(&self, work: Work<DbInner>, sync: bool) -> Result<SeqNo> {
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        self.writes.submit(self, work, sync)
     }
 
     /// Writes ops as one log record and applies them; returns the first op's sequence number.
@@ -105,7 +119,7 @@ impl DbInner {
             state = self.freeze_if_requested(state)?;
             state.check_running()?;
             let room_to_freeze = state.imm.len() < self.options.max_immutable_memtables;
-            let l0 = level0_files(&state);
+            let l0 = state.meta.version.most_level0_files();
             let c = &self.options.compaction;
             if l0 >= c.l0_stop {
                 // Compaction is far behind: stop writes until it catches up.
@@ -140,126 +154,22 @@ impl DbInner {
             .wait_timeout(state, std::time::Duration::from_millis(100))
             .map_or_else(|e| e.into_inner().0, |(guard, _)| guard)
     }
-
-    /// Freezes the active memtables and starts a new log. Only a leader calls this: it alone
-    /// replaces the memtables and the log, so nothing changes them while the lock is released
-    /// for the I/O. A failure stops the database.
-    pub(crate) fn switch_memtable<'a>(
-        &'a self,
-        mut state: MutexGuard<'a, DbState>,
-    ) -> Result<MutexGuard<'a, DbState>> {
-        let number = state.meta.next_file_number;
-        state.meta.next_file_number += 1;
-        drop(state);
-        let opened = (|| -> Result<LogWriter> {
-            // Sync the old log first: a later synced write must never survive power loss while
-            // an earlier unsynced one in the old log does not. Sealed, since it takes no more
-            // records: if the new log stays empty, recovery takes this one for the last and would
-            // otherwise read damage in its synced records as a torn tail.
-            let sealed = self.visible_seqno.load(Ordering::Acquire);
-            self.lock_wal().seal()?;
-            self.durable_seqno.fetch_max(sealed, Ordering::AcqRel);
-            let file = self.fs.create(&filename::log_path(&self.dir, number))?;
-            self.fs.sync_dir(&self.dir)?;
-            Ok(LogWriter::new(file))
-        })();
-        let mut state = self.lock_state();
-        let wal = match opened {
-            Ok(wal) => wal,
-            Err(e) => {
-                state.stop(&e);
-                self.state_changed.notify_all();
-                return Err(e);
-            }
-        };
-        *self.lock_wal() = wal;
-        let fresh = Arc::new(MemSet::new(number, state.meta.cfs.keys().copied()));
-        let frozen = std::mem::replace(&mut state.mem, fresh);
-        state.imm.push_back(frozen);
-        self.install_super_version(&mut state);
-        self.state_changed.notify_all();
-        Ok(state)
-    }
-
-    /// Freezes the memtables and waits until every frozen memtable is flushed and the logs
-    /// they came from are deleted.
-    pub(crate) fn flush(&self) -> Result<()> {
-        self.freeze_memtable()?;
-        self.wait_for_flushes()?;
-        // The flush thread deletes them too, but after it lets waiters go.
-        self.delete_obsolete_files();
-        Ok(())
-    }
-
-    /// Freezes the active memtables (if they hold anything) so the flush thread writes them out,
-    /// waiting for a turn in the write queue.
-    pub(crate) fn freeze_memtable(&self) -> Result<()> {
-        self.run_exclusive(Box::new(|db: &DbInner| {
-            let state = db.lock_state();
-            state.check_running()?;
-            if !state.mem.is_empty() {
-                drop(db.switch_memtable(state)?);
-            }
-            Ok(0)
-        }))
-        .map(drop)
-    }
-
-    /// Freezes the active memtables for background work without ever waiting on the write
-    /// queue: a writer stalled on level 0 holds it until compaction — maybe this very thread —
-    /// makes room. If a writer leads, the request stays for it: a leader honours it whenever it
-    /// looks for room.
-    pub(crate) fn freeze_from_background(&self) -> Result<()> {
-        let Some(_turn) = self.writes.try_lead() else {
-            return Ok(());
-        };
-        let state = self.lock_state();
-        if state.check_running().is_ok() {
-            drop(self.freeze_if_requested(state)?);
-        }
-        Ok(())
-    }
-
-    /// Freezes the memtables if background work (a deadline, a scan over tombstones) asked for
-    /// it and there is room for another frozen one; `Stopped` if it would but the database has
-    /// stopped. Only a leader calls this.
-    fn freeze_if_requested<'a>(
-        &'a self,
-        mut state: MutexGuard<'a, DbState>,
-    ) -> Result<MutexGuard<'a, DbState>> {
-        if !state.freeze_requested || state.imm.len() >= self.options.max_immutable_memtables {
-            return Ok(state);
-        }
-        state.check_running()?;
-        state.freeze_requested = false;
-        if state.mem.is_empty() {
-            return Ok(state);
-        }
-        self.switch_memtable(state)
-    }
-
-    /// Waits until every frozen memtable is flushed.
-    pub(crate) fn wait_for_flushes(&self) -> Result<()> {
-        let mut state = self.lock_state();
-        while !state.imm.is_empty() {
-            state.check_running()?;
-            state = self
-                .state_changed
-                .wait(state)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-        }
-        state.check_running()
-    }
 }
 
-/// The most level-0 tables any column family has.
-fn level0_files(state: &DbState) -> usize {
-    state
-        .meta
-        .version
-        .cfs
-        .values()
-        .map(|v| v.levels.first().map_or(0, Vec::len))
-        .max()
-        .unwrap_or(0)
+impl Leader for DbInner {
+    fn write_ops(&self, ops: &[&BatchOp], sync: bool) -> Result<SeqNo> {
+        DbInner::write_ops(self, ops, sync)
+    }
+
+    fn unknown_family(&self, ops: &[BatchOp]) -> Option<u32> {
+        // Column families change only in exclusive entries, so this view is current.
+        let sv = self.super_version();
+        ops.iter()
+            .map(BatchOp::cf)
+            .find(|cf| !sv.cfs.contains_key(cf))
+    }
+
+    fn stop_with(&self, error: &Error) {
+        DbInner::stop_with(self, error);
+    }
 }

@@ -6,10 +6,12 @@
 //! the leader executes alone. Only a leader writes the log, inserts into the memtables or
 //! replaces them.
 //!
-//! It does not know what a write does: `DbInner::write_ops` does that. It guarantees that a turn
-//! always ends — a leader that panics hands every writer of its group an `Error::Panicked` and
-//! stops the database — and that a closed queue drains: [`WriteQueue::close_and_drain`] refuses
-//! new writers and waits for those already in it.
+//! It does not know what a write does: the [`Leader`] (the database) does that. It guarantees
+//! that a turn always ends — a leader that panics hands every writer of its group an
+//! `Error::Panicked` and stops the database — that a closed queue drains:
+//! [`WriteQueue::close_and_drain`] refuses new writers and waits for those already in it — and
+//! that it stays bounded: at most [`MAX_WAITING`] writers wait in it, a writer beyond them
+//! waits for room before it joins.
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
@@ -17,30 +19,45 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use cairn_sstable::SeqNo;
 
-use crate::batch::WriteBatch;
-use crate::db::DbInner;
 use crate::error::{Error, Result};
 use crate::log_record::BatchOp;
 
 /// A commit group carries at most this many bytes of batches (a larger batch leads alone).
 const MAX_GROUP_BYTES: usize = 1 << 20;
 
-/// Work done by the leader alone, with the database's `DbInner`.
-pub(crate) type Exclusive = Box<dyn FnOnce(&DbInner) -> Result<SeqNo> + Send>;
+/// At most this many writers wait in the queue; more wait for room before they join it, so a
+/// flood of writers behind a stalled leader holds a bounded queue.
+pub(crate) const MAX_WAITING: usize = 4096;
 
-pub(crate) enum Work {
-    Batch(WriteBatch),
-    Exclusive(Exclusive),
+/// What the queue's leader does with the work it leads: the database.
+pub(crate) trait Leader {
+    /// Writes `ops` as one log record and applies them; returns the first op's sequence number.
+    fn write_ops(&self, ops: &[&BatchOp], sync: bool) -> Result<SeqNo>;
+
+    /// The first column family `ops` names that the database does not have.
+    fn unknown_family(&self, ops: &[BatchOp]) -> Option<u32>;
+
+    /// Stops the database after a failure that leaves its state uncertain.
+    fn stop_with(&self, error: &Error);
 }
 
-struct Pending {
-    work: Mutex<Option<Work>>,
+/// Work done by the leader alone, between commit groups.
+pub(crate) type Exclusive<L> = Box<dyn FnOnce(&L) -> Result<SeqNo> + Send>;
+
+pub(crate) enum Work<L> {
+    /// Writes applied together, with their approximate size in bytes.
+    Batch(Vec<BatchOp>, usize),
+    Exclusive(Exclusive<L>),
+}
+
+struct Pending<L> {
+    work: Mutex<Option<Work<L>>>,
     sync: bool,
     result: Mutex<Option<Result<SeqNo>>>,
 }
 
-impl Pending {
-    fn take_work(&self) -> Option<Work> {
+impl<L> Pending<L> {
+    fn take_work(&self) -> Option<Work<L>> {
         lock(&self.work).take()
     }
 
@@ -62,7 +79,7 @@ impl Pending {
 
     fn bytes(&self) -> usize {
         match &*lock(&self.work) {
-            Some(Work::Batch(b)) => b.size_bytes(),
+            Some(Work::Batch(_, bytes)) => *bytes,
             _ => 0,
         }
     }
@@ -73,48 +90,59 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Writers waiting their turn.
-#[derive(Default)]
-pub(crate) struct WriteQueue {
-    queue: Mutex<QueueState>,
+pub(crate) struct WriteQueue<L> {
+    queue: Mutex<QueueState<L>>,
     /// Signalled when a turn ends.
     turn: Condvar,
 }
 
-#[derive(Default)]
-struct QueueState {
+impl<L> Default for WriteQueue<L> {
+    fn default() -> Self {
+        Self {
+            queue: Mutex::new(QueueState {
+                leading: false,
+                waiting: VecDeque::new(),
+                closed: false,
+            }),
+            turn: Condvar::new(),
+        }
+    }
+}
+
+struct QueueState<L> {
     /// A leader is writing (from the queue, or a writer that found it empty).
     leading: bool,
     /// Writers waiting; the first becomes the next leader.
-    waiting: VecDeque<Arc<Pending>>,
+    waiting: VecDeque<Arc<Pending<L>>>,
     /// Closed by shutdown: new writers are refused.
     closed: bool,
 }
 
-impl std::fmt::Debug for WriteQueue {
+impl<L> std::fmt::Debug for WriteQueue<L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WriteQueue").finish_non_exhaustive()
     }
 }
 
 /// A turn at the head of the queue, taken by [`WriteQueue::try_lead`]; it ends when dropped.
-pub(crate) struct Turn<'a> {
-    queue: &'a WriteQueue,
+pub(crate) struct Turn<'a, L> {
+    queue: &'a WriteQueue<L>,
 }
 
-impl Drop for Turn<'_> {
+impl<L> Drop for Turn<'_, L> {
     fn drop(&mut self) {
         self.queue.end_turn(self.queue.lock(), false);
     }
 }
 
-impl WriteQueue {
-    fn lock(&self) -> MutexGuard<'_, QueueState> {
+impl<L> WriteQueue<L> {
+    fn lock(&self) -> MutexGuard<'_, QueueState<L>> {
         lock(&self.queue)
     }
 
     /// Ends a leader's turn and wakes whoever waits: the group just served, the next leader,
     /// or a shutdown draining the queue.
-    fn end_turn(&self, mut queue: MutexGuard<'_, QueueState>, served_others: bool) {
+    fn end_turn(&self, mut queue: MutexGuard<'_, QueueState<L>>, served_others: bool) {
         queue.leading = false;
         let wake = served_others || !queue.waiting.is_empty() || queue.closed;
         drop(queue);
@@ -126,7 +154,7 @@ impl WriteQueue {
     /// Takes the lead if nobody leads or waits: for background work, which must never wait on
     /// writers (a writer stalled on level 0 waits for that very work). `None` if the queue is
     /// busy or closed.
-    pub(crate) fn try_lead(&self) -> Option<Turn<'_>> {
+    pub(crate) fn try_lead(&self) -> Option<Turn<'_, L>> {
         let mut queue = self.lock();
         if queue.leading || !queue.waiting.is_empty() || queue.closed {
             return None;
@@ -155,13 +183,17 @@ impl WriteQueue {
     }
 }
 
-impl DbInner {
-    /// Queues `work` and returns its result, leading a group if it comes to the front.
-    pub(crate) fn submit(&self, work: Work, sync: bool) -> Result<SeqNo> {
-        if self.read_only {
-            return Err(Error::ReadOnly);
+impl<L: Leader> WriteQueue<L> {
+    /// Queues `work` and returns its result, leading a group for `leader` if it comes to the
+    /// front.
+    pub(crate) fn submit(&self, leader: &L, work: Work<L>, sync: bool) -> Result<SeqNo> {
+        let mut queue = self.lock();
+        while queue.waiting.len() >= MAX_WAITING && !queue.closed {
+            queue = self
+                .turn
+                .wait(queue)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
-        let mut queue = self.writes.lock();
         if queue.closed {
             return Err(Error::closed());
         }
@@ -170,8 +202,8 @@ impl DbInner {
             // to wake unless somebody queued meanwhile.
             queue.leading = true;
             drop(queue);
-            let result = self.unwind_safely(&[], || self.lead_alone(work, sync));
-            self.writes.end_turn(self.writes.lock(), false);
+            let result = self.unwind_safely(leader, &[], || lead_alone(leader, work, sync));
+            self.end_turn(self.lock(), false);
             return result;
         }
         let me = Arc::new(Pending {
@@ -193,7 +225,6 @@ impl DbInner {
                 break;
             }
             queue = self
-                .writes
                 .turn
                 .wait(queue)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -201,93 +232,95 @@ impl DbInner {
         queue.leading = true;
         let group = take_group(&queue.waiting);
         drop(queue);
-        self.unwind_safely(&group, || self.lead(&group));
-        let mut queue = self.writes.lock();
+        self.unwind_safely(leader, &group, || lead(leader, &group));
+        let mut queue = self.lock();
         for _ in 0..group.len() {
             queue.waiting.pop_front();
         }
-        self.writes.end_turn(queue, group.len() > 1);
+        self.end_turn(queue, group.len() > 1);
         me.take_result()
-            .unwrap_or_else(|| Err(Error::Stopped("write result lost".into())))
+            .unwrap_or_else(|| Err(Error::Panicked("a write's result was lost".into())))
     }
 
     /// Runs a leader's work. If it panics, the log may hold part of a group the memtables lack:
     /// the database stops, every writer of the group gets `Panicked`, the turn ends, and the
     /// panic goes on in the leader's thread.
-    fn unwind_safely<T>(&self, group: &[Arc<Pending>], lead: impl FnOnce() -> T) -> T {
+    fn unwind_safely<T>(
+        &self,
+        leader: &L,
+        group: &[Arc<Pending<L>>],
+        lead: impl FnOnce() -> T,
+    ) -> T {
         match std::panic::catch_unwind(AssertUnwindSafe(lead)) {
             Ok(value) => value,
             Err(panic) => {
                 let why = "a writer panicked while leading a commit group; whether its writes \
                            were applied is unknown";
-                self.stop_with(&Error::Panicked(why.into()));
+                leader.stop_with(&Error::Panicked(why.into()));
                 for pending in group.iter().filter(|p| !p.has_result()) {
                     pending.finish(Err(Error::Panicked(why.into())));
                 }
                 if !group.is_empty() {
-                    let mut queue = self.writes.lock();
+                    let mut queue = self.lock();
                     for _ in 0..group.len() {
                         queue.waiting.pop_front();
                     }
                     drop(queue);
                 }
-                self.writes.end_turn(self.writes.lock(), true);
+                self.end_turn(self.lock(), true);
                 std::panic::resume_unwind(panic)
             }
         }
     }
+}
 
-    /// Executes one writer's work as a leader with no group; returns the last seqno written.
-    fn lead_alone(&self, work: Work, sync: bool) -> Result<SeqNo> {
-        match work {
-            Work::Exclusive(work) => work(self),
-            Work::Batch(batch) => {
-                let ops: Vec<&BatchOp> = batch.ops.iter().collect();
-                let first = self.write_ops(&ops, sync)?;
-                Ok(first + batch.len() as u64 - 1)
-            }
+/// Executes one writer's work as a leader with no group; returns the last seqno written.
+fn lead_alone<L: Leader>(leader: &L, work: Work<L>, sync: bool) -> Result<SeqNo> {
+    match work {
+        Work::Exclusive(work) => work(leader),
+        Work::Batch(ops, _) => {
+            let refs: Vec<&BatchOp> = ops.iter().collect();
+            let first = leader.write_ops(&refs, sync)?;
+            Ok(first + ops.len() as u64 - 1)
         }
     }
+}
 
-    /// Executes a group as its leader and stores every member's result.
-    fn lead(&self, group: &[Arc<Pending>]) {
-        let mut all = Vec::with_capacity(group.len());
-        for pending in group {
-            match pending.take_work() {
-                // `take_group` serves an exclusive entry alone.
-                Some(Work::Exclusive(work)) => return pending.finish(work(self)),
-                Some(Work::Batch(batch)) => all.push((Arc::clone(pending), batch)),
-                None => {}
-            }
+/// Executes a group as its leader and stores every member's result.
+fn lead<L: Leader>(leader: &L, group: &[Arc<Pending<L>>]) {
+    let mut all = Vec::with_capacity(group.len());
+    for pending in group {
+        match pending.take_work() {
+            // `take_group` serves an exclusive entry alone.
+            Some(Work::Exclusive(work)) => return pending.finish(work(leader)),
+            Some(Work::Batch(ops, _)) => all.push((Arc::clone(pending), ops)),
+            None => {}
         }
-        // Column families change only in exclusive entries, so this view is current.
-        let cfs = self.super_version();
-        all.retain(|(pending, batch)| {
-            match batch.ops.iter().find(|op| !cfs.cfs.contains_key(&op.cf())) {
-                Some(op) => {
-                    pending.finish(Err(Error::ColumnFamilyNotFound(format!("id {}", op.cf()))));
-                    false
-                }
-                None => true,
-            }
+    }
+    // A batch naming a family the database lacks fails alone, not with its group.
+    all.retain(|(pending, ops)| match leader.unknown_family(ops) {
+        Some(cf) => {
+            pending.finish(Err(Error::ColumnFamilyNotFound(format!("id {cf}"))));
+            false
+        }
+        None => true,
+    });
+    if all.is_empty() {
+        return;
+    }
+    let sync = all.iter().any(|(p, _)| p.sync);
+    let refs: Vec<&BatchOp> = all.iter().flat_map(|(_, ops)| ops.iter()).collect();
+    let result = leader.write_ops(&refs, sync);
+    let mut next = match &result {
+        Ok(first_seqno) => *first_seqno,
+        Err(_) => 0,
+    };
+    for (pending, ops) in &all {
+        next += ops.len() as u64;
+        pending.finish(match &result {
+            Ok(_) => Ok(next - 1),
+            Err(e) => Err(e.duplicate()),
         });
-        if all.is_empty() {
-            return;
-        }
-        let sync = all.iter().any(|(p, _)| p.sync);
-        let ops: Vec<&BatchOp> = all.iter().flat_map(|(_, b)| b.ops.iter()).collect();
-        let result = self.write_ops(&ops, sync);
-        let mut next = match &result {
-            Ok(first_seqno) => *first_seqno,
-            Err(_) => 0,
-        };
-        for (pending, batch) in &all {
-            next += batch.len() as u64;
-            pending.finish(match &result {
-                Ok(_) => Ok(next - 1),
-                Err(e) => Err(e.duplicate()),
-            });
-        }
     }
 }
 
@@ -296,7 +329,7 @@ impl DbInner {
 /// near that limit always leads alone). An exclusive entry is always served alone, and a sync
 /// write never joins a group whose leader does not sync (so a non-sync leader never pays for a
 /// sync it did not ask for... nor delays it).
-fn take_group(queue: &VecDeque<Arc<Pending>>) -> Vec<Arc<Pending>> {
+fn take_group<L>(queue: &VecDeque<Arc<Pending<L>>>) -> Vec<Arc<Pending<L>>> {
     let Some(leader) = queue.front() else {
         return Vec::new();
     };
