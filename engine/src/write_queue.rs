@@ -92,13 +92,22 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Writers waiting their turn.
 pub(crate) struct WriteQueue<L> {
     queue: Mutex<QueueState<L>>,
+    /// [`MAX_WAITING`], smaller in tests.
+    max_waiting: usize,
     /// Signalled when a turn ends.
     turn: Condvar,
 }
 
 impl<L> Default for WriteQueue<L> {
     fn default() -> Self {
+        Self::with_max_waiting(MAX_WAITING)
+    }
+}
+
+impl<L> WriteQueue<L> {
+    fn with_max_waiting(max_waiting: usize) -> Self {
         Self {
+            max_waiting,
             queue: Mutex::new(QueueState {
                 leading: false,
                 waiting: VecDeque::new(),
@@ -188,7 +197,7 @@ impl<L: Leader> WriteQueue<L> {
     /// front.
     pub(crate) fn submit(&self, leader: &L, work: Work<L>, sync: bool) -> Result<SeqNo> {
         let mut queue = self.lock();
-        while queue.waiting.len() >= MAX_WAITING && !queue.closed {
+        while queue.waiting.len() >= self.max_waiting && !queue.closed {
             queue = self
                 .turn
                 .wait(queue)
@@ -346,4 +355,88 @@ fn take_group<L>(queue: &VecDeque<Arc<Pending<L>>>) -> Vec<Arc<Pending<L>>> {
         group.push(Arc::clone(pending));
     }
     group
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+    use bytes::Bytes;
+
+    use super::*;
+
+    /// A leader that counts the writes it leads and blocks them while `hold` is set.
+    #[derive(Default)]
+    struct Fake {
+        hold: AtomicBool,
+        next_seqno: AtomicU64,
+        most_waiting: AtomicUsize,
+        queue: WriteQueue<Fake>,
+    }
+
+    impl Leader for Fake {
+        fn write_ops(&self, ops: &[&BatchOp], _sync: bool) -> Result<SeqNo> {
+            while self.hold.load(Ordering::Acquire) {
+                let waiting = self.queue.lock().waiting.len();
+                self.most_waiting.fetch_max(waiting, Ordering::AcqRel);
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Ok(self
+                .next_seqno
+                .fetch_add(ops.len() as u64, Ordering::AcqRel)
+                + 1)
+        }
+
+        fn unknown_family(&self, _ops: &[BatchOp]) -> Option<u32> {
+            None
+        }
+
+        fn stop_with(&self, _error: &Error) {}
+    }
+
+    fn put() -> Work<Fake> {
+        let op = BatchOp::Put {
+            cf: 0,
+            key: Bytes::from_static(b"k"),
+            value: Bytes::new(),
+            ttl: None,
+        };
+        let bytes = op.approximate_bytes();
+        Work::Batch(vec![op], bytes)
+    }
+
+    #[test]
+    fn writers_beyond_the_bound_wait_outside_the_queue_and_all_finish() {
+        let fake = Fake {
+            queue: WriteQueue::with_max_waiting(4),
+            ..Fake::default()
+        };
+        fake.hold.store(true, Ordering::Release);
+        let seqnos = std::thread::scope(|s| {
+            let writers: Vec<_> = (0..32)
+                .map(|_| s.spawn(|| fake.queue.submit(&fake, put(), false)))
+                .collect();
+            // Every writer has arrived: one leads (held), the rest wait in or outside the queue.
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            fake.hold.store(false, Ordering::Release);
+            writers
+                .into_iter()
+                .map(|w| w.join().expect("writer").expect("write"))
+                .collect::<Vec<_>>()
+        });
+        let most = fake.most_waiting.load(Ordering::Acquire);
+        assert!(most <= 4, "{most} writers waited in a queue bounded at 4");
+        assert!(
+            most >= 1,
+            "nobody queued behind the held leader: the test saw nothing"
+        );
+        let mut sorted = seqnos.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(
+            sorted.len(),
+            32,
+            "every writer got its own sequence number: {seqnos:?}"
+        );
+    }
 }
