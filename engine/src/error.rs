@@ -1,6 +1,7 @@
 //! The engine's error type.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// The result of an engine operation.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -42,10 +43,32 @@ pub enum Error {
     /// database has stopped.
     #[error("a writer panicked: {0}")]
     Panicked(String),
-    /// An earlier failure left the database unable to accept writes safely, or it is closed;
-    /// reopen it. A write that fails with `Stopped` was not applied.
-    #[error("database stopped after an earlier error: {0}")]
-    Stopped(String),
+    /// The database takes no more work: it is closed, or an earlier failure left it unable to
+    /// accept writes safely (reopen it). A write that fails with `Stopped` was not applied.
+    #[error("database stopped: {cause}")]
+    Stopped {
+        /// What stopped it.
+        cause: StopCause,
+    },
+}
+
+/// What stopped a database.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum StopCause {
+    /// [`Db::close`](crate::db::Db::close) ran, or the `Db` was dropped.
+    #[error("the database is closed")]
+    Closed,
+    /// A failure that leaves the files uncertain: a failed log or MANIFEST write or sync, a
+    /// failed flush or compaction, a background panic. The first such failure is kept.
+    #[error("after an earlier error: {0}")]
+    Failed(Arc<Error>),
+    /// Every sequence number is used.
+    #[error(
+        "sequence numbers are used up (the last is {})",
+        cairn_sstable::MAX_SEQNO
+    )]
+    SequenceNumbersExhausted,
 }
 
 impl From<cairn_sstable::Error> for Error {
@@ -62,7 +85,7 @@ impl From<cairn_sstable::Error> for Error {
             },
             cairn_sstable::Error::InvalidArgument(why) => Self::InvalidArgument(why),
             cairn_sstable::Error::Io(e) => Self::Io(e),
-            other => Self::Stopped(other.to_string()),
+            other => Self::other_io(&other),
         }
     }
 }
@@ -72,7 +95,7 @@ impl From<cairn_compaction::Error> for Error {
         match e {
             cairn_compaction::Error::Table(e) => e.into(),
             cairn_compaction::Error::Io(e) => Self::Io(e),
-            other => Self::Stopped(other.to_string()),
+            other => Self::other_io(&other),
         }
     }
 }
@@ -90,7 +113,11 @@ impl From<cairn_wal::Error> for Error {
                 reason,
             },
             cairn_wal::Error::Io(e) => Self::Io(e),
-            other => Self::Stopped(other.to_string()),
+            cairn_wal::Error::InvalidArgument { file, reason } => {
+                Self::InvalidArgument(format!("{}: {reason}", file.display()))
+            }
+            // A log writer that refuses records after a failed append or sync.
+            other => Self::other_io(&other),
         }
     }
 }
@@ -98,7 +125,24 @@ impl From<cairn_wal::Error> for Error {
 impl Error {
     /// What every call on a closed database returns.
     pub(crate) fn closed() -> Self {
-        Self::Stopped("the database is closed".into())
+        Self::Stopped {
+            cause: StopCause::Closed,
+        }
+    }
+
+    /// What every write after `failure` returns.
+    pub(crate) fn stopped_by(failure: &Arc<Error>) -> Self {
+        Self::Stopped {
+            cause: StopCause::Failed(Arc::clone(failure)),
+        }
+    }
+
+    /// An error of a lower layer that has no variant of its own here (they are
+    /// `non_exhaustive`): an I/O failure, with its message.
+    fn other_io(error: &dyn std::error::Error) -> Self {
+        Self::Io(cairn_fs::Error::from(std::io::Error::other(
+            error.to_string(),
+        )))
     }
 
     pub(crate) fn invalid(why: impl Into<String>) -> Self {
@@ -133,7 +177,9 @@ impl Error {
             Self::Conflict { key } => Self::Conflict { key: key.clone() },
             Self::ColumnFamilyNotFound(name) => Self::ColumnFamilyNotFound(name.clone()),
             Self::Io(e) => Self::Io(e.duplicate()),
-            Self::Stopped(why) => Self::Stopped(why.clone()),
+            Self::Stopped { cause } => Self::Stopped {
+                cause: cause.clone(),
+            },
             Self::Panicked(why) => Self::Panicked(why.clone()),
             Self::ReadOnly => Self::ReadOnly,
         }

@@ -71,7 +71,7 @@ pub(crate) struct DbState {
     /// Frozen memtables waiting for their flush, oldest first.
     pub(crate) imm: VecDeque<Arc<MemSet>>,
     /// Set once a write or flush failed in a way that leaves the files uncertain.
-    pub(crate) error: Option<String>,
+    pub(crate) error: Option<Arc<Error>>,
     /// Sweeps past their checks and deleting: close waits for them.
     pub(crate) sweeps: usize,
     pub(crate) shutting_down: bool,
@@ -115,8 +115,8 @@ impl Running {
 impl DbState {
     /// Fails with the stored error if an earlier failure stopped the database.
     pub(crate) fn check_running(&self) -> Result<()> {
-        if let Some(why) = &self.error {
-            return Err(Error::Stopped(why.clone()));
+        if let Some(failure) = &self.error {
+            return Err(Error::stopped_by(failure));
         }
         if self.shutting_down {
             return Err(Error::closed());
@@ -129,7 +129,7 @@ impl DbState {
     pub(crate) fn stop(&mut self, error: &Error) {
         if self.error.is_none() {
             tracing::error!(error = %error, "stopping writes after a failure");
-            self.error = Some(error.to_string());
+            self.error = Some(Arc::new(error.duplicate()));
         }
     }
 }
@@ -307,7 +307,7 @@ impl DbInner {
             .take();
         synced?;
         match error {
-            Some(why) => Err(Error::Stopped(why)),
+            Some(failure) => Err(Error::stopped_by(&failure)),
             None => Ok(()),
         }
     }

@@ -76,7 +76,7 @@ pub use cairn_wal::RecoveryMode;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use column_family::ColumnFamily;
 pub use db::Db;
-pub use error::{Error, Result};
+pub use error::{Error, Result, StopCause};
 pub use explain::{TombstoneExplanation, TombstoneReason};
 pub use iterator::DbIterator;
 pub use options::{CfOptions, MAX_KEY_LEN, MAX_VALUE_LEN, Options, WriteOptions};

@@ -50,10 +50,10 @@ impl DbInner {
         let mut manifest = self.lock_manifest();
         let (edit, mut next) = {
             let mut state = self.lock_state();
-            if let Some(why) = &state.error
+            if let Some(failure) = &state.error
                 && !crate::planted::active(crate::planted::Bug::DeleteAfterManifestFailure)
             {
-                return Err(Error::Stopped(why.clone()));
+                return Err(Error::stopped_by(failure));
             }
             let Some(mut edit) = prepare(&mut state)? else {
                 return Ok(None);

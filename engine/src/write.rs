@@ -12,7 +12,7 @@ use std::sync::{Arc, MutexGuard};
 use cairn_sstable::{MAX_SEQNO, SeqNo};
 
 use crate::batch::WriteBatch;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StopCause};
 use crate::inner::{DbInner, DbState};
 use crate::log_record::{self, BatchOp, encode_record};
 use crate::super_version::MemSet;
@@ -79,9 +79,9 @@ impl DbInner {
         let first = self.visible_seqno.load(Ordering::Acquire) + 1;
         let last = first + ops.len() as u64 - 1;
         if last > MAX_SEQNO {
-            let e = Error::Stopped(format!(
-                "sequence numbers are used up (the last is {MAX_SEQNO})"
-            ));
+            let e = Error::Stopped {
+                cause: StopCause::SequenceNumbersExhausted,
+            };
             self.stop_with(&e);
             return Err(e);
         }

@@ -648,7 +648,7 @@ fn write_until_failure(db: &Db, n: u64, fail_at: u64, fail: impl FnOnce()) -> (u
                 assert!(i >= fail_at, "batch {i} failed before the fault: {e}");
                 let refused = db.write_opt(batch(i + 1), &WriteOptions::default());
                 assert!(
-                    matches!(refused, Err(cairn::Error::Stopped(_))),
+                    matches!(refused, Err(cairn::Error::Stopped { .. })),
                     "the database goes on after a failed log write: {refused:?}"
                 );
                 return (i, synced);

@@ -47,7 +47,14 @@ fn a_failed_manifest_sync_stops_the_database_and_deletes_no_table_it_may_have_re
             "the flush whose edit failed to sync reports it"
         );
         let refused = db.put("d", "4");
-        assert!(matches!(refused, Err(Error::Stopped(_))), "{refused:?}");
+        // The stop names its cause: the failed sync, typed, not a message.
+        let Err(Error::Stopped {
+            cause: cairn::StopCause::Failed(cause),
+        }) = &refused
+        else {
+            panic!("a write after the failed sync was not refused as stopped: {refused:?}");
+        };
+        assert!(matches!(**cause, Error::Io(_)), "{cause:?}");
         let tables = common::tables_in(dir.path());
         drop(reader);
         // Give the background sweep (which polls every 500 ms) its chance to delete.

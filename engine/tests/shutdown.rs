@@ -146,7 +146,11 @@ fn a_panicking_leader_does_not_hang_the_writers_queued_behind_it() {
         "writes after the panic fail: the database stopped"
     );
     assert!(
-        matches!(db.put("after", "v"), Err(cairn::Error::Stopped(_))),
+        matches!(
+            db.put("after", "v"),
+            Err(cairn::Error::Stopped { cause: cairn::StopCause::Failed(ref cause) })
+                if matches!(**cause, cairn::Error::Panicked(_))
+        ),
         "a panic mid-write leaves the log uncertain: the database stops"
     );
 }
@@ -271,7 +275,7 @@ fn a_panic_in_a_background_compaction_stops_the_database() {
         panic!("writes stalled forever behind a dead compaction thread");
     };
     assert!(
-        matches!(outcome, Some(cairn::Error::Stopped(_))),
+        matches!(outcome, Some(cairn::Error::Stopped { .. })),
         "the database stopped: {outcome:?}"
     );
     drop(db);
@@ -290,10 +294,15 @@ fn reads_through_a_handle_that_outlived_close_fail() {
     let mut open_before = cf.iter().expect("iter");
     assert!(matches!(open_before.next(), Some(Ok(_))));
     db.close().expect("close");
-    assert!(matches!(cf.get("k"), Err(cairn::Error::Stopped(_))));
-    assert!(matches!(cf.iter(), Err(cairn::Error::Stopped(_))));
+    assert!(matches!(
+        cf.get("k"),
+        Err(cairn::Error::Stopped {
+            cause: cairn::StopCause::Closed
+        })
+    ));
+    assert!(matches!(cf.iter(), Err(cairn::Error::Stopped { .. })));
     assert!(
-        matches!(open_before.next(), Some(Err(cairn::Error::Stopped(_)))),
+        matches!(open_before.next(), Some(Err(cairn::Error::Stopped { .. }))),
         "an iterator made before close reads no further"
     );
     assert!(open_before.next().is_none());

@@ -74,7 +74,7 @@ pub(crate) enum Reopen {
 pub(crate) fn refused(e: &cairn::Error) -> bool {
     matches!(
         e,
-        cairn::Error::Stopped(_)
+        cairn::Error::Stopped { .. }
             | cairn::Error::InvalidArgument(_)
             | cairn::Error::ColumnFamilyNotFound(_)
             | cairn::Error::ReadOnly
@@ -238,7 +238,7 @@ impl Harness {
     /// request, asks for a reopen: a failed write stops the database. Otherwise it is fatal.
     pub(crate) fn engine_error(&self, op: &str, e: &cairn::Error) {
         self.tally.engine_error();
-        if matches!(e, cairn::Error::Stopped(_)) {
+        if matches!(e, cairn::Error::Stopped { .. }) {
             self.stopped_ops.fetch_add(1, Ordering::Relaxed);
         }
         if self.faults.is_none() {
