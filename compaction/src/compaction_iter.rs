@@ -244,11 +244,8 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
             && cairn_sstable::key::user_key(self.input.key()) == user_key.as_slice()
         {
             let parsed = parse_internal_key(self.input.key()).ok_or_else(|| {
-                cairn_sstable::Error::Corruption {
-                    file: std::path::PathBuf::new(),
-                    offset: 0,
-                    reason: "malformed internal key in compaction input".into(),
-                }
+                self.input
+                    .corruption_here("malformed internal key in compaction input")
             })?;
             versions.push(KeyVersion {
                 seqno: parsed.seqno,

@@ -77,7 +77,9 @@ impl SourceIter {
         while self.inner.valid() {
             let key = self.inner.key();
             let Some(parsed) = parse_internal_key(key) else {
-                return Err(corrupt_key());
+                return Err(self
+                    .inner
+                    .corruption_here("malformed internal key from a source"));
             };
             if let Some((_, end)) = self.newer_cover(parsed.user_key) {
                 self.inner.seek(&seek_key(&end, MAX_SEQNO))?;
@@ -102,7 +104,9 @@ impl SourceIter {
         while self.inner.valid() {
             let key = self.inner.key();
             let Some(parsed) = parse_internal_key(key) else {
-                return Err(corrupt_key());
+                return Err(self
+                    .inner
+                    .corruption_here("malformed internal key from a source"));
             };
             if let Some((start, _)) = self.newer_cover(parsed.user_key) {
                 self.inner.seek_for_prev(&seek_key(&start, MAX_SEQNO))?;
@@ -120,20 +124,15 @@ impl SourceIter {
     }
 }
 
-fn corrupt_key() -> cairn_sstable::Error {
-    cairn_sstable::Error::Corruption {
-        file: std::path::PathBuf::new(),
-        offset: 0,
-        reason: "malformed internal key from a source".into(),
-    }
-}
-
 impl InternalIterator for SourceIter {
     fn valid(&self) -> bool {
         self.inner.valid()
     }
     fn key(&self) -> &[u8] {
         self.inner.key()
+    }
+    fn corruption_here(&self, reason: &str) -> cairn_sstable::Error {
+        self.inner.corruption_here(reason)
     }
     fn meta(&self) -> EntryMeta {
         self.inner.meta()

@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::filename;
 use crate::options::CfOptions;
 use crate::version::Version;
-use crate::version_edit::{DEFAULT_CF, VersionEdit};
+use crate::version_edit::{DEFAULT_CF, EditAt, VersionEdit};
 
 /// Everything the MANIFEST records.
 #[derive(Debug, Clone)]
@@ -51,15 +51,15 @@ impl ManifestState {
         }
     }
 
-    /// Applies an edit read back from (or about to be written to) `manifest`.
+    /// Applies an edit read back from (or about to be written to) `at`.
     ///
     /// # Errors
-    /// `Corruption` (naming `manifest`) if the edit removes a table that is not there, names a
-    /// level that does not exist, or holds a number out of range.
-    pub(crate) fn apply(&mut self, edit: &VersionEdit, manifest: &Path) -> Result<()> {
-        edit.check_ranges()
-            .map_err(|why| Error::corruption(manifest, 0, why))?;
-        self.version = Arc::new(self.version.apply(edit, manifest)?);
+    /// `Corruption` (naming the MANIFEST and the edit's offset in it) if the edit removes a
+    /// table that is not there, names a level that does not exist, or holds a number out of
+    /// range.
+    pub(crate) fn apply(&mut self, edit: &VersionEdit, at: EditAt<'_>) -> Result<()> {
+        edit.check_ranges().map_err(|why| at.corruption(why))?;
+        self.version = Arc::new(self.version.apply(edit, at)?);
         for (id, name, options) in &edit.added_cfs {
             self.cfs.insert(*id, (name.clone(), options.clone()));
             self.next_cf_id = self.next_cf_id.max(id.saturating_add(1));
@@ -183,6 +183,14 @@ impl ManifestWriter {
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Where the next edit will be written.
+    pub(crate) fn next_edit_at(&self) -> EditAt<'_> {
+        EditAt {
+            file: &self.path,
+            offset: self.writer.len(),
+        }
+    }
 }
 
 fn set_current(fs: &dyn FileSystem, dir: &Path, manifest_name: &str) -> Result<()> {
@@ -233,7 +241,13 @@ pub(crate) fn load(fs: &dyn FileSystem, dir: &Path, name: &str) -> Result<Manife
             last_seqno: 0,
             next_cf_id: 0,
         });
-        current.apply(&edit, &path)?;
+        current.apply(
+            &edit,
+            EditAt {
+                file: &path,
+                offset,
+            },
+        )?;
     }
     let state = state.ok_or_else(|| Error::corruption(&path, 0, "MANIFEST holds no edit"))?;
     if !state.cfs.contains_key(&DEFAULT_CF) {
@@ -274,4 +288,40 @@ fn read_only_write(path: &Path) -> cairn_fs::Error {
         std::io::ErrorKind::PermissionDenied,
         format!("{}: the database is open read-only", path.display()),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_edit_that_does_not_apply_is_corruption_at_its_own_offset() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+        let fs = cairn_fs::RealFs;
+        let mut writer =
+            ManifestWriter::create(&fs, dir.path(), 7, &ManifestState::new_database())?;
+        let at = writer.next_edit_at().offset;
+        assert!(at > 0, "the snapshot edit comes first");
+        // Deletes a table the version does not hold.
+        let edit = VersionEdit {
+            deleted_files: vec![(DEFAULT_CF, 1, 42)],
+            ..VersionEdit::default()
+        };
+        writer.append(&edit, &fs)?;
+        drop(writer);
+        match load(&fs, dir.path(), &filename::manifest_name(7)) {
+            Err(Error::Corruption { file, offset, .. }) => {
+                assert_eq!(file, dir.path().join(filename::manifest_name(7)));
+                // The record's offset as the reader gives it: past the end of the snapshot (and
+                // the sync mark after it), inside the file.
+                let len = std::fs::metadata(&file).map_err(cairn_fs::Error::from)?.len();
+                assert!(
+                    (at..len).contains(&offset),
+                    "offset {offset} is not that of the second edit ({at}..{len})"
+                );
+            }
+            other => panic!("expected corruption, got {other:?}"),
+        }
+        Ok(())
+    }
 }

@@ -301,7 +301,14 @@ fn finish_open(
     meta.next_file_number = manifest_number + 1;
     edit.log_number = Some(log_number);
     let path = dir.join(filename::manifest_name(manifest_number));
-    meta.apply(&edit, &path)?;
+    // The new MANIFEST's first record is its snapshot, which holds this edit.
+    meta.apply(
+        &edit,
+        crate::version_edit::EditAt {
+            file: &path,
+            offset: 0,
+        },
+    )?;
     // The MANIFEST goes first: until CURRENT names it, a crash replays the old logs again, and
     // no new log stands after a torn one.
     let manifest = ManifestWriter::create(fs, dir, manifest_number, &meta)?;

@@ -3,8 +3,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::options::NUM_LEVELS;
+use crate::version_edit::EditAt;
 use crate::version_edit::{FileMeta, VersionEdit};
 
 /// One column family's tables by level. Level 0 is ordered newest first; deeper levels are
@@ -80,11 +81,11 @@ impl Version {
     /// The version after `edit`.
     ///
     /// # Errors
-    /// `Corruption` (attributed to `manifest`) if the edit removes a table that is not there
-    /// or puts one on a level that does not exist.
-    pub(crate) fn apply(&self, edit: &VersionEdit, manifest: &std::path::Path) -> Result<Self> {
+    /// `Corruption` (naming the edit's place in the MANIFEST) if the edit removes a table that
+    /// is not there or puts one on a level that does not exist.
+    pub(crate) fn apply(&self, edit: &VersionEdit, at: EditAt<'_>) -> Result<Self> {
         let mut next = self.clone();
-        let bad = |why: String| Error::corruption(manifest, 0, why);
+        let bad = |why: String| at.corruption(why);
         for (id, _, _) in &edit.added_cfs {
             next.cfs.entry(*id).or_default();
         }

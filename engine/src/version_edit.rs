@@ -1,12 +1,28 @@
 //! Version edits: the records of the MANIFEST (see `engine/MANIFEST.md`).
 
-use bytes::Bytes;
+use std::path::Path;
 
-use crate::options::CfOptions;
+use bytes::Bytes;
 use cairn_sstable::coding::{Cursor, put_length_prefixed, put_varint};
+
+use crate::error::Error;
+use crate::options::CfOptions;
 
 /// The id of the default column family.
 pub(crate) const DEFAULT_CF: u32 = 0;
+
+/// Where an edit lies (or is about to) in a MANIFEST: what a `Corruption` about it names.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EditAt<'a> {
+    pub(crate) file: &'a Path,
+    pub(crate) offset: u64,
+}
+
+impl EditAt<'_> {
+    pub(crate) fn corruption(self, why: impl Into<String>) -> Error {
+        Error::corruption(self.file, self.offset, why)
+    }
+}
 
 /// One table in a version.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -62,7 +62,7 @@ impl DbInner {
             edit.last_seqno = Some(self.visible_seqno.load(Ordering::Acquire));
             // Applied to a copy first: an edit that does not apply is never written.
             let mut next = state.meta.clone();
-            next.apply(&edit, manifest.path())?;
+            next.apply(&edit, manifest.next_edit_at())?;
             (edit, next)
         };
         if let Err(e) = manifest.append(&edit, self.fs.as_ref()) {

@@ -71,6 +71,17 @@ pub trait InternalIterator {
     fn parsed_key(&self) -> Option<ParsedKey<'_>> {
         parse_internal_key(self.key())
     }
+
+    /// A `Corruption` error about the current entry, naming where it lies: the file and offset
+    /// for an iterator over a table, the iterator merged in for a merging one. An iterator over
+    /// memory has no file: it names itself.
+    fn corruption_here(&self, reason: &str) -> crate::Error {
+        crate::Error::Corruption {
+            file: std::path::PathBuf::from("<memory>"),
+            offset: 0,
+            reason: reason.to_string(),
+        }
+    }
 }
 
 impl<I: InternalIterator + ?Sized> InternalIterator for Box<I> {
@@ -106,6 +117,9 @@ impl<I: InternalIterator + ?Sized> InternalIterator for Box<I> {
     }
     fn prev(&mut self) -> Result<()> {
         (**self).prev()
+    }
+    fn corruption_here(&self, reason: &str) -> crate::Error {
+        (**self).corruption_here(reason)
     }
 }
 

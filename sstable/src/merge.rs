@@ -211,6 +211,13 @@ impl<I: InternalIterator> InternalIterator for MergingIter<I> {
         self.current().map(I::key).unwrap_or_default()
     }
 
+    fn corruption_here(&self, reason: &str) -> crate::Error {
+        match self.current() {
+            Some(child) => child.corruption_here(reason),
+            None => crate::Error::InvalidArgument(format!("{reason}: the iterator is not valid")),
+        }
+    }
+
     fn meta(&self) -> EntryMeta {
         self.current().map(I::meta).unwrap_or_default()
     }

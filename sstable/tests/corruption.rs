@@ -236,3 +236,33 @@ fn keys_out_of_order_under_a_valid_checksum_are_corruption() -> cairn_sstable::R
     );
     Ok(())
 }
+
+#[test]
+fn a_reader_above_a_table_names_the_table_and_the_entry_it_doubts() -> cairn_sstable::Result<()> {
+    let (bytes, _) = small_table(TableOptions::default().compression(None).block_size(128))?;
+    let table = Table::from_bytes(Bytes::from(bytes.clone()), Path::new(NAME), 1, None)?;
+    let mut iter = table.iter();
+    iter.seek_to_first()?;
+    let first = iter.corruption_here("doubted");
+    assert_names_file_and_offset(&first, bytes.len(), "first entry");
+    iter.seek_to_last()?;
+    let last = iter.corruption_here("doubted");
+    assert_names_file_and_offset(&last, bytes.len(), "last entry");
+    let offset = |e: &Error| match e {
+        Error::Corruption { offset, .. } => *offset,
+        _ => 0,
+    };
+    assert!(
+        offset(&last) > offset(&first),
+        "the last entry lies past the first: {first} / {last}"
+    );
+    // Through a merging iterator too: it names the child it stands on.
+    let mut merged = cairn_sstable::MergingIter::new(vec![table.iter()]);
+    merged.seek_to_first()?;
+    assert_eq!(
+        offset(&merged.corruption_here("doubted")),
+        offset(&first),
+        "the merging iterator names its child's entry"
+    );
+    Ok(())
+}

@@ -142,6 +142,13 @@ impl InternalIterator for TableIter {
         self.data.as_ref().is_some_and(BlockIter::valid)
     }
 
+    fn corruption_here(&self, reason: &str) -> crate::Error {
+        match &self.data {
+            Some(data) => data.corruption_here(reason),
+            None => crate::Error::InvalidArgument(format!("{reason}: the iterator is not valid")),
+        }
+    }
+
     fn key(&self) -> &[u8] {
         self.data.as_ref().map(BlockIter::key).unwrap_or_default()
     }
