@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use cairn_stress::crashtest::{self, CrashConfig};
+use cairn_stress::CrashConfig;
 use cairn_stress::{Limit, OpWeights, StressConfig, StressError};
 use clap::{Args, Parser, Subcommand};
 
@@ -206,7 +206,7 @@ fn stress(args: StressArgs) -> i32 {
             .or_else(|| temp.as_ref().map(|t| t.path().to_path_buf()))
             .unwrap_or_default();
         return finish(
-            cairn_stress::replay::replay(&log, &path, keys, max_value_size),
+            cairn_stress::replay(&log, &path, keys, max_value_size),
             None,
         );
     }
@@ -291,7 +291,7 @@ fn crashtest(args: &CrashArgs) -> i32 {
     if let Err(e) = stress.validate() {
         return bad_args(&e);
     }
-    let (dir, _guard) = match crashtest::work_dir(args.dir.clone()) {
+    let (dir, _guard) = match cairn_stress::work_dir(args.dir.clone()) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("cairn crashtest: {e}");
@@ -361,21 +361,21 @@ fn run_mode(
     dir: &std::path::Path,
     duration: u64,
     started: std::time::Instant,
-) -> Result<crashtest::CrashReport, StressError> {
+) -> Result<cairn_stress::CrashReport, StressError> {
     std::fs::create_dir_all(dir)?;
-    let one = |config: &CrashConfig| -> Result<crashtest::CrashReport, StressError> {
+    let one = |config: &CrashConfig| -> Result<cairn_stress::CrashReport, StressError> {
         if mode == "blackbox" {
             let program = std::env::current_exe()?;
-            crashtest::blackbox(config, dir, &program, &[])
+            cairn_stress::blackbox(config, dir, &program, &[])
         } else {
-            crashtest::power_loss(config, dir)
+            cairn_stress::power_loss(config, dir)
         }
     };
     if duration == 0 {
         return one(config);
     }
     // Time-bounded: one cycle at a time, so each stops cleanly.
-    let mut total = crashtest::CrashReport {
+    let mut total = cairn_stress::CrashReport {
         mode: mode.to_string(),
         ..Default::default()
     };

@@ -314,7 +314,9 @@ mod tests {
                 assert_eq!(file, dir.path().join(filename::manifest_name(7)));
                 // The record's offset as the reader gives it: past the end of the snapshot (and
                 // the sync mark after it), inside the file.
-                let len = std::fs::metadata(&file).map_err(cairn_fs::Error::from)?.len();
+                let len = std::fs::metadata(&file)
+                    .map_err(cairn_fs::Error::from)?
+                    .len();
                 assert!(
                     (at..len).contains(&offset),
                     "offset {offset} is not that of the second edit ({at}..{len})"

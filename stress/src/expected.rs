@@ -26,11 +26,11 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// A sequence number, as the engine hands them out.
-pub type SeqNo = u64;
+pub(crate) type SeqNo = u64;
 
 /// A key's state packed in 32 bits: bit 31 "exists", bits 0..31 the value version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct KeyState(u32);
+pub(crate) struct KeyState(u32);
 
 const EXISTS: u32 = 1 << 31;
 /// No write in the slot.
@@ -38,25 +38,25 @@ const NONE: u32 = u32::MAX;
 
 impl KeyState {
     /// The state of a key never written.
-    pub const ABSENT: Self = Self(0);
+    pub(crate) const ABSENT: Self = Self(0);
 
     /// The key holds the value of `version`.
-    pub fn present(version: u32) -> Self {
+    pub(crate) fn present(version: u32) -> Self {
         Self(EXISTS | (version & !EXISTS))
     }
 
     /// The key is deleted; `version` is kept so the next put gets a fresh one.
-    pub fn deleted(version: u32) -> Self {
+    pub(crate) fn deleted(version: u32) -> Self {
         Self(version & !EXISTS)
     }
 
     /// True if the key holds a value.
-    pub fn exists(self) -> bool {
+    pub(crate) fn exists(self) -> bool {
         self.0 & EXISTS != 0
     }
 
     /// The value version.
-    pub fn version(self) -> u32 {
+    pub(crate) fn version(self) -> u32 {
         self.0 & !EXISTS
     }
 
@@ -67,7 +67,7 @@ impl KeyState {
 
 /// The states a read may legally observe for a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Acceptable {
+pub(crate) struct Acceptable {
     /// The committed state before the read (or the state at a snapshot's sequence number).
     pub before: KeyState,
     /// The committed state after the read.
@@ -90,7 +90,7 @@ impl Acceptable {
     }
 
     /// True if `observed` is one of the legal states.
-    pub fn allows(&self, observed: Option<u32>) -> bool {
+    pub(crate) fn allows(&self, observed: Option<u32>) -> bool {
         self.states().any(|s| match observed {
             Some(version) => s.exists() && s.version() == version,
             None => !s.exists(),
@@ -98,16 +98,11 @@ impl Acceptable {
     }
 
     /// Every legal state.
-    pub fn states(&self) -> impl Iterator<Item = KeyState> + '_ {
+    pub(crate) fn states(&self) -> impl Iterator<Item = KeyState> + '_ {
         [self.before, self.after]
             .into_iter()
             .chain(self.pending.iter().flatten().copied())
             .chain(self.also.iter().copied())
-    }
-
-    /// True if no write was in flight: the read must match exactly.
-    pub fn is_settled(&self) -> bool {
-        self.states().all(|s| s == self.before)
     }
 }
 
@@ -126,7 +121,7 @@ const KEEP_RECENT: usize = 16;
 
 /// What a read of a key may see, noted before the read; finish with [`ExpectedState::after`].
 #[derive(Debug, Clone, Copy)]
-pub struct Before {
+pub(crate) struct Before {
     state: KeyState,
     pending: Option<KeyState>,
     /// The number of the key's newest commit.
@@ -135,7 +130,7 @@ pub struct Before {
 
 /// Every key's expected state, shared by all worker threads.
 #[derive(Debug)]
-pub struct ExpectedState {
+pub(crate) struct ExpectedState {
     committed: Vec<AtomicU32>,
     /// The target of the write in flight, per key.
     pending: Vec<AtomicU32>,
@@ -180,14 +175,14 @@ impl Floors {
 /// Keeps the history at and after a sequence number while it lives: register one before taking
 /// a snapshot (with a number at or below the snapshot's), drop it after the snapshot's last check.
 #[derive(Debug)]
-pub struct Floor<'a> {
+pub(crate) struct Floor<'a> {
     state: &'a ExpectedState,
     token: u64,
 }
 
 impl Floor<'_> {
     /// Raises the floor to the snapshot's own sequence number once it is known.
-    pub fn raise(&self, seqno: SeqNo) {
+    pub(crate) fn raise(&self, seqno: SeqNo) {
         self.state.update_floors(|f| {
             if let Some(s) = f.snapshots.get_mut(&self.token) {
                 *s = seqno;
@@ -228,7 +223,7 @@ fn set_slot(slots: &[AtomicU32], key: usize, state: Option<KeyState>) {
 
 impl ExpectedState {
     /// `keys` keys, all absent.
-    pub fn new(keys: usize) -> Self {
+    pub(crate) fn new(keys: usize) -> Self {
         let slots = || (0..keys).map(|_| AtomicU32::new(NONE)).collect();
         Self {
             committed: (0..keys)
@@ -258,17 +253,12 @@ impl ExpectedState {
     }
 
     /// The number of keys.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.committed.len()
     }
 
-    /// True if there are no keys.
-    pub fn is_empty(&self) -> bool {
-        self.committed.is_empty()
-    }
-
     /// Locks the stripes of `keys` (in stripe order, so two writers never deadlock).
-    pub fn lock(&self, keys: &[usize]) -> Vec<MutexGuard<'_, ()>> {
+    pub(crate) fn lock(&self, keys: &[usize]) -> Vec<MutexGuard<'_, ()>> {
         let mut stripes: Vec<usize> = keys.iter().map(|k| k >> STRIPE_SHIFT).collect();
         stripes.sort_unstable();
         stripes.dedup();
@@ -280,7 +270,7 @@ impl ExpectedState {
     }
 
     /// The committed state of `key`.
-    pub fn get(&self, key: usize) -> KeyState {
+    pub(crate) fn get(&self, key: usize) -> KeyState {
         KeyState(
             self.committed
                 .get(key)
@@ -289,17 +279,17 @@ impl ExpectedState {
     }
 
     /// The target of a write in flight to `key`, if any.
-    pub fn pending(&self, key: usize) -> Option<KeyState> {
+    pub(crate) fn pending(&self, key: usize) -> Option<KeyState> {
         slot(&self.pending, key)
     }
 
     /// The target of a write to `key` whose outcome is unknown, if any.
-    pub fn uncertain(&self, key: usize) -> Option<KeyState> {
+    pub(crate) fn uncertain(&self, key: usize) -> Option<KeyState> {
         slot(&self.uncertain, key)
     }
 
     /// A version no write to `key` has used, for its next put.
-    pub fn next_version(&self, key: usize) -> u32 {
+    pub(crate) fn next_version(&self, key: usize) -> u32 {
         let Some(issued) = self.issued.get(key) else {
             return 0;
         };
@@ -315,12 +305,12 @@ impl ExpectedState {
     }
 
     /// A ticket for now: a write that begins later holds a larger one.
-    pub fn ticket(&self) -> u64 {
+    pub(crate) fn ticket(&self) -> u64 {
         self.tickets.load(Ordering::Acquire)
     }
 
     /// Notes what a read of `key` may see, before the read; finish with [`after`](Self::after).
-    pub fn before(&self, key: usize) -> Before {
+    pub(crate) fn before(&self, key: usize) -> Before {
         let commits = self
             .history
             .get(key)
@@ -335,7 +325,7 @@ impl ExpectedState {
 
     /// What the read of `key` that began at `before` may have seen: the state then, now, or any
     /// a write left meanwhile; a write in flight then or now; a write of unknown outcome.
-    pub fn after(&self, key: usize, before: Before) -> Acceptable {
+    pub(crate) fn after(&self, key: usize, before: Before) -> Acceptable {
         let mut ok = Acceptable {
             before: before.state,
             after: self.get(key),
@@ -357,7 +347,7 @@ impl ExpectedState {
     /// may see: the state the newest write at or below it left; a write in flight that began
     /// before the snapshot (its number is not known yet); a write of unknown outcome. `None` if
     /// the history no longer reaches back that far — a harness fault.
-    pub fn at(&self, key: usize, seqno: SeqNo, ticket: u64) -> Option<Acceptable> {
+    pub(crate) fn at(&self, key: usize, seqno: SeqNo, ticket: u64) -> Option<Acceptable> {
         let history = lock(self.history.get(key)?);
         let state = history
             .iter()
@@ -380,7 +370,7 @@ impl ExpectedState {
     /// intervals in order; every number if it matches a write of unknown outcome (whose number
     /// is not known). A database that lost the writes after some number `p` holds, for every
     /// key, a state whose intervals contain `p`.
-    pub fn held_at(&self, key: usize, observed: Option<u32>) -> Vec<(SeqNo, SeqNo)> {
+    pub(crate) fn held_at(&self, key: usize, observed: Option<u32>) -> Vec<(SeqNo, SeqNo)> {
         let matches = |s: KeyState| Acceptable::exactly(s).allows(observed);
         if self
             .uncertain(key)
@@ -408,7 +398,7 @@ impl ExpectedState {
 
     /// Forgets the writes to `key` after sequence number `to`: a fault lost them, and the
     /// database hands their numbers out again.
-    pub fn rewind(&self, key: usize, to: SeqNo) {
+    pub(crate) fn rewind(&self, key: usize, to: SeqNo) {
         let Some(history) = self.history.get(key) else {
             return;
         };
@@ -425,14 +415,14 @@ impl ExpectedState {
     /// True if a commit to `key` has a sequence number strictly between `after` and `before`:
     /// what a transaction that read `key` at `after` and committed at `before` must have
     /// conflicted with. The caller holds the key's stripe, so no write to it is in flight.
-    pub fn written_between(&self, key: usize, after: SeqNo, before: SeqNo) -> bool {
+    pub(crate) fn written_between(&self, key: usize, after: SeqNo, before: SeqNo) -> bool {
         self.history
             .get(key)
             .is_some_and(|h| lock(h).iter().any(|c| after < c.seqno && c.seqno < before))
     }
 
     /// Registers a floor at `seqno` (at or below the snapshot about to be taken).
-    pub fn floor(&self, seqno: SeqNo) -> Floor<'_> {
+    pub(crate) fn floor(&self, seqno: SeqNo) -> Floor<'_> {
         let mut token = 0;
         self.update_floors(|f| {
             token = f.next_token;
@@ -443,7 +433,7 @@ impl ExpectedState {
     }
 
     /// Keeps the history after `durable`, the last write known durable (`None`: no need).
-    pub fn set_durable(&self, durable: Option<SeqNo>) {
+    pub(crate) fn set_durable(&self, durable: Option<SeqNo>) {
         self.update_floors(|f| f.durable = durable);
     }
 
@@ -454,7 +444,7 @@ impl ExpectedState {
     }
 
     /// Marks writes to `targets` as in flight (the caller holds their stripes).
-    pub fn begin(&self, targets: &[(usize, KeyState)]) {
+    pub(crate) fn begin(&self, targets: &[(usize, KeyState)]) {
         let ticket = self.tickets.fetch_add(1, Ordering::AcqRel);
         for &(key, state) in targets {
             if let Some(t) = self.pending_ticket.get(key) {
@@ -466,7 +456,7 @@ impl ExpectedState {
     }
 
     /// The writes to `targets` took effect at sequence number `seqno`.
-    pub fn commit(&self, targets: &[(usize, KeyState)], seqno: SeqNo) {
+    pub(crate) fn commit(&self, targets: &[(usize, KeyState)], seqno: SeqNo) {
         let floor = self.floor.load(Ordering::Acquire);
         for &(key, state) in targets {
             if let Some(history) = self.history.get(key) {
@@ -497,7 +487,7 @@ impl ExpectedState {
     }
 
     /// The writes to `targets` certainly did not take effect.
-    pub fn abort(&self, targets: &[(usize, KeyState)]) {
+    pub(crate) fn abort(&self, targets: &[(usize, KeyState)]) {
         for &(key, _) in targets {
             set_slot(&self.pending, key, None);
         }
@@ -506,7 +496,7 @@ impl ExpectedState {
 
     /// Whether the writes to `targets` took effect is unknown (an I/O error): each target stays
     /// legal until a later write to its key commits or a verification decides the key.
-    pub fn unknown(&self, targets: &[(usize, KeyState)]) {
+    pub(crate) fn unknown(&self, targets: &[(usize, KeyState)]) {
         for &(key, state) in targets {
             set_slot(&self.uncertain, key, Some(state));
             set_slot(&self.pending, key, None);
@@ -517,7 +507,7 @@ impl ExpectedState {
     /// Settles `key` on `state` after a full verification found it there. Every later read
     /// (and snapshot) is at or above the database's present sequence number, so the key's
     /// history starts afresh.
-    pub fn resolve(&self, key: usize, state: KeyState) {
+    pub(crate) fn resolve(&self, key: usize, state: KeyState) {
         if let Some(history) = self.history.get(key) {
             let mut history = lock(history);
             let number = history.last().map_or(0, |c| c.number) + 1;
@@ -535,19 +525,12 @@ impl ExpectedState {
         self.journal(b'C', &[(key, state)]);
     }
 
-    /// Keys with a write whose outcome is unknown.
-    pub fn uncertain_keys(&self) -> Vec<usize> {
-        (0..self.len())
-            .filter(|&k| self.pending(k).is_some() || self.uncertain(k).is_some())
-            .collect()
-    }
-
     /// Starts recording every change to `path`, one line per change, each handed to the OS
     /// before the write it describes, so a killed process leaves a usable record.
     ///
     /// # Errors
     /// If the file cannot be opened.
-    pub fn journal_to(&mut self, path: &Path) -> std::io::Result<()> {
+    pub(crate) fn journal_to(&mut self, path: &Path) -> std::io::Result<()> {
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .read(true)
@@ -584,7 +567,7 @@ impl ExpectedState {
     ///
     /// # Errors
     /// If the file cannot be read.
-    pub fn from_journal(path: &Path, keys: usize) -> std::io::Result<Self> {
+    pub(crate) fn from_journal(path: &Path, keys: usize) -> std::io::Result<Self> {
         let state = Self::new(keys);
         if !path.exists() {
             return Ok(state);
@@ -685,7 +668,7 @@ mod tests {
         assert!(!ok.allows(Some(2)), "an older version is a resurrection");
         state.commit(&[(1, KeyState::deleted(3))], 11);
         let settled = state.after(1, state.before(1));
-        assert!(settled.is_settled());
+        assert!(settled.allows(None), "the settled state: deleted");
         assert!(!settled.allows(Some(3)));
     }
 

@@ -50,7 +50,7 @@ impl Failure {
 
 /// Counters shared by the workers.
 #[derive(Debug, Default)]
-pub struct Tally {
+pub(crate) struct Tally {
     ops: Mutex<BTreeMap<&'static str, u64>>,
     verifications: AtomicU64,
     failures: [AtomicU64; 8],
@@ -64,7 +64,7 @@ const MAX_MESSAGES: usize = 20;
 
 impl Tally {
     /// Counts one operation of `kind`.
-    pub fn op(&self, kind: &'static str) {
+    pub(crate) fn op(&self, kind: &'static str) {
         *self
             .ops
             .lock()
@@ -74,12 +74,12 @@ impl Tally {
     }
 
     /// Counts one verified read.
-    pub fn verified(&self) {
+    pub(crate) fn verified(&self) {
         self.verifications.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records a failure.
-    pub fn fail(&self, kind: Failure, message: String) {
+    pub(crate) fn fail(&self, kind: Failure, message: String) {
         if let Some(counter) = self.failures.get(kind.index()) {
             counter.fetch_add(1, Ordering::Relaxed);
         }
@@ -96,7 +96,7 @@ impl Tally {
     }
 
     /// Judges one read of key `i` that observed `observed` (the version read, or absent).
-    pub fn judge(&self, i: usize, observed: Observed, ok: &Acceptable, context: &str) {
+    pub(crate) fn judge(&self, i: usize, observed: Observed, ok: &Acceptable, context: &str) {
         self.verified();
         let version = match observed {
             Observed::Damaged => {
@@ -124,17 +124,17 @@ impl Tally {
     }
 
     /// Counts an engine error that the run tolerates (injected faults, conflicts).
-    pub fn engine_error(&self) {
+    pub(crate) fn engine_error(&self) {
         self.engine_errors.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a transaction conflict.
-    pub fn conflict(&self) {
+    pub(crate) fn conflict(&self) {
         self.conflicts.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Failures so far, of every kind.
-    pub fn total_failures(&self) -> u64 {
+    pub(crate) fn total_failures(&self) -> u64 {
         self.failures
             .iter()
             .map(|f| f.load(Ordering::Relaxed))
@@ -142,7 +142,7 @@ impl Tally {
     }
 
     /// The counts as a report section.
-    pub fn summary(&self) -> Failures {
+    pub(crate) fn summary(&self) -> Failures {
         let get = |kind: Failure| {
             self.failures
                 .get(kind.index())
@@ -189,7 +189,7 @@ impl Tally {
 
 /// What a read found for a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Observed {
+pub(crate) enum Observed {
     /// No value.
     Absent,
     /// The value of this version.
@@ -200,7 +200,7 @@ pub enum Observed {
 
 impl Observed {
     /// The version read, `None` for absent; damaged bytes match no state (`Some(u32::MAX)`).
-    pub fn version(self) -> Option<u32> {
+    pub(crate) fn version(self) -> Option<u32> {
         match self {
             Self::Absent => None,
             Self::Version(v) => Some(v),

@@ -2,12 +2,12 @@
 //! a read can tell a lost write, a resurrected delete and a wrong value apart.
 
 /// The key for index `i`.
-pub fn key(i: usize) -> Vec<u8> {
+pub(crate) fn key(i: usize) -> Vec<u8> {
     format!("k{i:09}").into_bytes()
 }
 
 /// The index a key names, if it is one of ours.
-pub fn key_index(key: &[u8]) -> Option<usize> {
+pub(crate) fn key_index(key: &[u8]) -> Option<usize> {
     std::str::from_utf8(key.strip_prefix(b"k")?)
         .ok()?
         .parse()
@@ -15,10 +15,10 @@ pub fn key_index(key: &[u8]) -> Option<usize> {
 }
 
 /// Keys whose index is a multiple of this are written only by put-once and single delete.
-pub const SINGLE_DELETE_STRIDE: usize = 8;
+pub(crate) const SINGLE_DELETE_STRIDE: usize = 8;
 
 /// True if key `i` is reserved for single deletes.
-pub fn is_single_delete_key(i: usize) -> bool {
+pub(crate) fn is_single_delete_key(i: usize) -> bool {
     i.is_multiple_of(SINGLE_DELETE_STRIDE)
 }
 
@@ -30,7 +30,7 @@ fn mix(mut x: u64) -> u64 {
 }
 
 /// The value of version `version` of key `i`.
-pub fn value(i: usize, version: u32, max_len: usize) -> Vec<u8> {
+pub(crate) fn value(i: usize, version: u32, max_len: usize) -> Vec<u8> {
     let seed = mix((i as u64) << 32 | u64::from(version));
     let mut out = format!("{i}:{version}:").into_bytes();
     let len = 16 + usize::try_from(seed % (max_len.max(32) as u64 - 15)).unwrap_or(0);
@@ -43,7 +43,7 @@ pub fn value(i: usize, version: u32, max_len: usize) -> Vec<u8> {
 }
 
 /// The version a value for key `i` claims, if the value is exactly what that version writes.
-pub fn parse_value(i: usize, bytes: &[u8], max_len: usize) -> Option<u32> {
+pub(crate) fn parse_value(i: usize, bytes: &[u8], max_len: usize) -> Option<u32> {
     let text =
         std::str::from_utf8(bytes.get(..bytes.iter().take(24).position(|&b| b == b':')?)?).ok()?;
     if text.parse::<usize>().ok()? != i {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use cairn_stress::crashtest::{self, CrashConfig};
+use cairn_stress::CrashConfig;
 use cairn_stress::{Limit, OpWeights, StressConfig};
 
 fn short(seed: u64) -> StressConfig {
@@ -143,7 +143,7 @@ fn power_loss_cycles_keep_synced_writes_and_recover_a_prefix()
         },
         ..CrashConfig::default()
     };
-    let report = crashtest::power_loss(&config, dir.path())?;
+    let report = cairn_stress::power_loss(&config, dir.path())?;
     assert_eq!(report.cycles, 5);
     assert_eq!(report.faults, 2, "cycles 1 and 3 meet a disk fault");
     assert!(report.failures.is_clean(), "{:?}", report.failures);

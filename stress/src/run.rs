@@ -1,0 +1,99 @@
+//! The entry points: a stress on a real directory, and fault runs on the faulty file system.
+
+use std::sync::Arc;
+
+use crate::config::StressConfig;
+use crate::harness::{Harness, StressError};
+use crate::report::StressReport;
+
+/// Runs a stress against a real directory (a temporary one unless the config names one).
+///
+/// # Errors
+/// `Config` for bad settings (exit code 3); `Engine` if the database cannot be opened (exit
+/// code 2). An engine error during the run ends it early but still returns a report (with
+/// `fatal` set, and the final verification's failures).
+pub fn run_stress(config: StressConfig) -> Result<StressReport, StressError> {
+    let temp = match config.db {
+        Some(_) => None,
+        None => Some(tempfile::tempdir()?),
+    };
+    let path = config
+        .db
+        .clone()
+        .or_else(|| temp.as_ref().map(|t| t.path().to_path_buf()))
+        .unwrap_or_default();
+    let harness = Harness::open(config, &path, Arc::new(cairn_fs::RealFs::new()), None)?;
+    let report = harness.run()?;
+    if report.fatal.is_none() {
+        harness.close()?;
+    }
+    Ok(report)
+}
+
+/// Runs a stress with I/O errors injected one operation in `one_in` of every kind: appends fail
+/// torn, syncs fail dropping or keeping the unsynced bytes. Each time a fault stops the
+/// database it is reopened with the faults paused, fully verified, and the run goes on; at the
+/// end the faults stop and everything is verified once more. A run with fewer than
+/// [`MIN_FAULT_REOPENS`](crate::MIN_FAULT_REOPENS) such cycles, or whose operations mostly met
+/// a stopped database, fails as unexercised.
+///
+/// # Errors
+/// `Config` for bad settings; `Engine` if the database cannot be created.
+pub fn run_with_faults(config: StressConfig, one_in: u32) -> Result<StressReport, StressError> {
+    run_with_fault_plan(config, &FaultPlan::every_kind(one_in))
+}
+
+/// Which faults a fault run injects.
+#[derive(Debug, Clone)]
+pub struct FaultPlan {
+    /// One operation in this many of each kind fails.
+    pub one_in: u32,
+    /// The kinds of operation that fail.
+    pub kinds: Vec<cairn_fs::OpKind>,
+    /// What a failed sync does to the unsynced bytes.
+    pub sync_failure: cairn_fs::SyncFailure,
+    /// Only files whose path contains this fail (empty: every file).
+    pub path_contains: String,
+}
+
+impl FaultPlan {
+    /// Every kind that writes or reads, one in `one_in`; syncs drop or keep bytes at random.
+    pub fn every_kind(one_in: u32) -> Self {
+        use cairn_fs::OpKind;
+        Self {
+            one_in,
+            kinds: vec![
+                OpKind::Append,
+                OpKind::Sync,
+                OpKind::Create,
+                OpKind::Rename,
+                OpKind::SyncDir,
+                OpKind::Read,
+            ],
+            sync_failure: cairn_fs::SyncFailure::Either,
+            path_contains: String::new(),
+        }
+    }
+}
+
+/// Runs a fault run with `plan`'s faults (see [`run_with_faults`]).
+///
+/// # Errors
+/// `Config` for bad settings; `Engine` if the database cannot be created.
+pub fn run_with_fault_plan(
+    config: StressConfig,
+    plan: &FaultPlan,
+) -> Result<StressReport, StressError> {
+    let dir = tempfile::tempdir()?;
+    let fs = cairn_fs::FaultyFs::new(config.seed);
+    fs.set_sync_failure(plan.sync_failure);
+    let harness = Harness::open(config, dir.path(), Arc::new(fs.clone()), Some(fs.clone()))?;
+    for &kind in &plan.kinds {
+        fs.inject_errors_matching(kind, plan.one_in, &plan.path_contains);
+    }
+    let report = harness.run()?;
+    if report.fatal.is_none() {
+        harness.close()?;
+    }
+    Ok(report)
+}
