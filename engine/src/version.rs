@@ -35,12 +35,19 @@ impl CfVersion {
     /// True if every level below 0 is sorted and its tables do not overlap (the invariant
     /// reads and compaction picks rely on). Neighbours may touch: a table's largest bound can
     /// be the exclusive end of a range tombstone, which the next table starts at.
-    fn levels_below_l0_are_disjoint(&self) -> bool {
-        self.levels.iter().skip(1).all(|files| {
-            files
-                .windows(2)
-                .all(|pair| matches!(pair, [a, b] if a.largest <= b.smallest))
-        })
+    /// The first two neighbouring tables of a level below 0 that overlap (a level's tables are
+    /// sorted by smallest key and must not): `(level, table, table)`.
+    fn overlap_below_l0(&self) -> Option<(usize, u64, u64)> {
+        self.levels
+            .iter()
+            .enumerate()
+            .skip(1)
+            .find_map(|(level, files)| {
+                files.windows(2).find_map(|pair| match pair {
+                    [a, b] if a.largest > b.smallest => Some((level, a.number, b.number)),
+                    _ => None,
+                })
+            })
     }
 
     fn sort(&mut self) {
@@ -118,17 +125,14 @@ impl Version {
         for id in &edit.dropped_cfs {
             next.cfs.remove(id);
         }
-        for cf in next.cfs.values_mut() {
+        for (id, cf) in &mut next.cfs {
             cf.sort();
             // Table numbers only: the bounds are user keys, possibly deleted ones.
-            debug_assert!(
-                cf.levels_below_l0_are_disjoint(),
-                "overlapping tables below level 0: {:?}",
-                cf.levels
-                    .iter()
-                    .map(|files| files.iter().map(|f| f.number).collect::<Vec<_>>())
-                    .collect::<Vec<_>>()
-            );
+            if let Some((level, a, b)) = cf.overlap_below_l0() {
+                return Err(bad(format!(
+                    "tables {a} and {b} overlap on level {level} of cf {id}"
+                )));
+            }
         }
         Ok(next)
     }
@@ -139,5 +143,54 @@ impl Version {
             .values()
             .flat_map(|cf| cf.all_files().map(|(_, f)| f.number))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::error::Error;
+
+    fn table(number: u64, smallest: &'static str, largest: &'static str) -> FileMeta {
+        FileMeta {
+            number,
+            smallest: Bytes::from_static(smallest.as_bytes()),
+            largest: Bytes::from_static(largest.as_bytes()),
+            ..FileMeta::default()
+        }
+    }
+
+    fn add(files: Vec<(usize, FileMeta)>) -> VersionEdit {
+        VersionEdit {
+            new_files: files.into_iter().map(|(level, f)| (0, level, f)).collect(),
+            ..VersionEdit::default()
+        }
+    }
+
+    #[test]
+    fn an_edit_that_overlaps_tables_below_level_0_is_refused_as_corruption() {
+        let at = EditAt {
+            file: Path::new("MANIFEST-000009"),
+            offset: 77,
+        };
+        let mut base = Version::default();
+        base.cfs.insert(0, CfVersion::default());
+        let one = base
+            .apply(&add(vec![(1, table(1, "a", "c"))]), at)
+            .expect("one table");
+        // Touching bounds are fine (a range tombstone's end is exclusive), and level 0 may overlap.
+        let touching = add(vec![(1, table(2, "c", "e")), (0, table(3, "a", "z"))]);
+        let two = one.apply(&touching, at).expect("touching tables");
+        match two.apply(&add(vec![(1, table(4, "d", "f"))]), at) {
+            Err(Error::Corruption { offset, reason, .. }) => {
+                assert_eq!(offset, 77);
+                assert!(reason.contains("tables 2 and 4 overlap on level 1"), "{reason}");
+            }
+            other => panic!("an overlap on level 1 was accepted: {other:?}"),
+        }
     }
 }

@@ -25,7 +25,7 @@ impl EditAt<'_> {
 }
 
 /// One table in a version.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct FileMeta {
     pub(crate) number: u64,
     pub(crate) file_size: u64,
