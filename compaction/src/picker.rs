@@ -24,7 +24,7 @@
 //! (no snapshot older than it, grace over), so a pinned tombstone never makes the picker loop.
 
 use bytes::Bytes;
-use cairn_sstable::SeqNo;
+use cairn_sstable::{EntryMeta, SeqNo};
 
 /// What the picker knows about one table.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -397,7 +397,9 @@ impl LevelsView {
                 && config
                     .cf_ttl_ms
                     .zip(file.oldest_write_time)
-                    .is_some_and(|(ttl, written)| config.now >= written.saturating_add(ttl));
+                    .is_some_and(|(ttl, written)| {
+                        crate::rules::expired(EntryMeta::at(written), Some(ttl), config.now)
+                    });
             if !cell_expired && !cf_expired {
                 return None;
             }

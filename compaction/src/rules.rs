@@ -119,7 +119,7 @@ impl TombstoneRules {
 
     /// When the grace period of a tombstone deleted at `deletion_time` ends.
     pub fn grace_end(&self, deletion_time: u64) -> u64 {
-        deletion_time.saturating_add(self.grace_ms)
+        grace_end(deletion_time, self.grace_ms)
     }
 
     /// Whether the grace period of a tombstone deleted at `deletion_time` is over.
@@ -150,14 +150,15 @@ impl TombstoneRules {
 }
 
 /// When a put expires under the column family's TTL `cf_ttl_ms` and its own cell TTL: at
-/// `write_time + min(cf_ttl, cell_ttl)`; `None` if neither is set.
+/// `write_time + min(cf_ttl, cell_ttl)`; `None` if neither is set
+/// ([`EntryMeta::expiry_under`]).
 pub fn expiry(meta: EntryMeta, cf_ttl_ms: Option<u64>) -> Option<u64> {
-    let ttl = match (cf_ttl_ms, meta.ttl) {
-        (Some(a), Some(b)) => a.min(b),
-        (Some(t), None) | (None, Some(t)) => t,
-        (None, None) => return None,
-    };
-    Some(meta.write_time.saturating_add(ttl))
+    meta.expiry_under(cf_ttl_ms)
+}
+
+/// When the grace period `grace_ms` of a tombstone deleted at `deletion_time` ends.
+pub fn grace_end(deletion_time: u64, grace_ms: u64) -> u64 {
+    deletion_time.saturating_add(grace_ms)
 }
 
 /// Whether a put has expired at `now` (a TTL of zero is expired at once).

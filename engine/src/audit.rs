@@ -168,7 +168,7 @@ impl DbInner {
             }
             t.gone_by = deadline
                 .zip(deleted_at)
-                .map(|(d, at)| at.saturating_add(grace).saturating_add(d));
+                .map(|(d, at)| cairn_compaction::rules::grace_end(at, grace).saturating_add(d));
         }
     }
 }

@@ -166,8 +166,9 @@ impl DbInner {
                 .cfs
                 .get(cf)
                 .map_or(0, |(_, o)| crate::clock::millis(o.tombstone_grace));
-            mem.oldest_tombstone_time()
-                .is_some_and(|t| now >= t.saturating_add(grace).saturating_add(budget_ms))
+            mem.oldest_tombstone_time().is_some_and(|t| {
+                now >= cairn_compaction::rules::grace_end(t, grace).saturating_add(budget_ms)
+            })
         })
     }
 

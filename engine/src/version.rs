@@ -188,7 +188,10 @@ mod tests {
         match two.apply(&add(vec![(1, table(4, "d", "f"))]), at) {
             Err(Error::Corruption { offset, reason, .. }) => {
                 assert_eq!(offset, 77);
-                assert!(reason.contains("tables 2 and 4 overlap on level 1"), "{reason}");
+                assert!(
+                    reason.contains("tables 2 and 4 overlap on level 1"),
+                    "{reason}"
+                );
             }
             other => panic!("an overlap on level 1 was accepted: {other:?}"),
         }

@@ -29,7 +29,18 @@ impl EntryMeta {
 
     /// When the entry expires (`write_time + ttl`), if it has a TTL.
     pub fn expiry(&self) -> Option<u64> {
-        self.ttl.map(|ttl| self.write_time.saturating_add(ttl))
+        self.expiry_under(None)
+    }
+
+    /// When the entry expires in a column family whose TTL is `cf_ttl_ms`: at
+    /// `write_time + min(cf_ttl, ttl)`, the shorter of the two; `None` if neither is set.
+    pub fn expiry_under(&self, cf_ttl_ms: Option<u64>) -> Option<u64> {
+        let ttl = match (cf_ttl_ms, self.ttl) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(t), None) | (None, Some(t)) => t,
+            (None, None) => return None,
+        };
+        Some(self.write_time.saturating_add(ttl))
     }
 
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
