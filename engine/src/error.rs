@@ -71,6 +71,17 @@ pub enum StopCause {
     SequenceNumbersExhausted,
 }
 
+impl StopCause {
+    /// Why a database that fails with `error` stops: the error itself, or, if it is already a
+    /// stop, that stop's cause (so a cause is never wrapped in a second stop).
+    pub(crate) fn of(error: &Error) -> Self {
+        match error {
+            Error::Stopped { cause } => cause.clone(),
+            other => Self::Failed(Arc::new(other.duplicate())),
+        }
+    }
+}
+
 impl From<cairn_sstable::Error> for Error {
     fn from(e: cairn_sstable::Error) -> Self {
         match e {
@@ -130,10 +141,10 @@ impl Error {
         }
     }
 
-    /// What every write after `failure` returns.
-    pub(crate) fn stopped_by(failure: &Arc<Error>) -> Self {
+    /// What every write to a database stopped by `cause` returns.
+    pub(crate) fn stopped(cause: &StopCause) -> Self {
         Self::Stopped {
-            cause: StopCause::Failed(Arc::clone(failure)),
+            cause: cause.clone(),
         }
     }
 
@@ -183,5 +194,35 @@ impl Error {
             Self::Panicked(why) => Self::Panicked(why.clone()),
             Self::ReadOnly => Self::ReadOnly,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_keeps_its_cause_typed_and_unwrapped() {
+        let exhausted = Error::Stopped {
+            cause: StopCause::SequenceNumbersExhausted,
+        };
+        assert!(matches!(
+            StopCause::of(&exhausted),
+            StopCause::SequenceNumbersExhausted
+        ));
+        let io = Error::Io(cairn_fs::Error::from(std::io::Error::other("disk")));
+        match Error::stopped(&StopCause::of(&io)) {
+            Error::Stopped {
+                cause: StopCause::Failed(failure),
+            } => assert!(matches!(*failure, Error::Io(_)), "{failure}"),
+            other => panic!("{other}"),
+        }
+        assert_eq!(
+            Error::stopped(&StopCause::of(&exhausted)).to_string(),
+            format!(
+                "database stopped: sequence numbers are used up (the last is {})",
+                cairn_sstable::MAX_SEQNO
+            )
+        );
     }
 }

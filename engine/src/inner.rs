@@ -16,7 +16,7 @@ use cairn_sstable::BlockCache;
 use cairn_wal::LogWriter;
 
 use crate::counters::Counters;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StopCause};
 use crate::manifest::{ManifestState, ManifestWriter};
 use crate::options::Options;
 use crate::snapshot_list::SnapshotList;
@@ -70,8 +70,9 @@ pub(crate) struct DbState {
     pub(crate) mem: Arc<MemSet>,
     /// Frozen memtables waiting for their flush, oldest first.
     pub(crate) imm: VecDeque<Arc<MemSet>>,
-    /// Set once a write or flush failed in a way that leaves the files uncertain.
-    pub(crate) error: Option<Arc<Error>>,
+    /// Set once a write or flush failed in a way that leaves the files uncertain (or the
+    /// sequence numbers ran out): why the database stopped.
+    pub(crate) error: Option<StopCause>,
     /// Sweeps past their checks and deleting: close waits for them.
     pub(crate) sweeps: usize,
     pub(crate) shutting_down: bool,
@@ -115,8 +116,8 @@ impl Running {
 impl DbState {
     /// Fails with the stored error if an earlier failure stopped the database.
     pub(crate) fn check_running(&self) -> Result<()> {
-        if let Some(failure) = &self.error {
-            return Err(Error::stopped_by(failure));
+        if let Some(cause) = &self.error {
+            return Err(Error::stopped(cause));
         }
         if self.shutting_down {
             return Err(Error::closed());
@@ -129,7 +130,7 @@ impl DbState {
     pub(crate) fn stop(&mut self, error: &Error) {
         if self.error.is_none() {
             tracing::error!(error = %error, "stopping writes after a failure");
-            self.error = Some(Arc::new(error.duplicate()));
+            self.error = Some(StopCause::of(error));
         }
     }
 }
@@ -307,7 +308,7 @@ impl DbInner {
             .take();
         synced?;
         match error {
-            Some(failure) => Err(Error::stopped_by(&failure)),
+            Some(cause) => Err(Error::stopped(&cause)),
             None => Ok(()),
         }
     }

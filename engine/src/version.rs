@@ -32,11 +32,10 @@ impl CfVersion {
             .flat_map(|(level, files)| files.iter().map(move |f| (level, f)))
     }
 
-    /// True if every level below 0 is sorted and its tables do not overlap (the invariant
-    /// reads and compaction picks rely on). Neighbours may touch: a table's largest bound can
-    /// be the exclusive end of a range tombstone, which the next table starts at.
-    /// The first two neighbouring tables of a level below 0 that overlap (a level's tables are
-    /// sorted by smallest key and must not): `(level, table, table)`.
+    /// The first two neighbouring tables of a level below 0 that overlap: `(level, table,
+    /// table)`. A level's tables are sorted by smallest key and must not overlap (reads and
+    /// compaction picks rely on it). Neighbours may touch: a table's largest bound can be the
+    /// exclusive end of a range tombstone, which the next table starts at.
     fn overlap_below_l0(&self) -> Option<(usize, u64, u64)> {
         self.levels
             .iter()

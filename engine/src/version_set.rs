@@ -50,10 +50,10 @@ impl DbInner {
         let mut manifest = self.lock_manifest();
         let (edit, mut next) = {
             let mut state = self.lock_state();
-            if let Some(failure) = &state.error
+            if let Some(cause) = &state.error
                 && !crate::planted::active(crate::planted::Bug::DeleteAfterManifestFailure)
             {
-                return Err(Error::stopped_by(failure));
+                return Err(Error::stopped(cause));
             }
             let Some(mut edit) = prepare(&mut state)? else {
                 return Ok(None);
@@ -62,7 +62,8 @@ impl DbInner {
             edit.last_seqno = Some(self.visible_seqno.load(Ordering::Acquire));
             // Applied to a copy first: an edit that does not apply is never written.
             let mut next = state.meta.clone();
-            next.apply(&edit, manifest.next_edit_at())?;
+            next.apply(&edit, manifest.next_edit_at())
+                .map_err(refused_before_writing)?;
             (edit, next)
         };
         if let Err(e) = manifest.append(&edit, self.fs.as_ref()) {
@@ -294,5 +295,22 @@ impl Drop for SweepCount<'_> {
     fn drop(&mut self) {
         self.0.lock_state().sweeps -= 1;
         self.0.state_changed.notify_all();
+    }
+}
+
+/// An edit of ours that does not apply is not written: its `Corruption` names the place it
+/// would have taken in the MANIFEST, and says the file itself is intact.
+fn refused_before_writing(error: Error) -> Error {
+    match error {
+        Error::Corruption {
+            file,
+            offset,
+            reason,
+        } => Error::Corruption {
+            file,
+            offset,
+            reason: format!("{reason} (an edit refused before it was written; the file is intact)"),
+        },
+        other => other,
     }
 }

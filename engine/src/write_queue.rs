@@ -112,6 +112,7 @@ impl<L> WriteQueue<L> {
                 leading: false,
                 waiting: VecDeque::new(),
                 closed: false,
+                waiting_for_room: 0,
             }),
             turn: Condvar::new(),
         }
@@ -125,6 +126,8 @@ struct QueueState<L> {
     waiting: VecDeque<Arc<Pending<L>>>,
     /// Closed by shutdown: new writers are refused.
     closed: bool,
+    /// Writers waiting for room to join (the queue holds its bound).
+    waiting_for_room: usize,
 }
 
 impl<L> std::fmt::Debug for WriteQueue<L> {
@@ -153,7 +156,10 @@ impl<L> WriteQueue<L> {
     /// or a shutdown draining the queue.
     fn end_turn(&self, mut queue: MutexGuard<'_, QueueState<L>>, served_others: bool) {
         queue.leading = false;
-        let wake = served_others || !queue.waiting.is_empty() || queue.closed;
+        let wake = served_others
+            || !queue.waiting.is_empty()
+            || queue.closed
+            || queue.waiting_for_room > 0;
         drop(queue);
         if wake {
             self.turn.notify_all();
@@ -198,10 +204,12 @@ impl<L: Leader> WriteQueue<L> {
     pub(crate) fn submit(&self, leader: &L, work: Work<L>, sync: bool) -> Result<SeqNo> {
         let mut queue = self.lock();
         while queue.waiting.len() >= self.max_waiting && !queue.closed {
+            queue.waiting_for_room += 1;
             queue = self
                 .turn
                 .wait(queue)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
+            queue.waiting_for_room -= 1;
         }
         if queue.closed {
             return Err(Error::closed());
@@ -407,8 +415,14 @@ mod tests {
 
     #[test]
     fn writers_beyond_the_bound_wait_outside_the_queue_and_all_finish() {
+        for bound in [1, 4] {
+            writers_beyond(bound);
+        }
+    }
+
+    fn writers_beyond(bound: usize) {
         let fake = Fake {
-            queue: WriteQueue::with_max_waiting(4),
+            queue: WriteQueue::with_max_waiting(bound),
             ..Fake::default()
         };
         fake.hold.store(true, Ordering::Release);
@@ -425,7 +439,10 @@ mod tests {
                 .collect::<Vec<_>>()
         });
         let most = fake.most_waiting.load(Ordering::Acquire);
-        assert!(most <= 4, "{most} writers waited in a queue bounded at 4");
+        assert!(
+            most <= bound,
+            "{most} writers waited in a queue bounded at {bound}"
+        );
         assert!(
             most >= 1,
             "nobody queued behind the held leader: the test saw nothing"
