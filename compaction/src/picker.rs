@@ -533,6 +533,28 @@ mod tests {
     }
 
     #[test]
+    fn the_fan_out_sets_each_level_target_and_how_many_levels_are_used() {
+        let mut levels = vec![Vec::new(); 7];
+        levels[6] = vec![file(1, 100_000, "a", "z")];
+        let view = LevelsView { levels };
+        let with = |fan_out| PickerConfig {
+            level_base_bytes: 1000,
+            fan_out,
+            ..PickerConfig::default()
+        };
+        // 100,000 bytes at the bottom: ten times per level above it down to 1000 bytes.
+        let (base, targets) = view.targets(&with(10));
+        assert_eq!(base, 4);
+        assert_eq!(targets, vec![0, 0, 0, 0, 1000, 10_000, 100_000]);
+        // Four times per level, divided while the base stays at least 1000 bytes: 1562.
+        let (base, targets) = view.targets(&with(4));
+        assert_eq!(base, 3);
+        assert_eq!(targets, vec![0, 0, 0, 1562, 6248, 24_992, 99_968]);
+        // A fan-out under 2 would never shrink: it is taken as 2.
+        assert_eq!(view.targets(&with(1)), view.targets(&with(2)));
+    }
+
+    #[test]
     fn dynamic_levels_move_the_base_up_as_the_last_level_grows() {
         let config = PickerConfig {
             level_base_bytes: 1000,

@@ -330,3 +330,15 @@ pub struct WriteOptions {
     /// necessarily power loss.
     pub sync: bool,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_level_fan_out_reaches_the_compaction_settings_and_is_at_least_2() {
+        assert_eq!(Options::default().compaction.fan_out, 10);
+        assert_eq!(Options::default().level_fan_out(4).compaction.fan_out, 4);
+        assert_eq!(Options::default().level_fan_out(0).compaction.fan_out, 2);
+    }
+}
