@@ -291,8 +291,10 @@ impl Report {
         for (e, s) in queues {
             let f = s.fifths.clone().unwrap_or_default();
             let _ = write!(out, "{:<10}", e.name());
-            for x in &f {
-                let _ = write!(out, " {:>10}", fmt_rate(*x));
+            // Five columns whatever was measured, so the rows stay aligned.
+            for i in 0..5 {
+                let cell = f.get(i).map_or_else(|| "-".to_string(), |x| fmt_rate(*x));
+                let _ = write!(out, " {cell:>10}");
             }
             let first = f.first().copied().unwrap_or(0.0);
             let last = f.last().copied().unwrap_or(0.0);
