@@ -85,6 +85,9 @@ struct Args {
     /// flushes and compactions, so their installs meet the writes.
     #[arg(long)]
     memtable_mib: Option<usize>,
+    /// Cairn only: how it compresses its tables, to compare codecs side by side
+    #[arg(long, value_enum, default_value_t)]
+    cairn_compression: engine::cairn::CairnCompression,
 }
 
 fn compiled_engines() -> Vec<EngineKind> {
@@ -156,6 +159,7 @@ fn plan(args: &Args) -> Result<(Vec<EngineKind>, Vec<Workload>, Settings)> {
         keep_dirs: args.keep_dirs,
         uncompressed: args.uncompressed,
         memtable_bytes: args.memtable_mib.map(|m| m << 20),
+        cairn_compression: args.cairn_compression,
     };
     if settings.memtable_bytes.is_some() && engines.iter().any(|e| *e != EngineKind::Cairn) {
         return Err("--memtable-mib applies to cairn alone: run it with --engines cairn".into());

@@ -227,7 +227,12 @@ impl Report {
             self.samples.iter().map(|s| s.round + 1).max().unwrap_or(0)
         );
         for e in &self.engines {
-            let _ = writeln!(out, "compression {}: {}", e.name(), e.compression());
+            let _ = writeln!(
+                out,
+                "compression {}: {}",
+                e.name(),
+                e.compression(&self.settings)
+            );
         }
         for n in notes {
             let _ = writeln!(out, "note: {n}");
@@ -444,7 +449,7 @@ impl Report {
         let engines: Vec<_> = self
             .engines
             .iter()
-            .map(|e| json!({"name": e.name(), "compression": e.compression()}))
+            .map(|e| json!({"name": e.name(), "compression": e.compression(&self.settings)}))
             .collect();
         json!({
             "settings": self.settings,

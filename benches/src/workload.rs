@@ -45,6 +45,8 @@ pub struct Settings {
     pub uncompressed: bool,
     /// Cairn's memtable size, if not its default.
     pub memtable_bytes: Option<usize>,
+    /// How Cairn compresses its tables (`--uncompressed` overrides it).
+    pub cairn_compression: crate::engine::cairn::CairnCompression,
 }
 
 /// A workload of the command line. Some yield several rows: `delete90` yields `delete90`,

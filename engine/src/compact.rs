@@ -285,7 +285,7 @@ impl DbInner {
         let spec = JobSpec {
             inputs,
             ctx,
-            table_options: self.options.table.clone(),
+            table_options: self.options.table_options_for(running.pick.output_level),
             target_file_size: target,
             grandparents: &grandparents,
             max_grandparent_overlap: target.saturating_mul(GRANDPARENT_OVERLAP_FACTOR),

@@ -123,7 +123,7 @@ impl DbInner {
         write_table(
             self.fs.as_ref(),
             &self.dir,
-            &self.options.table,
+            &self.options.table_options_for(0),
             mem,
             number,
         )

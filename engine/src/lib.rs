@@ -70,6 +70,7 @@ mod write_queue;
 pub use audit::{KeyTrace, Location};
 pub use batch::WriteBatch;
 pub use cairn_compaction::{CompactionFilter, Decision};
+pub use cairn_sstable::Compression;
 pub use cairn_sstable::Kind;
 pub use cairn_sstable::SeqNo;
 pub use cairn_wal::RecoveryMode;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use cairn_compaction::CompactionFilter;
 use cairn_fs::{FileSystem, RealFs};
-use cairn_sstable::TableOptions;
+use cairn_sstable::{Compression, TableOptions};
 use cairn_wal::RecoveryMode;
 
 use crate::clock::{Clock, SystemClock};
@@ -33,10 +33,42 @@ pub struct Options {
     pub(crate) max_open_tables: usize,
     pub(crate) max_manifest_bytes: u64,
     pub(crate) table: TableOptions,
+    pub(crate) compression: LevelCompression,
     pub(crate) background_threads: usize,
     pub(crate) delete_persistence_deadline: Option<Duration>,
     pub(crate) compaction: CompactionOptions,
     pub(crate) compaction_filter: Option<Arc<dyn CompactionFilter>>,
+}
+
+/// How tables are compressed, by the level they are written to.
+#[derive(Debug, Clone)]
+pub(crate) struct LevelCompression {
+    /// Level `i` uses entry `i`, levels past the end the last entry.
+    pub(crate) per_level: Vec<Compression>,
+    /// The last level, where most of the data lives.
+    pub(crate) bottommost: Compression,
+}
+
+impl Default for LevelCompression {
+    fn default() -> Self {
+        Self {
+            per_level: vec![Compression::Zstd(3)],
+            bottommost: Compression::Zstd(3),
+        }
+    }
+}
+
+impl LevelCompression {
+    pub(crate) fn at(&self, level: usize) -> Compression {
+        if level + 1 >= NUM_LEVELS {
+            return self.bottommost;
+        }
+        self.per_level
+            .get(level)
+            .or(self.per_level.last())
+            .copied()
+            .unwrap_or(self.bottommost)
+    }
 }
 
 /// How compaction is scheduled.
@@ -81,6 +113,7 @@ impl Default for Options {
             max_open_tables: 1000,
             max_manifest_bytes: 8 << 20,
             table: TableOptions::default(),
+            compression: LevelCompression::default(),
             background_threads: 2,
             delete_persistence_deadline: None,
             compaction: CompactionOptions::default(),
@@ -165,13 +198,39 @@ impl Options {
         self
     }
 
-    /// How tables are built: block size, bloom bits per key, zstd level (defaults 4 KiB, 10, 3).
-    /// A block size outside `1..=cairn_sstable::MAX_BLOCK_SIZE` makes `open` fail with
+    /// How tables are built: block size, restart interval, bloom bits per key (defaults 4 KiB,
+    /// 16, 10). Their compression is set per level with
+    /// [`compression_per_level`](Self::compression_per_level) and
+    /// [`bottommost_compression`](Self::bottommost_compression); the one in `table` is not
+    /// used. A block size outside `1..=cairn_sstable::MAX_BLOCK_SIZE` makes `open` fail with
     /// `InvalidArgument`.
     #[must_use]
     pub fn table_options(mut self, table: TableOptions) -> Self {
         self.table = table;
         self
+    }
+
+    /// How tables written to each level above the last are compressed, as `RocksDB`'s
+    /// `compression_per_level`: level `i` uses `per_level[i]`, deeper levels the last entry
+    /// (default zstd level 3 everywhere). Level 0 holds flushes; an empty list leaves every
+    /// level to [`bottommost_compression`](Self::bottommost_compression).
+    #[must_use]
+    pub fn compression_per_level(mut self, per_level: impl Into<Vec<Compression>>) -> Self {
+        self.compression.per_level = per_level.into();
+        self
+    }
+
+    /// How tables of the last level, where most of the data lives, are compressed (default
+    /// zstd level 3), as `RocksDB`'s `bottommost_compression`.
+    #[must_use]
+    pub fn bottommost_compression(mut self, compression: Compression) -> Self {
+        self.compression.bottommost = compression;
+        self
+    }
+
+    /// The table options for a table written to `level`.
+    pub(crate) fn table_options_for(&self, level: usize) -> TableOptions {
+        self.table.clone().compression(self.compression.at(level))
     }
 
     /// Background threads for flushes and compactions (default 2, at least 1).
@@ -340,5 +399,25 @@ mod tests {
         assert_eq!(Options::default().compaction.fan_out, 10);
         assert_eq!(Options::default().level_fan_out(4).compaction.fan_out, 4);
         assert_eq!(Options::default().level_fan_out(0).compaction.fan_out, 2);
+    }
+
+    #[test]
+    fn each_level_gets_its_compression_and_the_last_the_bottommost() {
+        let options = Options::default()
+            .compression_per_level([Compression::None, Compression::Lz4])
+            .bottommost_compression(Compression::Zstd(5));
+        let at = |level| options.compression.at(level);
+        assert_eq!(at(0), Compression::None);
+        assert_eq!(at(1), Compression::Lz4);
+        assert_eq!(
+            at(NUM_LEVELS - 2),
+            Compression::Lz4,
+            "deeper levels take the last entry"
+        );
+        assert_eq!(at(NUM_LEVELS - 1), Compression::Zstd(5));
+        let only_bottom = Options::default()
+            .compression_per_level(Vec::new())
+            .bottommost_compression(Compression::Lz4);
+        assert_eq!(only_bottom.compression.at(0), Compression::Lz4);
     }
 }

@@ -293,7 +293,7 @@ fn finish_open(
         }
         let number = meta.next_file_number;
         meta.next_file_number += 1;
-        let file = crate::flush::write_table(fs, dir, &options.table, mem, number)?;
+        let file = crate::flush::write_table(fs, dir, &options.table_options_for(0), mem, number)?;
         edit.new_files.push((*cf, 0, file));
     }
     let log_number = meta.next_file_number;

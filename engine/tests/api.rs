@@ -431,3 +431,47 @@ fn a_family_of_another_database_is_refused_by_batches_transactions_and_snapshots
     assert_eq!(cf_a.get("k")?.as_deref(), Some(&b"v"[..]));
     Ok(())
 }
+
+#[test]
+fn tables_are_compressed_per_level_and_read_back_whatever_the_codec() {
+    use cairn::Compression;
+    let fill = |per_level: Compression, bottommost: Compression| {
+        let dir = tempdir().expect("tempdir");
+        let db = Db::open(
+            dir.path(),
+            Options::default()
+                .compression_per_level([per_level])
+                .bottommost_compression(bottommost),
+        )
+        .expect("open");
+        for i in 0..4000 {
+            db.put(
+                format!("key{i:05}"),
+                format!("value {} {}", i % 17, "x".repeat(60)),
+            )
+            .expect("put");
+        }
+        db.flush().expect("flush");
+        let level0 = db.stats().levels.first().map_or(0, |l| l.bytes);
+        db.compact_range::<&str>(..).expect("compact");
+        let stats = db.stats();
+        let last = stats.levels.last().map_or(0, |l| l.bytes);
+        assert_eq!(db.iter().expect("iter").count(), 4000);
+        assert_eq!(
+            db.get("key01234").expect("get").as_deref(),
+            Some(format!("value {} {}", 1234 % 17, "x".repeat(60)).as_bytes())
+        );
+        (level0, last)
+    };
+    let (raw0, raw_last) = fill(Compression::None, Compression::None);
+    let (lz4_0, zstd_last) = fill(Compression::Lz4, Compression::Zstd(3));
+    let (zstd0, lz4_last) = fill(Compression::Zstd(3), Compression::Lz4);
+    assert!(
+        raw0 > lz4_0 && lz4_0 > zstd0,
+        "level 0: raw {raw0}, lz4 {lz4_0}, zstd {zstd0}"
+    );
+    assert!(
+        raw_last > lz4_last && lz4_last > zstd_last,
+        "last level: raw {raw_last}, lz4 {lz4_last}, zstd {zstd_last}"
+    );
+}

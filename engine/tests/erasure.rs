@@ -7,7 +7,9 @@ use cairn::{Db, Location, Options};
 use common::{mapped_tables, tempdir};
 
 fn uncompressed() -> Options {
-    Options::default().table_options(cairn_sstable::TableOptions::default().compression(None))
+    Options::default().table_options(
+        cairn_sstable::TableOptions::default().compression(cairn_sstable::Compression::None),
+    )
 }
 
 #[test]

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use cairn_fs::{FileSystem, RealFs};
 use cairn_sstable::{
-    BlockCache, EntryMeta, InternalIterator, Kind, MAX_SEQNO, MergingIter, Table, TableOptions,
-    TableWriter, internal_key, seek_key,
+    BlockCache, Compression, EntryMeta, InternalIterator, Kind, MAX_SEQNO, MergingIter, Table,
+    TableOptions, TableWriter, internal_key, seek_key,
 };
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use rand::rngs::SmallRng;
@@ -96,7 +96,11 @@ fn bench_build(c: &mut Criterion) {
     let mut group = c.benchmark_group("build");
     group.throughput(Throughput::Elements(BUILD_ENTRIES));
     group.sample_size(20);
-    for (name, level) in [("raw", None), ("zstd3", Some(3))] {
+    for (name, level) in [
+        ("raw", Compression::None),
+        ("lz4", Compression::Lz4),
+        ("zstd3", Compression::Zstd(3)),
+    ] {
         let path = dir.path().join(format!("build-{name}.sst"));
         group.bench_function(name, |b| {
             b.iter(|| write_table(&path, &entries, TableOptions::default().compression(level)));
@@ -200,11 +204,37 @@ fn bench_merge(c: &mut Criterion) {
     group.finish();
 }
 
+/// A full scan of one 100k-entry table per codec with no block cache, so every step through
+/// a block pays its decoding: the cost of each codec on the read path.
+fn bench_decode(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let entries = entries(0..READ_ENTRIES, 9);
+    let mut group = c.benchmark_group("decode");
+    group.throughput(Throughput::Elements(READ_ENTRIES));
+    group.sample_size(20);
+    for (id, (name, compression)) in (200..).zip([
+        ("raw", Compression::None),
+        ("lz4", Compression::Lz4),
+        ("zstd3", Compression::Zstd(3)),
+    ]) {
+        let path = dir.path().join(format!("decode-{name}.sst"));
+        write_table(
+            &path,
+            &entries,
+            TableOptions::default().compression(compression),
+        );
+        let table = open(&path, id, None);
+        assert_eq!(scan(&mut table.iter()), READ_ENTRIES);
+        group.bench_function(name, |b| b.iter(|| scan(&mut table.iter())));
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(2));
-    targets = bench_build, bench_reads, bench_merge
+    targets = bench_build, bench_reads, bench_merge, bench_decode
 }
 criterion_main!(benches);

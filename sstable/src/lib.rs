@@ -63,6 +63,6 @@ pub use table::range_tombstones::{
     Fragment, FragmentedRangeTombstones, RangeTombstone, TombstoneVersion,
 };
 pub use table::{
-    FORMAT_VERSION, MAX_BLOCK_SIZE, Table, TableIter, TableOptions, TableSummary, TableWriter,
-    WeakTable,
+    Compression, FORMAT_VERSION, MAX_BLOCK_SIZE, Table, TableIter, TableOptions, TableSummary,
+    TableWriter, WeakTable,
 };

@@ -118,7 +118,9 @@ fn user_keys(model: &[ModelEntry]) -> Vec<Vec<u8>> {
 fn every_flipped_byte_is_detected_and_named() -> cairn_sstable::Result<()> {
     for options in [
         TableOptions::default(),
-        TableOptions::default().compression(None).block_size(128),
+        TableOptions::default()
+            .compression(cairn_sstable::Compression::None)
+            .block_size(128),
     ] {
         let (good, model) = small_table(options)?;
         let keys = user_keys(&model);
@@ -173,7 +175,11 @@ fn a_file_that_is_not_a_table_says_so() {
 
 #[test]
 fn damage_in_a_data_block_is_reported_by_the_read_that_meets_it() -> cairn_sstable::Result<()> {
-    let (good, model) = small_table(TableOptions::default().compression(None).block_size(128))?;
+    let (good, model) = small_table(
+        TableOptions::default()
+            .compression(cairn_sstable::Compression::None)
+            .block_size(128),
+    )?;
     let mut bad = good.clone();
     // The first data block starts at offset 0; its first entry's key bytes follow 3 varints.
     if let Some(byte) = bad.get_mut(5) {
@@ -199,7 +205,7 @@ fn keys_out_of_order_under_a_valid_checksum_are_corruption() -> cairn_sstable::R
         .collect();
     let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
     let options = TableOptions::default()
-        .compression(None)
+        .compression(cairn_sstable::Compression::None)
         .restart_interval(16);
     let table = common::write_table(dir.path(), NAME, 1, &entries, &[], options)?;
     let mut bytes = std::fs::read(table.path()).map_err(cairn_fs::Error::from)?;
@@ -239,7 +245,11 @@ fn keys_out_of_order_under_a_valid_checksum_are_corruption() -> cairn_sstable::R
 
 #[test]
 fn a_reader_above_a_table_names_the_table_and_the_entry_it_doubts() -> cairn_sstable::Result<()> {
-    let (bytes, _) = small_table(TableOptions::default().compression(None).block_size(128))?;
+    let (bytes, _) = small_table(
+        TableOptions::default()
+            .compression(cairn_sstable::Compression::None)
+            .block_size(128),
+    )?;
     let table = Table::from_bytes(Bytes::from(bytes.clone()), Path::new(NAME), 1, None)?;
     let mut iter = table.iter();
     iter.seek_to_first()?;

@@ -5,7 +5,8 @@ mod common;
 
 use bytes::Bytes;
 use cairn_sstable::{
-    EntryMeta, InternalIterator, Kind, RangeTombstone, SeqNo, TableOptions, internal_key, seek_key,
+    Compression, EntryMeta, InternalIterator, Kind, RangeTombstone, SeqNo, TableOptions,
+    internal_key, seek_key,
 };
 use common::{ModelEntry, current, floor, lower_bound, scan_backward, scan_forward, sort_model};
 use proptest::prelude::*;
@@ -63,7 +64,12 @@ fn options() -> impl Strategy<Value = TableOptions> {
     (
         prop_oneof![Just(64usize), Just(256), Just(4096)],
         1..17usize,
-        prop_oneof![Just(None), Just(Some(1)), Just(Some(3))],
+        prop_oneof![
+            Just(Compression::None),
+            Just(Compression::Lz4),
+            Just(Compression::Zstd(1)),
+            Just(Compression::Zstd(3))
+        ],
     )
         .prop_map(|(block, restart, level)| {
             TableOptions::default()

@@ -6,12 +6,58 @@ use std::path::Path;
 
 use cairn::{Db, Options};
 
-use cairn_sstable::TableOptions;
+use cairn_sstable::{Compression, TableOptions};
 
 use super::{BLOOM_BITS_PER_KEY, CACHE_BYTES, Engine, RangeDelete};
 use crate::Result;
 
 /// An open Cairn database.
+/// How Cairn compresses its tables in a run (`--cairn-compression`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CairnCompression {
+    /// Cairn's defaults.
+    #[default]
+    Default,
+    /// No compression anywhere (what `--uncompressed` gives every engine).
+    None,
+    /// LZ4 everywhere (what fjall offers).
+    Lz4,
+    /// zstd level 3 everywhere.
+    Zstd,
+    /// LZ4 above the last level, zstd level 3 in it.
+    Lz4Zstd,
+    /// None above the last level, zstd level 3 in it.
+    NoneZstd,
+}
+
+impl CairnCompression {
+    /// The compression above the last level and in it; `None` for the engine's defaults.
+    fn levels(self) -> Option<(Compression, Compression)> {
+        let zstd = Compression::Zstd(3);
+        match self {
+            Self::Default => Option::None,
+            Self::None => Some((Compression::None, Compression::None)),
+            Self::Lz4 => Some((Compression::Lz4, Compression::Lz4)),
+            Self::Zstd => Some((zstd, zstd)),
+            Self::Lz4Zstd => Some((Compression::Lz4, zstd)),
+            Self::NoneZstd => Some((Compression::None, zstd)),
+        }
+    }
+
+    /// How the report names it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Default => "Cairn's default (lz4 above the last level, zstd 3 in it)",
+            Self::None => "none",
+            Self::Lz4 => "lz4",
+            Self::Zstd => "zstd 3",
+            Self::Lz4Zstd => "lz4 above the last level, zstd 3 in it",
+            Self::NoneZstd => "none above the last level, zstd 3 in it",
+        }
+    }
+}
+
 pub struct CairnEngine {
     db: Db,
 }
@@ -21,15 +67,21 @@ impl CairnEngine {
     ///
     /// # Errors
     /// Cairn's error.
-    pub fn open(dir: &Path, uncompressed: bool, memtable_bytes: Option<usize>) -> Result<Self> {
-        let mut table = TableOptions::default().bloom_bits_per_key(BLOOM_BITS_PER_KEY);
-        if uncompressed {
-            table = table.compression(None);
-        }
+    pub fn open(
+        dir: &Path,
+        compression: CairnCompression,
+        memtable_bytes: Option<usize>,
+    ) -> Result<Self> {
+        let table = TableOptions::default().bloom_bits_per_key(BLOOM_BITS_PER_KEY);
         let mut options = Options::default()
             .block_cache_bytes(CACHE_BYTES)
             .table_options(table)
             .error_if_exists(true);
+        if let Some((above, bottom)) = compression.levels() {
+            options = options
+                .compression_per_level([above])
+                .bottommost_compression(bottom);
+        }
         if let Some(bytes) = memtable_bytes {
             options = options.memtable_size(bytes);
         }

@@ -2,7 +2,7 @@
 //! write-ahead log on without an fsync per write, a 64 MiB block cache, bloom filters at 10 bits
 //! per key, zstd where the engine offers it, and its default compaction.
 
-mod cairn;
+pub(crate) mod cairn;
 #[cfg(feature = "fjall")]
 mod fjall;
 #[cfg(feature = "rocksdb")]
@@ -113,9 +113,11 @@ impl EngineKind {
     }
 
     /// The compression the engine's tables use here.
-    pub fn compression(self) -> &'static str {
+    pub fn compression(self, settings: &crate::workload::Settings) -> &'static str {
         match self {
-            Self::Cairn | Self::Rocksdb => "zstd",
+            _ if settings.uncompressed => "none",
+            Self::Cairn => settings.cairn_compression.describe(),
+            Self::Rocksdb => "zstd",
             Self::Fjall => "lz4 (fjall offers no zstd)",
         }
     }
@@ -142,7 +144,11 @@ impl EngineKind {
         match self {
             Self::Cairn => Ok(Box::new(cairn::CairnEngine::open(
                 dir,
-                uncompressed,
+                if uncompressed {
+                    cairn::CairnCompression::None
+                } else {
+                    settings.cairn_compression
+                },
                 settings.memtable_bytes,
             )?)),
             #[cfg(feature = "fjall")]

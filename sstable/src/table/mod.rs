@@ -15,13 +15,27 @@ pub use writer::{TableSummary, TableWriter};
 
 use crate::bloom::DEFAULT_BITS_PER_KEY;
 
+/// How a table's blocks are compressed. Each block records its codec, so a reader needs no
+/// setting, and a block that a codec shrinks by less than an eighth is stored raw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Compression {
+    /// Raw blocks: no decoding cost on reads.
+    None,
+    /// LZ4 (`lz4_flex`): fast to decode, about half zstd's ratio.
+    Lz4,
+    /// zstd at this level (RocksDB and Cairn default to 3): the best ratio, the slowest to
+    /// decode of the three.
+    Zstd(i32),
+}
+
 /// How tables are built. Readers need none of it: everything is recorded in the file.
 #[derive(Debug, Clone)]
 pub struct TableOptions {
     pub(crate) block_size: usize,
     pub(crate) restart_interval: usize,
     pub(crate) bloom_bits_per_key: u32,
-    pub(crate) compression_level: Option<i32>,
+    pub(crate) compression: Compression,
 }
 
 impl Default for TableOptions {
@@ -30,7 +44,7 @@ impl Default for TableOptions {
             block_size: 4096,
             restart_interval: 16,
             bloom_bits_per_key: DEFAULT_BITS_PER_KEY,
-            compression_level: Some(3),
+            compression: Compression::Zstd(3),
         }
     }
 }
@@ -79,11 +93,11 @@ impl TableOptions {
         self
     }
 
-    /// zstd level for blocks (default 3); `None` stores every block raw. A block is stored raw
-    /// anyway when compression saves less than an eighth of it.
+    /// How blocks are compressed (default zstd level 3). A block is stored raw anyway when
+    /// compression saves less than an eighth of it.
     #[must_use]
-    pub fn compression(mut self, level: Option<i32>) -> Self {
-        self.compression_level = level;
+    pub fn compression(mut self, compression: Compression) -> Self {
+        self.compression = compression;
         self
     }
 }

@@ -65,7 +65,7 @@ impl TableWriter {
     /// the zstd level is not one zstd accepts.
     pub fn new(file: Box<dyn WritableFile>, options: TableOptions) -> Result<Self> {
         options.validate()?;
-        let encoder = BlockEncoder::new(options.compression_level)
+        let encoder = BlockEncoder::new(options.compression)
             .map_err(|e| Error::InvalidArgument(format!("compression level: {e}")))?;
         Ok(Self {
             file,
