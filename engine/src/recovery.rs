@@ -20,7 +20,7 @@ use crate::super_version::MemSet;
 
 /// Opens the database in `dir`.
 pub(crate) fn open(dir: &Path, options: Options) -> Result<DbInner> {
-    options.table.validate()?;
+    options.validate_tables()?;
     let fs = Arc::clone(&options.fs);
     prepare_directory(fs.as_ref(), dir, &options)?;
     if !options.create_if_missing && !fs.exists(&filename::current_path(dir)) {

@@ -475,3 +475,25 @@ fn tables_are_compressed_per_level_and_read_back_whatever_the_codec() {
         "last level: raw {raw_last}, lz4 {lz4_last}, zstd {zstd_last}"
     );
 }
+
+#[test]
+fn a_codec_in_the_table_options_is_refused_not_ignored() {
+    let dir = tempdir().expect("tempdir");
+    let refused = Db::open(
+        dir.path(),
+        Options::default().table_options(
+            cairn_sstable::TableOptions::default().compression(cairn::Compression::None),
+        ),
+    );
+    assert!(
+        matches!(&refused, Err(Error::InvalidArgument(why)) if why.contains("compression_per_level")),
+        "{refused:?}"
+    );
+    let fine = Db::open(
+        dir.path(),
+        Options::default()
+            .table_options(cairn_sstable::TableOptions::default().block_size(8192))
+            .compression(cairn::Compression::None),
+    );
+    assert!(fine.is_ok(), "{fine:?}");
+}

@@ -7,9 +7,7 @@ use cairn::{Db, Location, Options};
 use common::{mapped_tables, tempdir};
 
 fn uncompressed() -> Options {
-    Options::default().table_options(
-        cairn_sstable::TableOptions::default().compression(cairn_sstable::Compression::None),
-    )
+    Options::default().compression(cairn::Compression::None)
 }
 
 #[test]

@@ -86,9 +86,7 @@ fn tombstone_is_kept_while_an_older_version_lies_below_and_dropped_at_the_bottom
         .level_base_bytes(4096)
         .level0_triggers(1, 20, 36)
         .target_file_size(64 * 1024)
-        .table_options(
-            cairn_sstable::TableOptions::default().compression(cairn_sstable::Compression::None),
-        );
+        .compression(cairn::Compression::None);
     let db = open(&dir, &clock, options);
     let value = vec![b'x'; 1000];
     for i in 0..300 {
@@ -373,9 +371,7 @@ fn delete_persistence_deadline_erases_every_trace_of_deleted_keys() {
     let options = Options::default()
         .delete_persistence_deadline(deadline)
         .memtable_size(4 << 20)
-        .table_options(
-            cairn_sstable::TableOptions::default().compression(cairn_sstable::Compression::None),
-        );
+        .compression(cairn::Compression::None);
     let db = open(&dir, &clock, options);
     let cf = db
         .create_column_family("t", CfOptions::default().tombstone_grace(grace))

@@ -30,9 +30,7 @@ fn a_purged_row_leaves_no_trace_once_grace_and_the_deadline_pass() {
     let options = Options::default()
         .clock(clock.clone())
         .delete_persistence_deadline(deadline)
-        .table_options(
-            cairn_sstable::TableOptions::default().compression(cairn_sstable::Compression::None),
-        );
+        .compression(cairn::Compression::None);
     let db = Arc::new(Db::open(dir.path(), options).expect("open"));
     let tables = Tables::open_with(
         db,

@@ -100,4 +100,9 @@ impl TableOptions {
         self.compression = compression;
         self
     }
+
+    /// The codec [`compression`](Self::compression) set.
+    pub fn codec(&self) -> Compression {
+        self.compression
+    }
 }
