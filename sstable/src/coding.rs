@@ -24,7 +24,19 @@ pub fn varint_len(v: u64) -> usize {
 
 /// Decodes a varint from the front of `input`: the value and the bytes it used, or `None` if the
 /// input ends inside it or it does not fit in 64 bits.
+#[inline]
 pub fn get_varint(input: &[u8]) -> Option<(u64, usize)> {
+    // Most varints in a block (shared and unshared key lengths, value lengths) are one byte.
+    if let Some(&byte) = input.first()
+        && byte < 0x80
+    {
+        return Some((u64::from(byte), 1));
+    }
+    get_varint_long(input)
+}
+
+/// [`get_varint`] past its one-byte case.
+fn get_varint_long(input: &[u8]) -> Option<(u64, usize)> {
     let mut value = 0u64;
     for (i, &byte) in input.iter().enumerate().take(10) {
         let bits = u64::from(byte & 0x7f);
@@ -75,6 +87,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// A varint.
+    #[inline]
     pub fn varint(&mut self) -> Option<u64> {
         let (v, n) = get_varint(self.input.get(self.pos..)?)?;
         self.pos += n;
@@ -82,6 +95,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// A varint that must fit a `usize`.
+    #[inline]
     pub fn varint_usize(&mut self) -> Option<usize> {
         usize::try_from(self.varint()?).ok()
     }
