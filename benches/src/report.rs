@@ -173,6 +173,7 @@ impl Report {
         let mut out = String::new();
         self.write_table(&mut out);
         self.write_latency(&mut out);
+        self.write_peak_memory(&mut out);
         self.write_queue(&mut out);
         self.write_deletion_figures(&mut out);
         self.write_targets(&mut out);
@@ -239,12 +240,47 @@ impl Report {
         }
     }
 
-    /// Put latency percentiles of `fillrandom`, per engine.
+    /// Each engine's peak resident memory: the largest over its workloads (the process's
+    /// peak, reset before each workload's database opens), and the workload it came from.
+    fn write_peak_memory(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "\npeak resident memory (the process's, per workload; the largest over the run)"
+        );
+        for &e in &self.engines {
+            let peak = self
+                .samples
+                .iter()
+                .filter(|s| s.engine == e)
+                .filter_map(|s| {
+                    let mb = s
+                        .measurement
+                        .extra
+                        .iter()
+                        .find(|(k, _)| k == "peak_rss_mb")?
+                        .1;
+                    Some((mb, s.measurement.row))
+                })
+                .max_by(|a, b| a.0.total_cmp(&b.0));
+            let _ = match peak {
+                Some((mb, row)) => writeln!(out, "{:<10} {mb:>8.1} MB  in {row}", e.name()),
+                None => writeln!(out, "{:<10} not measured", e.name()),
+            };
+        }
+    }
+
+    /// Latency percentiles of `fillrandom`'s puts and `readrandom`'s gets, per engine.
     fn write_latency(&self, out: &mut String) {
+        for (workload, op) in [("fillrandom", "put"), ("readrandom", "get")] {
+            self.write_latency_of(out, workload, op);
+        }
+    }
+
+    fn write_latency_of(&self, out: &mut String, workload: &str, op: &str) {
         let rows: Vec<(EngineKind, Summary)> = self
             .engines
             .iter()
-            .filter_map(|&e| Some((e, self.summary("fillrandom", e)?)))
+            .filter_map(|&e| Some((e, self.summary(workload, e)?)))
             .filter(|(_, s)| s.extra.contains_key("p50_us"))
             .collect();
         if rows.is_empty() {
@@ -252,7 +288,7 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "\nfillrandom put latency (medians over runs), microseconds"
+            "\n{workload} {op} latency (medians over runs), microseconds"
         );
         let _ = writeln!(
             out,

@@ -202,6 +202,9 @@ pub fn run(
     round: u64,
 ) -> Result<Vec<Measurement>> {
     std::fs::create_dir_all(dir)?;
+    // The peak is measured per workload: reset before the engine opens, read before it
+    // closes. Without a reset the figure would carry an earlier engine's peak: none then.
+    let peak_reset = reset_peak_rss();
     let engine = kind.open(dir, settings)?;
     let mut ctx = Context {
         kind,
@@ -230,6 +233,15 @@ pub fn run(
         Workload::Queue => ctx.queue(),
         Workload::SpaceAfterDelete => ctx.space_after_delete(),
     };
+    let peak_mb = peak_reset.then(peak_rss_mb).flatten();
+    let rows = rows.map(|rows| {
+        rows.into_iter()
+            .map(|m| match peak_mb {
+                Some(mb) => m.with("peak_rss_mb", mb),
+                None => m,
+            })
+            .collect::<Vec<_>>()
+    });
     let closed = engine.close();
     let removed = if settings.keep_dirs {
         Ok(())
@@ -316,18 +328,10 @@ impl Context<'_> {
         }
         let elapsed = start.elapsed();
         let n = latencies.len() as u64;
-        latencies.sort_unstable();
-        let mut m = Measurement::timed("fillrandom", elapsed, n);
-        for (name, quantile) in [
-            ("p50_us", 0.5),
-            ("p99_us", 0.99),
-            ("p999_us", 0.999),
-            ("p9999_us", 0.9999),
-            ("max_us", 1.0),
-        ] {
-            m = m.with(name, percentile(&latencies, quantile).as_secs_f64() * 1e6);
-        }
-        Ok(vec![m])
+        Ok(vec![with_latencies(
+            Measurement::timed("fillrandom", elapsed, n),
+            latencies,
+        )])
     }
 
     fn overwrite(&mut self) -> Result<Vec<Measurement>> {
@@ -349,28 +353,42 @@ impl Context<'_> {
     }
 
     /// Looks up `reads` keys `key_of(i)` for random indexes `i` of a filled database; returns
-    /// the time taken and the number of hits.
-    fn timed_lookups(&mut self, key_of: fn(u64) -> [u8; KEY_LEN]) -> Result<(Duration, u64)> {
+    /// the time taken, the number of hits and, if asked for, each lookup's latency.
+    fn timed_lookups(
+        &mut self,
+        key_of: fn(u64) -> [u8; KEY_LEN],
+        each: bool,
+    ) -> Result<(Duration, u64, Vec<Duration>)> {
         self.filled()?;
         let targets = self.random_targets();
+        let mut latencies = Vec::with_capacity(if each { targets.len() } else { 0 });
         let start = Instant::now();
         let mut hits = 0;
         for &i in &targets {
+            let get_start = each.then(Instant::now);
             hits += u64::from(self.engine.get(&key_of(i))?);
+            if let Some(t) = get_start {
+                latencies.push(t.elapsed());
+            }
         }
-        Ok((start.elapsed(), hits))
+        Ok((start.elapsed(), hits, latencies))
     }
 
+    /// Random lookups of present keys, each timed: the throughput and the latency percentiles
+    /// a reader sees.
     fn read_random(&mut self) -> Result<Vec<Measurement>> {
-        let (elapsed, hits) = self.timed_lookups(key)?;
+        let (elapsed, hits, latencies) = self.timed_lookups(key, true)?;
         if hits != self.s.reads {
             return Err(format!("readrandom: {hits} hits of {} reads", self.s.reads).into());
         }
-        Ok(vec![Measurement::timed("readrandom", elapsed, hits)])
+        Ok(vec![with_latencies(
+            Measurement::timed("readrandom", elapsed, hits),
+            latencies,
+        )])
     }
 
     fn read_missing(&mut self) -> Result<Vec<Measurement>> {
-        let (elapsed, hits) = self.timed_lookups(missing_key)?;
+        let (elapsed, hits, _) = self.timed_lookups(missing_key, false)?;
         if hits != 0 {
             return Err(format!("readmissing: {hits} hits on absent keys").into());
         }
@@ -555,7 +573,41 @@ impl Context<'_> {
     }
 }
 
-/// Operations per second in each fifth of the operations, given when each one ended.
+/// Resets the process's peak resident set (Linux: `5` to `/proc/self/clear_refs`); false if it
+/// cannot.
+fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// The process's peak resident set since the last reset, in MB (`VmHWM`); `None` if unknown.
+fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024.0 / 1e6)
+}
+
+/// `m` with the latency percentiles of `latencies` (p50 to p99.99 and the worst, in µs).
+fn with_latencies(mut m: Measurement, mut latencies: Vec<Duration>) -> Measurement {
+    latencies.sort_unstable();
+    for (name, quantile) in [
+        ("p50_us", 0.5),
+        ("p99_us", 0.99),
+        ("p999_us", 0.999),
+        ("p9999_us", 0.9999),
+        ("max_us", 1.0),
+    ] {
+        m = m.with(name, percentile(&latencies, quantile).as_secs_f64() * 1e6);
+    }
+    m
+}
+
 /// The `quantile` (0..=1) of sorted `durations`, nearest rank; zero for none.
 fn percentile(sorted: &[Duration], quantile: f64) -> Duration {
     #[expect(
@@ -572,6 +624,7 @@ fn percentile(sorted: &[Duration], quantile: f64) -> Duration {
     sorted.get(rank).copied().unwrap_or_default()
 }
 
+/// Operations per second in each fifth of the operations, given when each one ended.
 fn fifths(ends: &[f64]) -> Vec<f64> {
     let n = ends.len();
     (0..5)
