@@ -6,6 +6,11 @@
 //!
 //! Keys are 16 bytes in random order, values 100 bytes. `cargo bench -p cairn-bench --bench
 //! memtable`.
+//!
+//! `range_tombstones/N`: N range deletes into one memtable, each followed by a point read (as a
+//! queue or a purger interleaves them). Time per N shows how a range-tombstone insert scales
+//! with the tombstones already there: flat per tombstone if inserts are incremental, growing
+//! with N if each read re-fragments them all.
 
 #![expect(
     missing_docs,
@@ -60,11 +65,38 @@ fn bench_insert(c: &mut Criterion) {
     group.finish();
 }
 
+fn bench_range_tombstones(c: &mut Criterion) {
+    let mut group = c.benchmark_group("range_tombstones");
+    group.sample_size(10);
+    for n in [500u64, 1000, 2000, 4000] {
+        group.throughput(Throughput::Elements(n));
+        group.bench_function(format!("{n}"), |b| {
+            b.iter_batched(
+                || {
+                    let dir = tempfile::tempdir().expect("tempdir");
+                    let db = open(dir.path());
+                    (dir, db)
+                },
+                |(_dir, db)| {
+                    for i in 0..n {
+                        let start = format!("k{:08}", i * 10);
+                        let end = format!("k{:08}", i * 10 + 5);
+                        db.delete_range(&start, &end).expect("delete_range");
+                        std::hint::black_box(db.get(&start).expect("get"));
+                    }
+                },
+                criterion::BatchSize::PerIteration,
+            );
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = bench_insert
+    targets = bench_insert, bench_range_tombstones
 }
 criterion_main!(benches);
