@@ -489,6 +489,16 @@ fn a_codec_in_the_table_options_is_refused_not_ignored() {
         matches!(&refused, Err(Error::InvalidArgument(why)) if why.contains("compression_per_level")),
         "{refused:?}"
     );
+    let default_codec_named = Db::open(
+        dir.path(),
+        Options::default().table_options(
+            cairn_sstable::TableOptions::default().compression(cairn::Compression::Zstd(3)),
+        ),
+    );
+    assert!(
+        matches!(&default_codec_named, Err(Error::InvalidArgument(_))),
+        "naming the default codec is a choice too, and would be ignored: {default_codec_named:?}"
+    );
     let fine = Db::open(
         dir.path(),
         Options::default()

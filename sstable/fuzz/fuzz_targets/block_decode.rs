@@ -1,4 +1,4 @@
-//! Fuzzes the block decoder (and zstd block decompression) behind a valid checksum.
+//! Fuzzes the block decoder (and zstd and LZ4 block decompression) behind a valid checksum.
 //!
 //! Blocks are crate-private, so the input reaches them through a table. For each input this
 //! writes a one-entry table whose only data block is exactly as long as the input's contents,
@@ -6,14 +6,15 @@
 //! little-endian after the type byte, as `table/block_io.rs` lays it out). The index, filter and
 //! footer stay valid, so every read of the table reaches the decoder with fuzz bytes.
 //!
-//! Input: one flag byte (low bit set: the block claims to be zstd-compressed, so the contents
-//! are `uncompressed_len: varint ++ zstd frame`) and then the block contents. Contents shorter
+//! Input: one flag byte (its low two bits: 1 the block claims to be zstd-compressed, so the
+//! contents are `uncompressed_len: varint ++ zstd frame`; 2 LZ4, `uncompressed_len: varint ++
+//! lz4 block`; else raw) and then the block contents. Contents shorter
 //! than the smallest block the writer can produce are zero-padded; longer than `MAX_CONTENTS`
 //! are cut.
 //!
-//! A zstd block's claimed uncompressed length (up to 2 GiB) is allocated before its frame is
-//! checked, so zstd inputs run slowly under the address sanitizer; `-malloc_limit_mb=64`
-//! reports them instead.
+//! An LZ4 block's claimed uncompressed length is allocated before it decodes, but only up to
+//! 255 times the compressed bytes (LZ4's largest expansion); a zstd block's must match its
+//! frame's recorded size first.
 
 #![no_main]
 
@@ -32,6 +33,7 @@ const MAX_CONTENTS: usize = 1 << 16;
 /// Block type bytes (`table/block_io.rs`).
 const RAW: u8 = 0;
 const ZSTD: u8 = 1;
+const LZ4: u8 = 2;
 /// Type byte and CRC after every block's contents.
 const BLOCK_TRAILER_LEN: usize = 5;
 /// Four 16-byte handles (index, filter, range tombstones, properties), version, CRC, magic.
@@ -47,7 +49,8 @@ const KEY_LENS: std::ops::RangeInclusive<usize> = 16..=18;
 
 fuzz_target!(|data: &[u8]| {
     let (kind, contents) = match data.split_first() {
-        Some((flag, rest)) if flag & 1 == 1 => (ZSTD, rest),
+        Some((flag, rest)) if flag & 3 == 1 => (ZSTD, rest),
+        Some((flag, rest)) if flag & 3 == 2 => (LZ4, rest),
         Some((_, rest)) => (RAW, rest),
         None => (RAW, data),
     };
@@ -117,7 +120,7 @@ fn write_table(user_key: &[u8], value_len: usize) -> Vec<u8> {
     let file = MemFile::default();
     let bytes = Arc::clone(&file.bytes);
     let options = TableOptions::default()
-        .compression(None)
+        .compression(cairn_sstable::Compression::None)
         .block_size(MAX_CONTENTS * 2);
     let mut writer = TableWriter::new(Box::new(file), options).expect("uncompressed writer");
     writer

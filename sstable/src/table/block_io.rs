@@ -23,6 +23,8 @@ pub(crate) const BLOCK_TRAILER_LEN: usize = 5;
 const RAW: u8 = 0;
 const ZSTD: u8 = 1;
 const LZ4: u8 = 2;
+/// The most an LZ4 block expands: each length byte of a match adds at most 255 bytes.
+const LZ4_MAX_EXPANSION: usize = 255;
 /// The most a properties block may decompress to: the properties are read first, before the
 /// table's recorded block bound is known. (Two keys of at most 64 KiB and a few dozen numbers.)
 pub(crate) const MAX_PROPERTIES_LEN: usize = 1 << 20;
@@ -182,6 +184,17 @@ fn compressed_parts<'a>(
 /// or decodes short, never writes past it.
 fn decompress_lz4(contents: &[u8], at: &Origin, max_len: usize) -> Result<Bytes> {
     let (len, block) = compressed_parts(contents, at, max_len)?;
+    // LZ4 expands at most 255:1 (a match adds at most 255 bytes per length byte): a length
+    // the compressed bytes cannot produce is damage, refused before it is allocated.
+    if len > block.len().saturating_mul(LZ4_MAX_EXPANSION) {
+        return Err(at.corruption(
+            0,
+            format!(
+                "lz4 block of {} bytes claims {len} bytes uncompressed",
+                block.len()
+            ),
+        ));
+    }
     let mut out = vec![0; len];
     match lz4_flex::block::decompress_into(block, &mut out) {
         Ok(n) if n == len => Ok(Bytes::from(out)),
@@ -338,6 +351,44 @@ mod tests {
                 Err(crate::Error::Corruption { .. }) => {}
                 Err(other) => panic!("byte {at}: {other}"),
             }
+        }
+    }
+
+    /// `contents` stored as one block of type `kind`, with a good checksum.
+    fn stored(contents: &[u8], kind: u8) -> (Bytes, BlockHandle) {
+        let mut out = Vec::new();
+        let size = append_block(contents, kind, &mut out);
+        (Bytes::from(out), BlockHandle { offset: 0, size })
+    }
+
+    #[test]
+    fn an_lz4_block_claiming_more_than_it_can_expand_to_is_refused_before_allocating() {
+        let mut contents = Vec::new();
+        put_varint(&mut contents, 1 << 62);
+        contents.extend_from_slice(&[0x10, b'a', 0, 0, 0]);
+        let (file, handle) = stored(&contents, LZ4);
+        // Even against a table whose recorded bound allows anything.
+        let read = read_block(&file, handle, &Origin::default(), usize::MAX, Raw::Copied);
+        assert!(
+            matches!(&read, Err(crate::Error::Corruption { reason, .. }) if reason.contains("claims")),
+            "{read:?}"
+        );
+    }
+
+    #[test]
+    fn a_cut_lz4_block_is_corruption_not_a_short_block() {
+        let raw = compressible();
+        let (file, handle) = encoded_with(&raw, Compression::Lz4);
+        let size = usize::try_from(handle.size).expect("size");
+        let contents = file.get(..size).expect("contents");
+        for cut in 1..size.min(64) {
+            let (bad, handle) = stored(contents.get(..size - cut).expect("cut"), LZ4);
+            let read = read_block(&bad, handle, &Origin::default(), raw.len(), Raw::Copied);
+            assert!(
+                matches!(&read, Err(crate::Error::Corruption { .. })),
+                "cut by {cut}: {:?}",
+                read.map(|b| b.len())
+            );
         }
     }
 }
