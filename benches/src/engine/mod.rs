@@ -117,7 +117,7 @@ impl EngineKind {
         match self {
             _ if settings.uncompressed => "none",
             Self::Cairn => settings.cairn_compression.describe(),
-            Self::Rocksdb => "zstd",
+            Self::Rocksdb => "lz4 above the bottommost level, zstd in it (as Cairn's default)",
             Self::Fjall => "lz4 (fjall offers no zstd)",
         }
     }

@@ -25,10 +25,11 @@ impl RocksDbEngine {
     /// # Errors
     /// `RocksDB`'s error.
     pub fn open(dir: &Path, uncompressed: bool) -> Result<Self> {
-        let compression = if uncompressed {
-            DBCompressionType::None
+        // Cairn's default, on the same knobs: LZ4 above the last level, zstd in it.
+        let (above, bottom) = if uncompressed {
+            (DBCompressionType::None, DBCompressionType::None)
         } else {
-            DBCompressionType::Zstd
+            (DBCompressionType::Lz4, DBCompressionType::Zstd)
         };
         let cache = Cache::new_lru_cache(usize::try_from(CACHE_BYTES)?);
         let mut table = BlockBasedOptions::default();
@@ -37,8 +38,8 @@ impl RocksDbEngine {
         let mut options = Options::default();
         options.create_if_missing(true);
         options.set_error_if_exists(true);
-        options.set_compression_type(compression);
-        options.set_bottommost_compression_type(compression);
+        options.set_compression_type(above);
+        options.set_bottommost_compression_type(bottom);
         options.set_block_based_table_factory(&table);
         Ok(Self {
             db: DB::open(&options, dir)?,
