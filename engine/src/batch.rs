@@ -3,12 +3,10 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
-
 use crate::clock::millis;
 use crate::column_family::ColumnFamily;
 use crate::error::{Error, Result};
-use crate::log_record::{self, BatchOp};
+use crate::log_record::{self, BatchOp, bytes};
 use crate::version_edit::DEFAULT_CF;
 
 /// Writes to apply together: all of them or none, across column families, with consecutive
@@ -214,10 +212,6 @@ impl WriteBatch {
         self.ops.retain(|op| !op.is_empty_range());
         log_record::check_record_len(self.ops.iter())
     }
-}
-
-fn bytes(data: impl AsRef<[u8]>) -> Bytes {
-    Bytes::copy_from_slice(data.as_ref())
 }
 
 #[cfg(test)]

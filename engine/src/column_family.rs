@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::explain::TombstoneExplanation;
 use crate::inner::DbInner;
 use crate::iterator::{DbIterator, owned_bounds, prefix_bounds};
-use crate::log_record::BatchOp;
+use crate::log_record::{BatchOp, bytes};
 use crate::memtable::Memtable;
 use crate::options::CfOptions;
 use crate::read::Version;
@@ -35,6 +35,14 @@ pub struct ColumnFamily {
 }
 
 impl ColumnFamily {
+    pub(crate) fn new(db: &Arc<DbInner>, id: u32, name: &str) -> Self {
+        Self {
+            db: Arc::clone(db),
+            id,
+            name: Arc::from(name),
+        }
+    }
+
     /// The family's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -268,8 +276,4 @@ impl DbInner {
         self.delete_obsolete_files();
         Ok(())
     }
-}
-
-fn bytes(data: impl AsRef<[u8]>) -> Bytes {
-    Bytes::copy_from_slice(data.as_ref())
 }

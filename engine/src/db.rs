@@ -74,11 +74,7 @@ impl Db {
                 .map_err(|e| Error::Io(cairn_fs::Error::from(e)))?;
             inner.lock_threads().push(handle);
         }
-        let default_cf = ColumnFamily {
-            db: Arc::clone(&inner),
-            id: DEFAULT_CF,
-            name: Arc::from("default"),
-        };
+        let default_cf = ColumnFamily::new(&inner, DEFAULT_CF, "default");
         Ok(Self { inner, default_cf })
     }
 
@@ -108,11 +104,7 @@ impl Db {
     /// tolerates.
     pub fn open_read_only(path: impl AsRef<Path>, options: Options) -> Result<Self> {
         let inner = Arc::new(crate::recovery::open_read_only(path.as_ref(), options)?);
-        let default_cf = ColumnFamily {
-            db: Arc::clone(&inner),
-            id: DEFAULT_CF,
-            name: Arc::from("default"),
-        };
+        let default_cf = ColumnFamily::new(&inner, DEFAULT_CF, "default");
         Ok(Self { inner, default_cf })
     }
 
@@ -158,11 +150,7 @@ impl Db {
     /// MANIFEST cannot be written.
     pub fn create_column_family(&self, name: &str, options: CfOptions) -> Result<ColumnFamily> {
         let id = self.inner.create_column_family(name, options)?;
-        Ok(ColumnFamily {
-            db: Arc::clone(&self.inner),
-            id,
-            name: Arc::from(name),
-        })
+        Ok(ColumnFamily::new(&self.inner, id, name))
     }
 
     /// A handle on the column family `name`.
@@ -174,11 +162,7 @@ impl Db {
         sv.cfs
             .iter()
             .find(|(_, (n, _))| n == name)
-            .map(|(&id, _)| ColumnFamily {
-                db: Arc::clone(&self.inner),
-                id,
-                name: Arc::from(name),
-            })
+            .map(|(&id, _)| ColumnFamily::new(&self.inner, id, name))
             .ok_or_else(|| Error::ColumnFamilyNotFound(name.to_string()))
     }
 

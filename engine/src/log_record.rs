@@ -106,6 +106,11 @@ impl BatchOp {
     }
 }
 
+/// An owned copy of a caller's key or value, as ops hold them.
+pub(crate) fn bytes(data: impl AsRef<[u8]>) -> Bytes {
+    Bytes::copy_from_slice(data.as_ref())
+}
+
 /// The bytes of a record holding `ops` (see the module doc).
 pub(crate) fn encoded_len<'a>(ops: impl ExactSizeIterator<Item = &'a BatchOp>) -> usize {
     RECORD_HEADER_LEN + varint_len(ops.len() as u64) + ops.map(BatchOp::encoded_len).sum::<usize>()

@@ -24,8 +24,7 @@ impl DbInner {
         &'a self,
         mut state: MutexGuard<'a, DbState>,
     ) -> Result<MutexGuard<'a, DbState>> {
-        let number = state.meta.next_file_number;
-        state.meta.next_file_number += 1;
+        let number = state.take_file_number();
         drop(state);
         let opened = (|| -> Result<LogWriter> {
             // Sync the old log first: a later synced write must never survive power loss while

@@ -122,8 +122,7 @@ impl DbInner {
     fn roll_manifest(&self, manifest: &mut ManifestWriter) -> Result<()> {
         let (number, snapshot) = {
             let mut state = self.lock_state();
-            let number = state.meta.next_file_number;
-            state.meta.next_file_number += 1;
+            let number = state.take_file_number();
             (number, state.meta.clone())
         };
         let fresh = ManifestWriter::create(self.fs.as_ref(), &self.dir, number, &snapshot)?;
@@ -145,11 +144,10 @@ impl DbInner {
     }
 
     /// A number for a table about to be written; it is protected from deletion until
-    /// [`release_output`](Self::release_output).
+    /// [`release_outputs`](Self::release_outputs).
     pub(crate) fn new_output_number(&self) -> u64 {
         let mut state = self.lock_state();
-        let number = state.meta.next_file_number;
-        state.meta.next_file_number += 1;
+        let number = state.take_file_number();
         state.pending_outputs.insert(number);
         number
     }
@@ -243,6 +241,15 @@ impl DbInner {
                 _ => {}
             }
         }
+    }
+}
+
+impl DbState {
+    /// Hands out the next file number (a log, a table or a MANIFEST).
+    pub(crate) fn take_file_number(&mut self) -> u64 {
+        let number = self.meta.next_file_number;
+        self.meta.next_file_number += 1;
+        number
     }
 }
 
