@@ -99,7 +99,12 @@ type Judged = RefCell<BTreeMap<&'static str, u64>>;
 #[test]
 fn explain_agrees_with_what_compaction_does() {
     let judged = Judged::default();
-    let mut runner = TestRunner::new(ProptestConfig::with_cases(cases()));
+    // The source file names the regressions file: without it the saved failing histories
+    // would not be replayed (only the `proptest!` macro fills it in).
+    let mut runner = TestRunner::new(ProptestConfig {
+        source_file: Some(file!()),
+        ..ProptestConfig::with_cases(cases())
+    });
     let histories = proptest::collection::vec(op(), 1..60);
     if let Err(e) = runner.run(&histories, |ops| run(&ops, &judged)) {
         panic!("{e}");
