@@ -13,26 +13,49 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use cairn_sstable::{
-    EntryMeta, FragmentedRangeTombstones, InternalIterator, Kind, MAX_SEQNO, MergingIter, SeqNo,
-    Table, internal_key, key::user_key, parse_internal_key, seek_key,
+    EntryMeta, InternalIterator, Kind, MAX_SEQNO, MergingIter, SeqNo, Table, internal_key,
+    key::user_key, parse_internal_key, seek_key,
 };
 
 use crate::error::Result;
+use crate::memtable::Memtable;
 use crate::read::{Resolver, Visibility};
 use crate::super_version::SuperVersion;
 
 /// Where a source's range tombstones live.
 #[derive(Debug, Clone)]
 enum Tombstones {
-    Memtable(Arc<FragmentedRangeTombstones>),
+    /// A memtable's, which later range deletes may cut further (never changing what covers a
+    /// key at the reader's snapshot).
+    Memtable(Arc<Memtable>),
     Table(Table),
 }
 
 impl Tombstones {
-    fn list(&self) -> &FragmentedRangeTombstones {
+    fn is_empty(&self) -> bool {
         match self {
-            Self::Memtable(list) => list,
-            Self::Table(table) => table.range_tombstones(),
+            Self::Memtable(mem) => !mem.has_range_tombstones(),
+            Self::Table(table) => table.range_tombstones().is_empty(),
+        }
+    }
+
+    /// The bounds of a fragment around `key` covered by a tombstone visible at `snapshot`.
+    fn visible_cover(&self, key: &[u8], snapshot: SeqNo) -> Option<(Bytes, Bytes)> {
+        match self {
+            Self::Memtable(mem) => mem.range_tombstone_cover(key, snapshot),
+            Self::Table(table) => {
+                let f = table.range_tombstones().fragment_at(key)?;
+                f.visible_at(snapshot)
+                    .map(|_| (f.start.clone(), f.end.clone()))
+            }
+        }
+    }
+
+    /// The newest tombstone seqno covering `key` visible at `snapshot`.
+    fn covering_seqno(&self, key: &[u8], snapshot: SeqNo) -> Option<SeqNo> {
+        match self {
+            Self::Memtable(mem) => mem.range_tombstone_seqno(key, snapshot),
+            Self::Table(table) => table.range_tombstones().covering_seqno(key, snapshot),
         }
     }
 }
@@ -54,17 +77,14 @@ pub(crate) struct SourceIter {
 impl SourceIter {
     /// A fragment of a newer source visible at the snapshot that covers `key`.
     fn newer_cover(&self, key: &[u8]) -> Option<(Bytes, Bytes)> {
-        self.newer.iter().find_map(|t| {
-            let f = t.list().fragment_at(key)?;
-            f.visible_at(self.snapshot)
-                .map(|_| (f.start.clone(), f.end.clone()))
-        })
+        self.newer
+            .iter()
+            .find_map(|t| t.visible_cover(key, self.snapshot))
     }
 
     /// True if the current entry (seqno `seqno`) is hidden by its own source's tombstones.
     fn hidden_by_own(&self, key: &[u8], seqno: SeqNo) -> bool {
         self.own
-            .list()
             .covering_seqno(key, self.snapshot)
             .is_some_and(|t| t > seqno)
     }
@@ -185,7 +205,7 @@ fn sources(
                     own: Tombstones,
                     newest_seqno: Option<SeqNo>,
                     out: &mut Vec<SourceIter>| {
-        let has_tombstones = !own.list().is_empty();
+        let has_tombstones = !own.is_empty();
         let plain = !has_tombstones
             && newer.is_empty()
             && newest_seqno.is_some_and(|newest| newest <= snapshot);
@@ -204,7 +224,7 @@ fn sources(
     for mem in sv.memtables(cf) {
         push(
             Box::new(mem.iter()),
-            Tombstones::Memtable(mem.range_tombstones()),
+            Tombstones::Memtable(Arc::clone(mem)),
             None,
             &mut out,
         );

@@ -7,13 +7,13 @@
 use std::cmp::Ordering;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use bytes::Bytes;
 use cairn_sstable::key::{KIND_FOR_SEEK, TRAILER_LEN, pack_trailer, user_key};
 use cairn_sstable::{
-    EntryMeta, FragmentedRangeTombstones, InternalIterator, Kind, RangeTombstone, SeqNo,
-    compare_internal_keys, internal_key,
+    EntryMeta, FragmentedRangeTombstones, InternalIterator, Kind, RangeTombstone,
+    RangeTombstoneMap, SeqNo, compare_internal_keys, internal_key,
 };
 use crossbeam_skiplist::SkipMap;
 
@@ -100,7 +100,7 @@ const ENTRY_OVERHEAD: usize = 64;
 #[derive(Debug)]
 pub(crate) struct Memtable {
     map: SkipMap<MemKey, MemValue>,
-    range_tombstones: Mutex<RangeTombstones>,
+    range_tombstones: RwLock<RangeTombstones>,
     bytes: AtomicUsize,
     entries: AtomicU64,
     point_tombstones: AtomicU64,
@@ -110,17 +110,18 @@ pub(crate) struct Memtable {
     oldest_tombstone_time: AtomicU64,
 }
 
+/// The range tombstones as written (for the flush) and fragmented as they arrive (for reads).
 #[derive(Debug, Default)]
 struct RangeTombstones {
     raw: Vec<RangeTombstone>,
-    fragmented: Option<Arc<FragmentedRangeTombstones>>,
+    fragments: RangeTombstoneMap,
 }
 
 impl Memtable {
     pub(crate) fn new() -> Self {
         Self {
             map: SkipMap::new(),
-            range_tombstones: Mutex::new(RangeTombstones::default()),
+            range_tombstones: RwLock::new(RangeTombstones::default()),
             bytes: AtomicUsize::new(0),
             entries: AtomicU64::new(0),
             point_tombstones: AtomicU64::new(0),
@@ -166,14 +167,18 @@ impl Memtable {
         );
         self.oldest_tombstone_time
             .fetch_min(write_time, AtomicOrdering::Relaxed);
-        let mut tombstones = self.lock_tombstones();
-        tombstones.raw.push(RangeTombstone {
+        let tombstone = RangeTombstone {
             start,
             end,
             seqno,
             write_time,
-        });
-        tombstones.fragmented = None;
+        };
+        let mut tombstones = self
+            .range_tombstones
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        tombstones.fragments.insert(&tombstone);
+        tombstones.raw.push(tombstone);
         self.has_range_tombstones
             .store(true, AtomicOrdering::Release);
     }
@@ -183,28 +188,44 @@ impl Memtable {
         self.has_range_tombstones.load(AtomicOrdering::Acquire)
     }
 
-    fn lock_tombstones(&self) -> std::sync::MutexGuard<'_, RangeTombstones> {
+    fn read_tombstones(&self) -> RwLockReadGuard<'_, RangeTombstones> {
         self.range_tombstones
-            .lock()
+            .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The range tombstones, fragmented.
-    pub(crate) fn range_tombstones(&self) -> Arc<FragmentedRangeTombstones> {
-        let mut tombstones = self.lock_tombstones();
-        if let Some(fragmented) = &tombstones.fragmented {
-            return Arc::clone(fragmented);
+    /// The range tombstones, fragmented (a copy: for reports, not for the read path).
+    pub(crate) fn range_tombstones(&self) -> FragmentedRangeTombstones {
+        self.read_tombstones().fragments.to_fragmented()
+    }
+
+    /// The largest seqno of a range tombstone covering `user_key` visible at `snapshot`.
+    pub(crate) fn range_tombstone_seqno(&self, user_key: &[u8], snapshot: SeqNo) -> Option<SeqNo> {
+        if !self.has_range_tombstones() {
+            return None;
         }
-        let fragmented = Arc::new(FragmentedRangeTombstones::fragment(
-            tombstones.raw.iter().cloned(),
-        ));
-        tombstones.fragmented = Some(Arc::clone(&fragmented));
-        fragmented
+        self.read_tombstones()
+            .fragments
+            .covering_seqno(user_key, snapshot)
+    }
+
+    /// The bounds of a range covering `user_key` by a range tombstone visible at `snapshot`.
+    pub(crate) fn range_tombstone_cover(
+        &self,
+        user_key: &[u8],
+        snapshot: SeqNo,
+    ) -> Option<(Bytes, Bytes)> {
+        if !self.has_range_tombstones() {
+            return None;
+        }
+        self.read_tombstones()
+            .fragments
+            .visible_cover(user_key, snapshot)
     }
 
     /// Range tombstones as written, unfragmented.
     pub(crate) fn raw_range_tombstones(&self) -> Vec<RangeTombstone> {
-        self.lock_tombstones().raw.clone()
+        self.read_tombstones().raw.clone()
     }
 
     /// Approximate bytes held.
@@ -214,7 +235,7 @@ impl Memtable {
 
     /// True if nothing was ever written to it.
     pub(crate) fn is_empty(&self) -> bool {
-        self.map.is_empty() && self.lock_tombstones().raw.is_empty()
+        self.map.is_empty() && self.read_tombstones().raw.is_empty()
     }
 
     /// The oldest deletion time of a tombstone in it.
@@ -231,7 +252,7 @@ impl Memtable {
     }
 
     pub(crate) fn num_range_tombstones(&self) -> u64 {
-        self.lock_tombstones().raw.len() as u64
+        self.read_tombstones().raw.len() as u64
     }
 
     /// Versions of `key` visible at `snapshot`, newest first, at most `limit` of them.

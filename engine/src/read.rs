@@ -197,12 +197,8 @@ impl DbInner {
         snapshot: SeqNo,
     ) -> Result<SeqNo> {
         let mut cover = 0;
-        for mem in sv.memtables(cf).filter(|m| m.has_range_tombstones()) {
-            cover = cover.max(
-                mem.range_tombstones()
-                    .covering_seqno(key, snapshot)
-                    .unwrap_or(0),
-            );
+        for mem in sv.memtables(cf) {
+            cover = cover.max(mem.range_tombstone_seqno(key, snapshot).unwrap_or(0));
         }
         if let Some(files) = sv.version.cf(cf) {
             for (_, file) in files.all_files() {

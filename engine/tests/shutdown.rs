@@ -116,10 +116,16 @@ fn a_panicking_leader_does_not_hang_the_writers_queued_behind_it() {
             std::thread::Builder::new()
                 .name(format!("writer-{w}"))
                 .spawn(move || {
+                    // Writes until the database has refused a few: a fixed count could all
+                    // land before the clock is armed (a release build writes 8,000 in 20 ms),
+                    // leaving no leader to panic.
                     let mut errors = 0;
-                    for i in 0..2000 {
+                    for i in 0..5_000_000 {
                         if db.put(format!("w{w}-{i}"), "v").is_err() {
                             errors += 1;
+                            if errors == 10 {
+                                break;
+                            }
                         }
                     }
                     errors

@@ -59,6 +59,7 @@ pub use key::{
 pub use merge::MergingIter;
 pub use meta::{EntryMeta, MAX_WRITE_TIME};
 pub use table::properties::{TOMBSTONE_WINDOW, TableProperties};
+pub use table::range_tombstone_map::RangeTombstoneMap;
 pub use table::range_tombstones::{
     Fragment, FragmentedRangeTombstones, RangeTombstone, TombstoneVersion,
 };

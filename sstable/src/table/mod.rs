@@ -4,6 +4,7 @@ mod block_io;
 mod footer;
 mod iter;
 pub(crate) mod properties;
+pub(crate) mod range_tombstone_map;
 pub(crate) mod range_tombstones;
 mod reader;
 mod writer;

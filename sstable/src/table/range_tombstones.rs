@@ -118,6 +118,12 @@ impl FragmentedRangeTombstones {
         Ok(Self { fragments })
     }
 
+    /// Wraps fragments the caller built sorted, non-overlapping and non-empty.
+    pub(crate) fn from_sorted_fragments(fragments: Vec<Fragment>) -> Self {
+        debug_assert!(check_fragments(&fragments).is_ok());
+        Self { fragments }
+    }
+
     /// The fragments in key order.
     pub fn fragments(&self) -> &[Fragment] {
         &self.fragments

@@ -1,0 +1,246 @@
+//! Range tombstones fragmented as they arrive, for a memtable.
+//!
+//! [`FragmentedRangeTombstones::fragment`] sorts and cuts a whole set at once; a memtable that
+//! re-fragmented everything on each new tombstone paid for every earlier one again (quadratic in
+//! the number of range deletes). [`RangeTombstoneMap`] keeps the fragments in a `BTreeMap` keyed
+//! by their start and cuts only the pieces a new tombstone overlaps: an insert costs
+//! `O(log n + k)` for `k` overlapped fragments, and a lookup `O(log n)`.
+//!
+//! Fragments are never merged back here (two touching pieces may list the same tombstones);
+//! [`RangeTombstoneMap::to_fragmented`] merges them, so it yields exactly what `fragment` would
+//! for the same tombstones.
+//!
+//! A reader holding a snapshot may query the map while later tombstones arrive: an insert only
+//! cuts pieces (which keeps what covers each key) and adds seqnos newer than any snapshot taken
+//! before it, so what covers a key at that snapshot never changes.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use bytes::Bytes;
+
+use super::range_tombstones::{
+    Fragment, FragmentedRangeTombstones, RangeTombstone, TombstoneVersion,
+};
+use crate::key::SeqNo;
+
+/// One piece: its end and the tombstones covering it, newest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Piece {
+    end: Bytes,
+    versions: Vec<TombstoneVersion>,
+}
+
+/// Non-overlapping fragments keyed by start, cut as tombstones are added.
+#[derive(Debug, Clone, Default)]
+pub struct RangeTombstoneMap {
+    pieces: BTreeMap<Bytes, Piece>,
+}
+
+impl RangeTombstoneMap {
+    /// An empty map.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// True if no tombstone covers anything.
+    pub fn is_empty(&self) -> bool {
+        self.pieces.is_empty()
+    }
+
+    /// Adds `[start, end)@seqno`; an empty range (`start >= end`) deletes nothing and is ignored.
+    pub fn insert(&mut self, t: &RangeTombstone) {
+        if t.start >= t.end {
+            return;
+        }
+        self.split_at(&t.start);
+        self.split_at(&t.end);
+        let version = TombstoneVersion {
+            seqno: t.seqno,
+            write_time: t.write_time,
+        };
+        let mut gaps = Vec::new();
+        let mut covered_to = t.start.clone();
+        let inside = (Bound::Included(&t.start), Bound::Excluded(&t.end));
+        for (start, piece) in self.pieces.range_mut::<Bytes, _>(inside) {
+            if covered_to < *start {
+                gaps.push((covered_to, start.clone()));
+            }
+            add_version(&mut piece.versions, version);
+            covered_to = piece.end.clone();
+        }
+        if covered_to < t.end {
+            gaps.push((covered_to, t.end.clone()));
+        }
+        for (start, end) in gaps {
+            let versions = vec![version];
+            self.pieces.insert(start, Piece { end, versions });
+        }
+    }
+
+    /// Cuts the piece that strictly contains `at` in two at `at`.
+    fn split_at(&mut self, at: &Bytes) {
+        let Some((start, piece)) = self.pieces.range_mut::<Bytes, _>(..at).next_back() else {
+            return;
+        };
+        if piece.end <= *at || *start == *at {
+            return;
+        }
+        let right = Piece {
+            end: std::mem::replace(&mut piece.end, at.clone()),
+            versions: piece.versions.clone(),
+        };
+        self.pieces.insert(at.clone(), right);
+    }
+
+    /// The piece containing `user_key`: its start, end and covering tombstones.
+    fn piece_at(&self, user_key: &[u8]) -> Option<(&Bytes, &Piece)> {
+        let (start, piece) = self
+            .pieces
+            .range::<[u8], _>((Bound::Unbounded, Bound::Included(user_key)))
+            .next_back()?;
+        (user_key < piece.end.as_ref()).then_some((start, piece))
+    }
+
+    /// The largest seqno of a tombstone covering `user_key` that is visible at `snapshot`.
+    pub fn covering_seqno(&self, user_key: &[u8], snapshot: SeqNo) -> Option<SeqNo> {
+        let (_, piece) = self.piece_at(user_key)?;
+        piece
+            .versions
+            .iter()
+            .find(|v| v.seqno <= snapshot)
+            .map(|v| v.seqno)
+    }
+
+    /// The bounds `[start, end)` of a piece around `user_key` covered by a tombstone visible at
+    /// `snapshot`.
+    pub fn visible_cover(&self, user_key: &[u8], snapshot: SeqNo) -> Option<(Bytes, Bytes)> {
+        let (start, piece) = self.piece_at(user_key)?;
+        piece
+            .versions
+            .iter()
+            .any(|v| v.seqno <= snapshot)
+            .then(|| (start.clone(), piece.end.clone()))
+    }
+
+    /// The fragments, touching pieces with the same tombstones merged: what
+    /// [`FragmentedRangeTombstones::fragment`] gives for the tombstones inserted.
+    pub fn to_fragmented(&self) -> FragmentedRangeTombstones {
+        let mut fragments: Vec<Fragment> = Vec::with_capacity(self.pieces.len());
+        for (start, piece) in &self.pieces {
+            if let Some(last) = fragments.last_mut()
+                && last.end == *start
+                && last.versions == piece.versions
+            {
+                last.end = piece.end.clone();
+                continue;
+            }
+            fragments.push(Fragment {
+                start: start.clone(),
+                end: piece.end.clone(),
+                versions: piece.versions.clone(),
+            });
+        }
+        FragmentedRangeTombstones::from_sorted_fragments(fragments)
+    }
+}
+
+/// Adds `version` to a newest-first list; for a seqno already there, the later write time wins
+/// (as in [`FragmentedRangeTombstones::fragment`]).
+fn add_version(versions: &mut Vec<TombstoneVersion>, version: TombstoneVersion) {
+    let at = versions.partition_point(|v| v.seqno > version.seqno);
+    match versions.get_mut(at) {
+        Some(same) if same.seqno == version.seqno => {
+            same.write_time = same.write_time.max(version.write_time);
+        }
+        _ => versions.insert(at, version),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn tombstone(start: u8, len: u8, seqno: SeqNo, write_time: u64) -> RangeTombstone {
+        RangeTombstone {
+            start: Bytes::from(vec![start]),
+            end: Bytes::from(vec![start.saturating_add(len)]),
+            seqno,
+            write_time,
+        }
+    }
+
+    proptest! {
+        /// Inserting one at a time, in any order, gives the fragments of fragmenting all at once,
+        /// and every lookup agrees with them at every snapshot.
+        #[test]
+        fn incremental_fragments_equal_fragmenting_all_at_once(
+            input in prop::collection::vec((0u8..40, 0u8..12, 1u64..30, 0u64..4), 0..40),
+        ) {
+            let tombstones: Vec<RangeTombstone> = input
+                .iter()
+                .map(|&(start, len, seqno, time)| tombstone(start, len, seqno, time))
+                .collect();
+            let mut map = RangeTombstoneMap::new();
+            for t in &tombstones {
+                map.insert(t);
+            }
+            let whole = FragmentedRangeTombstones::fragment(tombstones.iter().cloned());
+            prop_assert_eq!(&map.to_fragmented(), &whole);
+            prop_assert_eq!(map.is_empty(), whole.is_empty());
+            for key in 0u8..60 {
+                for snapshot in [0, 5, 10, 20, SeqNo::MAX] {
+                    let k = [key];
+                    prop_assert_eq!(
+                        map.covering_seqno(&k, snapshot),
+                        whole.covering_seqno(&k, snapshot)
+                    );
+                    let cover = map.visible_cover(&k, snapshot);
+                    prop_assert_eq!(cover.is_some(), whole.covering_seqno(&k, snapshot).is_some());
+                    if let Some((start, end)) = cover {
+                        let f = whole.fragment_at(&k);
+                        prop_assert!(f.is_some_and(|f| f.start <= start && end <= f.end));
+                        prop_assert!(start.as_ref() <= &k[..] && &k[..] < end.as_ref());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_tombstone_inside_another_cuts_it_in_three() {
+        let mut map = RangeTombstoneMap::new();
+        map.insert(&tombstone(b'a', 25, 1, 0));
+        map.insert(&tombstone(b'm', 1, 7, 0));
+        let shape: Vec<(Bytes, Bytes, Vec<SeqNo>)> = map
+            .to_fragmented()
+            .fragments()
+            .iter()
+            .map(|f| {
+                let seqnos = f.versions.iter().map(|v| v.seqno).collect();
+                (f.start.clone(), f.end.clone(), seqnos)
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                (Bytes::from_static(b"a"), Bytes::from_static(b"m"), vec![1]),
+                (
+                    Bytes::from_static(b"m"),
+                    Bytes::from_static(b"n"),
+                    vec![7, 1]
+                ),
+                (Bytes::from_static(b"n"), Bytes::from_static(b"z"), vec![1])
+            ]
+        );
+        assert_eq!(
+            map.covering_seqno(b"m", 6),
+            Some(1),
+            "older snapshots see the old cover"
+        );
+        assert_eq!(map.covering_seqno(b"m", 7), Some(7));
+        assert_eq!(map.covering_seqno(b"z", 7), None, "end is exclusive");
+    }
+}
