@@ -324,7 +324,7 @@ impl DbIterator {
         range: (Bound<Bytes>, Bound<Bytes>),
     ) -> Result<Self> {
         let (sv, snapshot) = db.read_view(snapshot)?;
-        let vis = Visibility::new(db.options.clock.now_ms(), &sv.cf_options(cf)?);
+        let vis = Visibility::scan(&db.options.clock, &sv.cf_options(cf)?);
         let bounds = range.clone();
         let trigger = ReadTrigger {
             db: Arc::clone(&db),
@@ -383,7 +383,7 @@ impl DbIterator {
             }
             self.front = Some(merged);
         }
-        let vis = self.vis;
+        let vis = &self.vis;
         loop {
             let Some(merged) = self.front.as_mut() else {
                 return Ok(None);
@@ -400,7 +400,7 @@ impl DbIterator {
             {
                 return Ok(None);
             }
-            let mut resolver = Resolver::new(&vis);
+            let mut resolver = Resolver::new(vis);
             let mut decided = false;
             let mut value = None;
             let mut deleted = false;
@@ -435,7 +435,7 @@ impl DbIterator {
             }
             self.back = Some(merged);
         }
-        let vis = self.vis;
+        let vis = &self.vis;
         loop {
             let Some(merged) = self.back.as_mut() else {
                 return Ok(None);
@@ -465,7 +465,7 @@ impl DbIterator {
             self.trigger.deleted_keys += u64::from(deleted);
             let (front, back) = (self.front.as_ref(), self.back.as_ref());
             self.trigger.note(&key, || hidden(front) + hidden(back));
-            let mut resolver = Resolver::new(&vis);
+            let mut resolver = Resolver::new(vis);
             let value = versions.into_iter().rev().find_map(|(kind, meta, value)| {
                 match resolver.offer(kind, meta) {
                     ControlFlow::Break(true) => Some(Some(value)),

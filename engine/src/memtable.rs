@@ -37,8 +37,10 @@ impl MemKey {
             && let Ok(short) = u8::try_from(len)
         {
             let mut bytes = [0u8; INLINE];
-            for (slot, byte) in bytes.iter_mut().zip(user_key.iter().chain(&trailer)) {
-                *slot = *byte;
+            let (head, tail) = bytes.split_at_mut(user_key.len());
+            head.copy_from_slice(user_key);
+            if let Some(slot) = tail.get_mut(..TRAILER_LEN) {
+                slot.copy_from_slice(&trailer);
             }
             return Self::Inline { len: short, bytes };
         }
@@ -51,8 +53,8 @@ impl MemKey {
             && let Ok(short) = u8::try_from(key.len())
         {
             let mut bytes = [0u8; INLINE];
-            for (slot, byte) in bytes.iter_mut().zip(key) {
-                *slot = *byte;
+            if let Some(slot) = bytes.get_mut(..key.len()) {
+                slot.copy_from_slice(key);
             }
             return Self::Inline { len: short, bytes };
         }
@@ -262,6 +264,9 @@ impl Memtable {
         snapshot: SeqNo,
         limit: usize,
     ) -> Vec<cairn_sstable::Entry> {
+        if self.map.is_empty() {
+            return Vec::new();
+        }
         let start = MemKey::new(key, snapshot, KIND_FOR_SEEK);
         self.map
             .range(start..)

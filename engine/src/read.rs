@@ -10,8 +10,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
+use cairn_compaction::rules;
 use cairn_sstable::{Entry, InternalIterator, Kind, SeqNo, key::user_key, seek_key};
 
+use crate::clock::Clock;
 use crate::error::Result;
 use crate::inner::DbInner;
 use crate::options::CfOptions;
@@ -29,37 +31,61 @@ pub struct Version {
 }
 
 /// What decides expiry: the column family's TTL, the clock, the version limit.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Visibility {
-    pub(crate) now: u64,
+    /// When expiry is judged: read once when a scan starts (every entry of it is judged at
+    /// that instant); `None` for a point read, which reads the clock only if it meets an entry
+    /// that can expire (most reads meet none, and a clock read costs as much as a bloom probe).
+    pub(crate) now: Option<u64>,
+    pub(crate) clock: Arc<dyn Clock>,
     pub(crate) cf_ttl: Option<u64>,
     pub(crate) max_versions: u32,
 }
 
 impl Visibility {
-    pub(crate) fn new(now: u64, options: &CfOptions) -> Self {
+    /// For a scan: expiry judged at the clock's reading now.
+    pub(crate) fn scan(clock: &Arc<dyn Clock>, options: &CfOptions) -> Self {
         Self {
-            now,
-            cf_ttl: options.ttl.map(crate::clock::millis),
-            max_versions: options.max_versions.max(1),
+            now: Some(clock.now_ms()),
+            ..Self::point(clock, options)
         }
     }
 
-    /// True if a put written at `write_time` with cell TTL `ttl` has expired.
-    pub(crate) fn expired(&self, meta: cairn_sstable::EntryMeta) -> bool {
-        cairn_compaction::rules::expired(meta, self.cf_ttl, self.now)
+    /// For a point read: the clock read on first need.
+    pub(crate) fn point(clock: &Arc<dyn Clock>, options: &CfOptions) -> Self {
+        Self {
+            now: None,
+            clock: Arc::clone(clock),
+            cf_ttl: options.ttl.map(crate::clock::millis),
+            max_versions: options.max_versions.max(1),
+        }
     }
 }
 
 /// Walks versions newest first and keeps the candidates the rules allow.
 pub(crate) struct Resolver<'a> {
     vis: &'a Visibility,
+    now: Option<u64>,
     candidates: u32,
 }
 
 impl<'a> Resolver<'a> {
     pub(crate) fn new(vis: &'a Visibility) -> Self {
-        Self { vis, candidates: 0 }
+        Self {
+            vis,
+            now: vis.now,
+            candidates: 0,
+        }
+    }
+
+    /// True if a put with `meta` has expired (DESIGN §3, `rules::expired`).
+    fn expired(&mut self, meta: cairn_sstable::EntryMeta) -> bool {
+        let cf_ttl = self.vis.cf_ttl;
+        if rules::expiry(meta, cf_ttl).is_none() {
+            return false;
+        }
+        let now = *self.now.get_or_insert_with(|| self.vis.clock.now_ms());
+        rules::expired(meta, cf_ttl, now)
     }
 
     /// Considers the next older version. `Break(true)` when it is a live value to return,
@@ -74,7 +100,7 @@ impl<'a> Resolver<'a> {
             return ControlFlow::Break(false);
         }
         self.candidates += 1;
-        if !self.vis.expired(meta) {
+        if !self.expired(meta) {
             return ControlFlow::Break(true);
         }
         if self.candidates >= self.vis.max_versions {
@@ -123,7 +149,7 @@ impl DbInner {
         snapshot: Option<SeqNo>,
     ) -> Result<Option<Bytes>> {
         let (sv, snapshot) = self.read_view(snapshot)?;
-        let vis = Visibility::new(self.options.clock.now_ms(), &sv.cf_options(cf)?);
+        let vis = Visibility::point(&self.options.clock, &sv.cf_options(cf)?);
         let mut resolver = Resolver::new(&vis);
         let mut found = None;
         self.walk_versions(&sv, cf, key, snapshot, |e| {
@@ -148,7 +174,7 @@ impl DbInner {
         limit: usize,
     ) -> Result<Vec<Version>> {
         let (sv, snapshot) = self.read_view(snapshot)?;
-        let vis = Visibility::new(self.options.clock.now_ms(), &sv.cf_options(cf)?);
+        let vis = Visibility::point(&self.options.clock, &sv.cf_options(cf)?);
         let mut resolver = Resolver::new(&vis);
         let mut out = Vec::new();
         if limit == 0 {
