@@ -19,8 +19,6 @@ pub(crate) struct BlockIter {
     current: usize,
     /// Offset of the entry after the current one.
     next: usize,
-    /// The restart interval that holds `current`.
-    restart_index: usize,
     key: Vec<u8>,
     value: Range<usize>,
 }
@@ -32,7 +30,6 @@ impl BlockIter {
             block,
             current: end,
             next: end,
-            restart_index: 0,
             // Sized for typical keys, so positioning does not grow it byte by byte.
             key: Vec::with_capacity(64),
             value: 0..0,
@@ -118,14 +115,11 @@ impl BlockIter {
             return Ok(());
         }
         let original = self.current;
-        while self.block.restart_point(self.restart_index)? >= original {
-            let Some(earlier) = self.restart_index.checked_sub(1) else {
-                self.invalidate();
-                return Ok(());
-            };
-            self.restart_index = earlier;
-        }
-        self.seek_to_restart(self.restart_index)?;
+        let Some(index) = self.restart_before(original)? else {
+            self.invalidate();
+            return Ok(());
+        };
+        self.seek_to_restart(index)?;
         loop {
             if !self.parse_next()? || self.next > original {
                 return Err(self.fail(original, "entries do not chain to the previous key"));
@@ -134,6 +128,21 @@ impl BlockIter {
                 return Ok(());
             }
         }
+    }
+
+    /// The last restart point that lies before `offset`, if any (by binary search: steps do
+    /// not track the restart interval they are in, only `prev` needs it).
+    fn restart_before(&self, offset: usize) -> Result<Option<usize>> {
+        let (mut lo, mut hi) = (0, self.block.num_restarts);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.block.restart_point(mid)? < offset {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo.checked_sub(1))
     }
 
     fn invalidate(&mut self) {
@@ -157,7 +166,6 @@ impl BlockIter {
             }
         };
         self.key.clear();
-        self.restart_index = index;
         self.current = self.block.restarts_offset;
         self.next = offset;
         Ok(())
@@ -197,16 +205,27 @@ impl BlockIter {
         self.value = value;
         self.current = pos;
         self.next = next;
-        while self.restart_index + 1 < self.block.num_restarts
-            && self.block.restart_point(self.restart_index + 1)? <= pos
-        {
-            self.restart_index += 1;
-        }
         Ok(true)
     }
 
+    #[inline]
     fn decode_entry(&self, pos: usize) -> Option<RawEntry<'_>> {
         let entries = self.block.data.get(..self.block.restarts_offset)?;
+        // Most entries have all three lengths under 128, one byte each (LevelDB's fast path).
+        if let Some(&[shared, unshared, value_len]) = entries.get(pos..pos + 3)
+            && (shared | unshared | value_len) < 0x80
+        {
+            let delta_start = pos + 3;
+            let value_start = delta_start + usize::from(unshared);
+            let value_end = value_start + usize::from(value_len);
+            return Some(RawEntry {
+                shared: usize::from(shared),
+                key_delta: entries.get(delta_start..value_start)?,
+                delta_range: delta_start..value_start,
+                value: value_start..value_end,
+            })
+            .filter(|_| value_end <= entries.len());
+        }
         let mut cursor = Cursor::new(entries.get(pos..)?);
         let shared = cursor.varint_usize()?;
         let unshared = cursor.varint_usize()?;

@@ -81,6 +81,11 @@ impl Block {
         BlockIter::new(self.clone())
     }
 
+    /// A cursor that owns the block (no clone of its bytes and origin).
+    pub(crate) fn into_iter(self) -> BlockIter {
+        BlockIter::new(self)
+    }
+
     /// The number of bytes the block holds.
     pub(crate) fn size(&self) -> usize {
         self.data.len()

@@ -51,7 +51,7 @@ impl TableIter {
             self.data = None;
             return Err(self.index.corruption_here("bad block handle in index"));
         };
-        self.data = Some(self.table.data_block(handle)?.iter());
+        self.data = Some(self.table.data_block(handle)?.into_iter());
         Ok(true)
     }
 
