@@ -5,7 +5,7 @@
 //! Range tombstones are kept apart and fragmented on demand (cached until the next one arrives).
 
 use std::cmp::Ordering;
-use std::ops::Bound;
+use std::ops::{Bound, ControlFlow};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
@@ -257,6 +257,33 @@ impl Memtable {
         self.read_tombstones().raw.len() as u64
     }
 
+    /// Calls `visit` with each version of `key` visible at `snapshot` (seqno, kind, metadata and
+    /// value), newest first, at most `limit` of them, until it breaks. Copies nothing.
+    pub(crate) fn for_each_version(
+        &self,
+        key: &[u8],
+        snapshot: SeqNo,
+        limit: usize,
+        mut visit: impl FnMut(SeqNo, Kind, EntryMeta, &Bytes) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
+        if self.map.is_empty() {
+            return ControlFlow::Continue(());
+        }
+        let start = MemKey::new(key, snapshot, KIND_FOR_SEEK);
+        let versions = self
+            .map
+            .range(start..)
+            .take_while(|e| user_key(e.key().as_slice()) == key)
+            .take(limit);
+        for e in versions {
+            if let Some(parsed) = cairn_sstable::parse_internal_key(e.key().as_slice()) {
+                let value = e.value();
+                visit(parsed.seqno, parsed.kind, value.meta, &value.value)?;
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
     /// Versions of `key` visible at `snapshot`, newest first, at most `limit` of them.
     pub(crate) fn versions(
         &self,
@@ -264,25 +291,18 @@ impl Memtable {
         snapshot: SeqNo,
         limit: usize,
     ) -> Vec<cairn_sstable::Entry> {
-        if self.map.is_empty() {
-            return Vec::new();
-        }
-        let start = MemKey::new(key, snapshot, KIND_FOR_SEEK);
-        self.map
-            .range(start..)
-            .take_while(|e| user_key(e.key().as_slice()) == key)
-            .take(limit)
-            .filter_map(|e| {
-                let parsed = cairn_sstable::parse_internal_key(e.key().as_slice())?;
-                Some(cairn_sstable::Entry {
-                    user_key: Bytes::copy_from_slice(key),
-                    seqno: parsed.seqno,
-                    kind: parsed.kind,
-                    meta: e.value().meta,
-                    value: e.value().value.clone(),
-                })
-            })
-            .collect()
+        let mut out = Vec::new();
+        let _ = self.for_each_version(key, snapshot, limit, |seqno, kind, meta, value| {
+            out.push(cairn_sstable::Entry {
+                user_key: Bytes::copy_from_slice(key),
+                seqno,
+                kind,
+                meta,
+                value: value.clone(),
+            });
+            ControlFlow::Continue(())
+        });
+        out
     }
 
     /// An iterator over the point entries.

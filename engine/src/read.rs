@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use cairn_compaction::rules;
-use cairn_sstable::{Entry, InternalIterator, Kind, SeqNo, key::user_key, seek_key};
+use cairn_sstable::{EntryMeta, InternalIterator, Kind, SeqNo, TableIter, seek_key};
 
 use crate::clock::Clock;
 use crate::error::Result;
@@ -155,7 +155,7 @@ impl DbInner {
         self.walk_versions(&sv, cf, key, snapshot, |e| {
             match resolver.offer(e.kind, e.meta) {
                 ControlFlow::Break(true) => {
-                    found = Some(e.value);
+                    found = Some(e.value());
                     ControlFlow::Break(())
                 }
                 ControlFlow::Break(false) => ControlFlow::Break(()),
@@ -184,7 +184,7 @@ impl DbInner {
             match resolver.offer(e.kind, e.meta) {
                 ControlFlow::Break(true) => {
                     out.push(Version {
-                        value: e.value,
+                        value: e.value(),
                         seqno: e.seqno,
                         write_time: e.meta.write_time,
                     });
@@ -250,23 +250,29 @@ impl DbInner {
         cf: u32,
         key: &[u8],
         snapshot: SeqNo,
-        mut visit: impl FnMut(Entry) -> ControlFlow<()>,
+        mut visit: impl FnMut(Met<'_>) -> ControlFlow<()>,
     ) -> Result<()> {
         let cover = self.covering_seqno(sv, cf, key, snapshot)?;
-        let mut offer = |e: Entry| {
-            if e.seqno < cover {
+        let mut offer = |met: Met<'_>| {
+            if met.seqno < cover {
                 return ControlFlow::Break(());
             }
-            visit(e)
+            visit(met)
         };
         let limit = usize::try_from(sv.cf_options(cf)?.max_versions)
             .unwrap_or(1)
             .max(1);
         for mem in sv.memtables(cf) {
-            for e in mem.versions(key, snapshot, limit) {
-                if offer(e).is_break() {
-                    return Ok(());
-                }
+            let walked = mem.for_each_version(key, snapshot, limit, |seqno, kind, meta, value| {
+                offer(Met {
+                    seqno,
+                    kind,
+                    meta,
+                    value: MetValue::Memtable(value),
+                })
+            });
+            if walked.is_break() {
+                return Ok(());
             }
         }
         let Some(files) = sv.version.cf(cf) else {
@@ -282,15 +288,44 @@ impl DbInner {
             }
             let mut iter = table.iter();
             iter.seek(&seek_key(key, snapshot))?;
-            while iter.valid() && user_key(iter.key()) == key {
-                if let Some(e) = Entry::current(&iter)
-                    && offer(e).is_break()
-                {
+            while let Some(parsed) = iter.valid().then(|| iter.parsed_key()).flatten()
+                && parsed.user_key == key
+            {
+                let met = Met {
+                    seqno: parsed.seqno,
+                    kind: parsed.kind,
+                    meta: iter.meta(),
+                    value: MetValue::Table(&iter),
+                };
+                if offer(met).is_break() {
                     return Ok(());
                 }
                 iter.next()?;
             }
         }
         Ok(())
+    }
+}
+
+/// One version a point read meets. Its value is sliced out (a reference count) only if the
+/// read takes it.
+pub(crate) struct Met<'a> {
+    seqno: SeqNo,
+    kind: Kind,
+    meta: EntryMeta,
+    value: MetValue<'a>,
+}
+
+enum MetValue<'a> {
+    Memtable(&'a Bytes),
+    Table(&'a TableIter),
+}
+
+impl Met<'_> {
+    fn value(&self) -> Bytes {
+        match self.value {
+            MetValue::Memtable(value) => value.clone(),
+            MetValue::Table(iter) => iter.value_bytes(),
+        }
     }
 }
