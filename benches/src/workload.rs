@@ -73,6 +73,8 @@ pub enum Workload {
     ScanFresh10,
     /// One range delete over half the keys, then a full scan.
     DelrangeScan,
+    /// Runs of 100 to 10,000 deleted keys between live ones; seeks land at a run's start.
+    SeekDeletedRuns,
     /// A FIFO queue: pop the head found by an iterator, push at the tail.
     Queue,
     /// Bytes on disk after deleting every key and settling, as a fraction of the peak.
@@ -81,7 +83,7 @@ pub enum Workload {
 
 impl Workload {
     /// Every workload, in the order they run.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::FillSeq,
         Self::FillRandom,
         Self::Overwrite,
@@ -92,6 +94,7 @@ impl Workload {
         Self::Delete90,
         Self::ScanFresh10,
         Self::DelrangeScan,
+        Self::SeekDeletedRuns,
         Self::Queue,
         Self::SpaceAfterDelete,
     ];
@@ -109,6 +112,7 @@ impl Workload {
             Self::Delete90 => "delete90",
             Self::ScanFresh10 => "scan_fresh10",
             Self::DelrangeScan => "delrange_scan",
+            Self::SeekDeletedRuns => "seek_deleted_runs",
             Self::Queue => "queue",
             Self::SpaceAfterDelete => "space_after_delete",
         }
@@ -230,6 +234,7 @@ pub fn run(
         Workload::Delete90 => ctx.delete90(),
         Workload::ScanFresh10 => ctx.scan_fresh10(),
         Workload::DelrangeScan => ctx.delrange_scan(),
+        Workload::SeekDeletedRuns => ctx.seek_deleted_runs(),
         Workload::Queue => ctx.queue(),
         Workload::SpaceAfterDelete => ctx.space_after_delete(),
     };
@@ -484,6 +489,57 @@ impl Context<'_> {
             m.note = Some("no range delete: keys read and deleted one by one".into());
         }
         Ok(vec![m])
+    }
+
+    /// Pebble PR #3790 and `RocksDB` issue #10300: the filled keys are cut into runs of 100 to
+    /// 10,000 keys deleted one by one, each followed by ten live keys; the deletes are flushed
+    /// (not settled), then each seek lands at a run's first key and reads the live key after
+    /// it. Up to `reads` seeks, or `queue_cap_secs` seconds, whichever ends first.
+    fn seek_deleted_runs(&mut self) -> Result<Vec<Measurement>> {
+        /// Live keys after each run.
+        const GAP: u64 = 10;
+        self.filled()?;
+        let num = self.s.num;
+        let mut runs = Vec::new();
+        let mut first = 0;
+        while first < num {
+            let len = self.rng.random_range(100..=10_000).min(num - first);
+            runs.push((first, len));
+            for i in first..first + len {
+                self.engine.delete(&key(i))?;
+            }
+            first += len + GAP;
+        }
+        self.engine.flush()?;
+        let targets: Vec<(u64, u64)> = (0..self.s.reads)
+            .filter_map(|_| runs.get(self.rng.random_range(0..runs.len())).copied())
+            .collect();
+        let cap = Duration::from_secs(self.s.queue_cap_secs);
+        let start = Instant::now();
+        let mut done = 0u64;
+        for &(run, len) in &targets {
+            if start.elapsed() >= cap {
+                break;
+            }
+            // The last run may reach the end of the keys, with no live key after it.
+            let read = self.engine.seek(&key(run), 1)?;
+            let expected = usize::from(run + len < num);
+            if read != expected {
+                return Err(format!(
+                    "seek_deleted_runs: read {read} entries after the run at {run}, expected {expected}"
+                )
+                .into());
+            }
+            done += 1;
+        }
+        let mut m = Measurement::timed("seek_deleted_runs", start.elapsed(), done);
+        if done < self.s.reads {
+            m.note = Some(format!(
+                "stopped at the {} s cap after {done} of {} seeks",
+                self.s.queue_cap_secs, self.s.reads
+            ));
+        }
+        Ok(vec![m.with("runs", as_f64(runs.len() as u64))])
     }
 
     /// fjall issue #115: a FIFO of `queue_items` items; each operation finds the head with an
