@@ -288,9 +288,15 @@ impl DbInner {
             }
             let mut iter = table.iter();
             iter.seek(&seek_key(key, snapshot))?;
-            while let Some(parsed) = iter.valid().then(|| iter.parsed_key()).flatten()
-                && parsed.user_key == key
-            {
+            while iter.valid() {
+                // The table iterator reports a malformed key when it decodes one; this is the
+                // same check, so a key it let through never ends the walk silently.
+                let Some(parsed) = iter.parsed_key() else {
+                    return Err(iter.corruption_here("malformed internal key").into());
+                };
+                if parsed.user_key != key {
+                    break;
+                }
                 let met = Met {
                     seqno: parsed.seqno,
                     kind: parsed.kind,
