@@ -55,6 +55,12 @@ pub struct FileInfo {
     pub oldest_write_time: Option<u64>,
     /// True while a running compaction holds it.
     pub being_compacted: bool,
+    /// The output of an in-place rewrite at the last level that dropped nothing, while what
+    /// could change that (the oldest snapshot, the clock passing the grace) has not: the pickers
+    /// driven by its tombstones, expiry or reads leave it, or they would rewrite it forever.
+    /// (A table's oldest tombstone by seqno and its oldest by time can differ, as when the wall
+    /// clock steps back, and each can be kept for its own reason.)
+    pub futile: bool,
 }
 
 impl FileInfo {
@@ -350,10 +356,15 @@ impl LevelsView {
             .flat_map(|(level, files)| files.iter().map(move |f| (level, f)))
     }
 
+    /// The tables the pickers driven by tombstones, expiry and reads may choose.
+    fn worth_rewriting(&self) -> impl Iterator<Item = (usize, &FileInfo)> {
+        self.files().filter(|(_, f)| !f.futile)
+    }
+
     fn pick_deadline(&self, config: &PickerConfig<'_>) -> Option<Pick> {
         let deadline = config.deadline_ms?;
         let rules = config.tombstone_rules();
-        self.files().find_map(|(level, file)| {
+        self.worth_rewriting().find_map(|(level, file)| {
             let droppable_since = rules.grace_end(file.oldest_tombstone_time?);
             let budget = crate::rules::deadline_budget(deadline, self.levels.len(), Some(level));
             let due = config.now >= droppable_since.saturating_add(budget) && !pinned(file, config);
@@ -366,7 +377,7 @@ impl LevelsView {
     }
 
     fn pick_dense(&self, config: &PickerConfig<'_>) -> Option<Pick> {
-        self.files().find_map(|(level, file)| {
+        self.worth_rewriting().find_map(|(level, file)| {
             if file.max_tombstones_in_window >= config.density_trigger.max(1) {
                 self.advance(Reason::TombstoneDensity, level, file, config)
             } else {
@@ -377,7 +388,7 @@ impl LevelsView {
 
     fn pick_read_triggered(&self, config: &PickerConfig<'_>) -> Option<Pick> {
         config.read_triggered.iter().find_map(|(start, end)| {
-            self.files().find_map(|(level, file)| {
+            self.worth_rewriting().find_map(|(level, file)| {
                 if file.num_tombstones > 0 && file.overlaps(start, end) {
                     self.advance(Reason::ReadTriggered, level, file, config)
                 } else {
@@ -388,7 +399,7 @@ impl LevelsView {
     }
 
     fn pick_ttl(&self, config: &PickerConfig<'_>) -> Option<Pick> {
-        self.files().find_map(|(level, file)| {
+        self.worth_rewriting().find_map(|(level, file)| {
             let cell_expired = file.earliest_expiry.is_some_and(|e| config.now >= e);
             // The family TTL is judged by the oldest write, which a tombstone left in place of an
             // expired value keeps old: at the bottom only cell expiry (gone once rewritten) counts,
@@ -414,7 +425,7 @@ impl LevelsView {
         let last = self.last_level();
         self.level(last)
             .iter()
-            .find(|f| bottom_droppable(f, config))
+            .find(|f| !f.futile && bottom_droppable(f, config))
             .and_then(|f| self.push_down(Reason::DroppableTombstones, last, f))
     }
 

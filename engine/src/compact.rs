@@ -12,8 +12,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use cairn_compaction::job::{Grandparent, JobOutput, JobSpec, OutputFiles};
 use cairn_compaction::picker::{FileInfo, LevelsView, Pick, PickerConfig, Reason};
-use cairn_compaction::{BelowOracle, GcContext};
+use cairn_compaction::{BelowOracle, DropCounts, GcContext};
 use cairn_fs::WritableFile;
+use cairn_sstable::SeqNo;
 
 use crate::error::{Error, Result};
 use crate::filename;
@@ -96,10 +97,9 @@ impl DbInner {
     fn pick_compaction(&self, state: &mut DbState) -> Option<Running> {
         let cfs: Vec<u32> = state.meta.cfs.keys().copied().collect();
         for cf in cfs {
-            let view = state.levels_view(cf);
             let read_triggered = state.read_triggered.get(&cf).cloned().unwrap_or_default();
             let config = self.picker_config(state, cf, &read_triggered);
-            let pick = view.pick(&config);
+            let pick = automatic_view(state, cf, &config).pick(&config);
             if !matches!(
                 pick.as_ref().map(|p| p.reason),
                 Some(
@@ -347,13 +347,48 @@ impl DbInner {
                         ..VersionEdit::default()
                     }))
             },
-            |_| self.stats.note_compaction(output),
+            |state| {
+                self.stats.note_compaction(output);
+                self.note_futile_rewrite(state, running, numbers, output);
+            },
         )?;
         Ok(if installed.is_some() {
             Outcome::Installed
         } else {
             Outcome::Abandoned
         })
+    }
+
+    /// Remembers the outputs of an automatic rewrite in place (at the last level) that dropped
+    /// nothing, so the picker does not choose them again until the oldest snapshot changes or
+    /// the family's grace period (at least a second) passes; forgets tables no longer live.
+    fn note_futile_rewrite(
+        &self,
+        state: &mut DbState,
+        running: &Running,
+        numbers: &[u64],
+        output: &JobOutput,
+    ) {
+        let live = state.meta.version.live_files();
+        state.futile.retain(|n, _| live.contains(n));
+        let pick = &running.pick;
+        let in_place = pick.input_level == pick.output_level;
+        if !in_place || pick.reason == Reason::Manual || output.drops != DropCounts::default() {
+            return;
+        }
+        let grace = state
+            .meta
+            .cfs
+            .get(&running.cf)
+            .map_or(Duration::ZERO, |(_, options)| options.tombstone_grace);
+        let now = self.options.clock.now_ms();
+        let guard = FutileRewrite {
+            oldest_snapshot: self.snapshots.oldest(),
+            retry_at: now.saturating_add(crate::clock::millis(grace.max(Duration::from_secs(1)))),
+        };
+        for &n in numbers {
+            state.futile.insert(n, guard);
+        }
     }
 
     /// Compacts every table of `cf` overlapping `range` down to the last level, and rewrites the
@@ -423,10 +458,8 @@ impl DbInner {
                 && !self.manifest_roll_due(&state)
                 && state.meta.cfs.keys().all(|&cf| {
                     let read_triggered = state.read_triggered.get(&cf).cloned().unwrap_or_default();
-                    state
-                        .levels_view(cf)
-                        .pick(&self.picker_config(&state, cf, &read_triggered))
-                        .is_none()
+                    let config = self.picker_config(&state, cf, &read_triggered);
+                    automatic_view(&state, cf, &config).pick(&config).is_none()
                 });
             if idle {
                 drop(state);
@@ -559,6 +592,34 @@ fn bounds_in(view: &LevelsView, range: &(Bound<Bytes>, Bound<Bytes>)) -> Option<
 }
 
 /// The picker's view of a table.
+/// Why a table an in-place rewrite produced is not worth rewriting again yet: what the rewrite
+/// saw, and when the clock passes every grace period that then held its tombstones.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FutileRewrite {
+    oldest_snapshot: Option<SeqNo>,
+    retry_at: u64,
+}
+
+impl FutileRewrite {
+    /// Still futile with `oldest_snapshot` the oldest snapshot at `now`.
+    fn holds(self, oldest_snapshot: Option<SeqNo>, now: u64) -> bool {
+        self.oldest_snapshot == oldest_snapshot && now < self.retry_at
+    }
+}
+
+/// What the background picker sees of `cf`: the tables, with the ones a futile rewrite left
+/// marked so.
+fn automatic_view(state: &DbState, cf: u32, config: &PickerConfig<'_>) -> LevelsView {
+    let mut view = state.levels_view(cf);
+    for file in view.levels.iter_mut().flatten() {
+        file.futile = state
+            .futile
+            .get(&file.number)
+            .is_some_and(|f| f.holds(config.oldest_snapshot, config.now));
+    }
+    view
+}
+
 fn file_info(f: &FileMeta, busy: bool) -> FileInfo {
     FileInfo {
         number: f.number,
@@ -574,6 +635,7 @@ fn file_info(f: &FileMeta, busy: bool) -> FileInfo {
         earliest_expiry: f.earliest_expiry,
         oldest_write_time: f.oldest_write_time,
         being_compacted: busy,
+        futile: false,
     }
 }
 

@@ -90,6 +90,9 @@ pub(crate) struct DbState {
     pub(crate) freeze_requested: bool,
     /// Per column family, key ranges where scans stepped over many tombstones.
     pub(crate) read_triggered: std::collections::BTreeMap<u32, Vec<(bytes::Bytes, bytes::Bytes)>>,
+    /// Tables an automatic in-place rewrite at the last level produced without dropping
+    /// anything, by number: the picker leaves them while nothing that could change that has.
+    pub(crate) futile: std::collections::BTreeMap<u64, crate::compact::FutileRewrite>,
 }
 
 /// A compaction that has been picked and not yet installed.
@@ -173,6 +176,7 @@ impl DbInner {
                 freeze_requested: false,
                 sweep_pending: false,
                 read_triggered: std::collections::BTreeMap::new(),
+                futile: std::collections::BTreeMap::new(),
             }),
             state_changed: Condvar::new(),
             manifest: Mutex::new(parts.manifest),
