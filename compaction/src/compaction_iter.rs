@@ -129,6 +129,9 @@ pub struct CompactionIter<'a, I> {
     range_tombstones: FragmentedRangeTombstones,
     ready: VecDeque<OutputEntry>,
     drops: DropCounts,
+    /// The earliest time something kept becomes droppable by the clock alone: the end of a
+    /// tombstone's grace, or a value's expiry.
+    next_change: Option<u64>,
     single_delete_misuse: u64,
     entries_in: u64,
 }
@@ -159,6 +162,7 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
             range_tombstones,
             ready: VecDeque::new(),
             drops: DropCounts::default(),
+            next_change: None,
             single_delete_misuse: 0,
             entries_in: 0,
         })
@@ -167,6 +171,12 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
     /// Entries dropped so far, by rule.
     pub fn drops(&self) -> &DropCounts {
         &self.drops
+    }
+
+    /// The earliest time something this compaction kept becomes droppable by the clock alone
+    /// (a tombstone's grace ends, a value expires); `None` if nothing would.
+    pub fn next_change(&self) -> Option<u64> {
+        self.next_change
     }
 
     /// `SingleDelete`s found covering more than one put.
@@ -212,14 +222,18 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
                         .range_may_exist_below(&fragment.start, &fragment.end)
                         .then_some(())
                 };
-                let obsolete = self
-                    .ctx
-                    .tombstone_rules()
-                    .keep_reason(version.seqno, version.write_time, below)
-                    .is_none();
+                let reason = self.ctx.tombstone_rules().keep_reason(
+                    version.seqno,
+                    version.write_time,
+                    below,
+                );
+                let obsolete = reason.is_none();
                 if redundant || obsolete {
                     self.drops.range += 1;
                     continue;
+                }
+                if let Some(rules::KeepReason::GraceUntil { time }) = reason {
+                    self.next_change = Some(self.next_change.map_or(time, |t| t.min(time)));
                 }
                 kept_stripes.push(stripe);
                 kept.push(RangeTombstone {
@@ -351,9 +365,11 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
         v: KeyVersion,
         below: &mut Below<'_>,
     ) -> PutFate {
-        if let Some(expiry) =
-            rules::expiry(v.meta, self.ctx.cf_ttl_ms).filter(|&e| self.ctx.now >= e)
-        {
+        let expiry = rules::expiry(v.meta, self.ctx.cf_ttl_ms);
+        if let Some(later) = expiry.filter(|&e| self.ctx.now < e) {
+            self.note_change_at(later);
+        }
+        if let Some(expiry) = expiry.filter(|&e| self.ctx.now >= e) {
             self.drops.expired += 1;
             if self.ctx.max_versions > 1 {
                 return PutFate::Drop { hides_older: false };
@@ -383,12 +399,25 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
 
     /// True if the obsolete-tombstone rule lets a tombstone at `seqno` written at
     /// `deletion_time` go.
-    fn obsolete(&self, seqno: SeqNo, deletion_time: u64, below: &mut Below<'_>) -> bool {
+    fn obsolete(&mut self, seqno: SeqNo, deletion_time: u64, below: &mut Below<'_>) -> bool {
         let data_below = || below.get(&self.ctx).then_some(());
-        self.ctx
+        let reason = self
+            .ctx
             .tombstone_rules()
-            .keep_reason(seqno, deletion_time, data_below)
-            .is_none()
+            .keep_reason(seqno, deletion_time, data_below);
+        self.note_keep(reason.as_ref());
+        reason.is_none()
+    }
+
+    /// Notes when a tombstone kept for `reason` may go by the clock alone.
+    fn note_keep<B>(&mut self, reason: Option<&rules::KeepReason<B>>) {
+        if let Some(rules::KeepReason::GraceUntil { time }) = reason {
+            self.note_change_at(*time);
+        }
+    }
+
+    fn note_change_at(&mut self, time: u64) {
+        self.next_change = Some(self.next_change.map_or(time, |t| t.min(time)));
     }
 }
 

@@ -8,7 +8,7 @@
 use bytes::Bytes;
 use cairn_fs::WritableFile;
 use cairn_sstable::{
-    FragmentedRangeTombstones, MergingIter, RangeTombstone, Table, TableIter, TableOptions,
+    FragmentedRangeTombstones, MergingIter, RangeTombstone, SeqNo, Table, TableIter, TableOptions,
     TableSummary, TableWriter,
 };
 
@@ -69,6 +69,11 @@ pub struct JobOutput {
     pub entries_in: u64,
     /// Point entries written.
     pub entries_out: u64,
+    /// The earliest time something kept becomes droppable by the clock alone (a grace end, an
+    /// expiry): a rewrite that dropped nothing may be worth repeating then.
+    pub next_change: Option<u64>,
+    /// The oldest snapshot the rules were applied with.
+    pub oldest_snapshot: Option<SeqNo>,
 }
 
 /// Runs a compaction.
@@ -86,6 +91,7 @@ pub fn run(spec: JobSpec<'_>, outputs: &mut dyn OutputFiles) -> Result<JobOutput
         max_grandparent_overlap,
     } = spec;
     let bytes_read = inputs.iter().map(Table::file_size).sum();
+    let oldest_snapshot = ctx.snapshots.first().copied();
     let all_tombstones: Vec<RangeTombstone> = inputs
         .iter()
         .flat_map(|t| t.range_tombstones().iter_tombstones())
@@ -123,6 +129,8 @@ pub fn run(spec: JobSpec<'_>, outputs: &mut dyn OutputFiles) -> Result<JobOutput
         bytes_written: tables.iter().map(|t| t.file_size).sum(),
         tables,
         drops: *iter.drops(),
+        next_change: iter.next_change(),
+        oldest_snapshot,
         single_delete_misuse: iter.single_delete_misuse(),
         bytes_read,
         entries_in: iter.entries_in(),

@@ -20,8 +20,12 @@
 //! 6. **droppable tombstones at the bottom**, which is what a snapshot release or the end of a
 //!    grace period leaves behind.
 //!
-//! A bottom-level table is only rewritten in place when some tombstone in it can be dropped now
-//! (no snapshot older than it, grace over), so a pinned tombstone never makes the picker loop.
+//! A bottom-level table is rewritten in place when its oldest tombstone by seqno is not pinned by
+//! a snapshot and its oldest by time is past its grace. Those can be two tombstones, each kept
+//! for its own reason (a value expired into a tombstone keeps its seqno and takes a later time;
+//! a wall clock steps back), and then the rewrite drops nothing: the engine marks its output
+//! [`FileInfo::futile`] until the oldest snapshot changes or the clock reaches the first grace
+//! end or expiry that rewrite kept, so the picker does not choose it again and again.
 
 use bytes::Bytes;
 use cairn_sstable::{EntryMeta, SeqNo};
@@ -399,7 +403,9 @@ impl LevelsView {
     }
 
     fn pick_ttl(&self, config: &PickerConfig<'_>) -> Option<Pick> {
-        self.worth_rewriting().find_map(|(level, file)| {
+        // Not `worth_rewriting`: at the bottom it fires only on an expired value, which the
+        // rewrite drops, so it cannot loop, and skipping would only delay the expiry.
+        self.files().find_map(|(level, file)| {
             let cell_expired = file.earliest_expiry.is_some_and(|e| config.now >= e);
             // The family TTL is judged by the oldest write, which a tombstone left in place of an
             // expired value keeps old: at the bottom only cell expiry (gone once rewritten) counts,

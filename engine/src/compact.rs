@@ -349,7 +349,7 @@ impl DbInner {
             },
             |state| {
                 self.stats.note_compaction(output);
-                self.note_futile_rewrite(state, running, numbers, output);
+                note_futile_rewrite(state, running, numbers, output);
             },
         )?;
         Ok(if installed.is_some() {
@@ -357,38 +357,6 @@ impl DbInner {
         } else {
             Outcome::Abandoned
         })
-    }
-
-    /// Remembers the outputs of an automatic rewrite in place (at the last level) that dropped
-    /// nothing, so the picker does not choose them again until the oldest snapshot changes or
-    /// the family's grace period (at least a second) passes; forgets tables no longer live.
-    fn note_futile_rewrite(
-        &self,
-        state: &mut DbState,
-        running: &Running,
-        numbers: &[u64],
-        output: &JobOutput,
-    ) {
-        let live = state.meta.version.live_files();
-        state.futile.retain(|n, _| live.contains(n));
-        let pick = &running.pick;
-        let in_place = pick.input_level == pick.output_level;
-        if !in_place || pick.reason == Reason::Manual || output.drops != DropCounts::default() {
-            return;
-        }
-        let grace = state
-            .meta
-            .cfs
-            .get(&running.cf)
-            .map_or(Duration::ZERO, |(_, options)| options.tombstone_grace);
-        let now = self.options.clock.now_ms();
-        let guard = FutileRewrite {
-            oldest_snapshot: self.snapshots.oldest(),
-            retry_at: now.saturating_add(crate::clock::millis(grace.max(Duration::from_secs(1)))),
-        };
-        for &n in numbers {
-            state.futile.insert(n, guard);
-        }
     }
 
     /// Compacts every table of `cf` overlapping `range` down to the last level, and rewrites the
@@ -591,9 +559,36 @@ fn bounds_in(view: &LevelsView, range: &(Bound<Bytes>, Bound<Bytes>)) -> Option<
     (start <= end).then_some((start, end))
 }
 
-/// The picker's view of a table.
-/// Why a table an in-place rewrite produced is not worth rewriting again yet: what the rewrite
-/// saw, and when the clock passes every grace period that then held its tombstones.
+/// Remembers the outputs of an automatic rewrite in place (at the last level) that dropped
+/// nothing, so the picker does not choose them again until the oldest snapshot differs from
+/// the one the job judged by, or the clock reaches the first grace end or expiry the job
+/// kept; forgets tables no longer live.
+fn note_futile_rewrite(
+    state: &mut DbState,
+    running: &Running,
+    numbers: &[u64],
+    output: &JobOutput,
+) {
+    let live = state.meta.version.live_files();
+    state.futile.retain(|n, _| live.contains(n));
+    let pick = &running.pick;
+    let in_place = pick.input_level == pick.output_level;
+    if !in_place || pick.reason == Reason::Manual || output.drops != DropCounts::default() {
+        return;
+    }
+    // What the job judged by: a snapshot released since, or the clock reaching the first
+    // grace end or expiry it kept, may let the next rewrite drop something.
+    let guard = FutileRewrite {
+        oldest_snapshot: output.oldest_snapshot,
+        retry_at: output.next_change.unwrap_or(u64::MAX),
+    };
+    for &n in numbers {
+        state.futile.insert(n, guard);
+    }
+}
+
+/// Why a table an in-place rewrite produced is not worth rewriting again yet: the oldest
+/// snapshot the rewrite judged by, and when the first thing it kept can go by the clock alone.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct FutileRewrite {
     oldest_snapshot: Option<SeqNo>,
@@ -620,6 +615,7 @@ fn automatic_view(state: &DbState, cf: u32, config: &PickerConfig<'_>) -> Levels
     view
 }
 
+/// The picker's view of a table.
 fn file_info(f: &FileMeta, busy: bool) -> FileInfo {
     FileInfo {
         number: f.number,
