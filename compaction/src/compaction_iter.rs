@@ -129,8 +129,8 @@ pub struct CompactionIter<'a, I> {
     range_tombstones: FragmentedRangeTombstones,
     ready: VecDeque<OutputEntry>,
     drops: DropCounts,
-    /// The earliest time something kept becomes droppable by the clock alone: the end of a
-    /// tombstone's grace, or a value's expiry.
+    /// The earliest end of a grace period that kept a tombstone: when the clock alone may let
+    /// a rewrite of the output drop it. (Expiries are left out: the TTL picker acts on them.)
     next_change: Option<u64>,
     single_delete_misuse: u64,
     entries_in: u64,
@@ -173,8 +173,8 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
         &self.drops
     }
 
-    /// The earliest time something this compaction kept becomes droppable by the clock alone
-    /// (a tombstone's grace ends, a value expires); `None` if nothing would.
+    /// The earliest end of a grace period that kept a tombstone in this compaction; `None` if
+    /// none did (every tombstone kept is then pinned by a snapshot, or has data below).
     pub fn next_change(&self) -> Option<u64> {
         self.next_change
     }
@@ -233,6 +233,7 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
                     continue;
                 }
                 if let Some(rules::KeepReason::GraceUntil { time }) = reason {
+                    // `note_change_at`, on the one field: `self` is borrowed by the loop.
                     self.next_change = Some(self.next_change.map_or(time, |t| t.min(time)));
                 }
                 kept_stripes.push(stripe);
@@ -365,11 +366,9 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
         v: KeyVersion,
         below: &mut Below<'_>,
     ) -> PutFate {
-        let expiry = rules::expiry(v.meta, self.ctx.cf_ttl_ms);
-        if let Some(later) = expiry.filter(|&e| self.ctx.now < e) {
-            self.note_change_at(later);
-        }
-        if let Some(expiry) = expiry.filter(|&e| self.ctx.now >= e) {
+        if let Some(expiry) =
+            rules::expiry(v.meta, self.ctx.cf_ttl_ms).filter(|&e| self.ctx.now >= e)
+        {
             self.drops.expired += 1;
             if self.ctx.max_versions > 1 {
                 return PutFate::Drop { hides_older: false };

@@ -69,8 +69,8 @@ pub struct JobOutput {
     pub entries_in: u64,
     /// Point entries written.
     pub entries_out: u64,
-    /// The earliest time something kept becomes droppable by the clock alone (a grace end, an
-    /// expiry): a rewrite that dropped nothing may be worth repeating then.
+    /// The earliest end of a grace period that kept a tombstone: a rewrite in place at the last
+    /// level is worth repeating then, or once the oldest snapshot changes.
     pub next_change: Option<u64>,
     /// The oldest snapshot the rules were applied with.
     pub oldest_snapshot: Option<SeqNo>,

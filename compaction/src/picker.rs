@@ -24,8 +24,10 @@
 //! a snapshot and its oldest by time is past its grace. Those can be two tombstones, each kept
 //! for its own reason (a value expired into a tombstone keeps its seqno and takes a later time;
 //! a wall clock steps back), and then the rewrite drops nothing: the engine marks its output
-//! [`FileInfo::futile`] until the oldest snapshot changes or the clock reaches the first grace
-//! end or expiry that rewrite kept, so the picker does not choose it again and again.
+//! [`FileInfo::futile`] (as it does every automatic rewrite in place at the bottom) until the
+//! oldest snapshot changes or the clock reaches the first grace end that rewrite kept, so the
+//! picker does not choose it again and again. The TTL picker, whose bottom rewrites always drop
+//! the expired value that chose them, ignores the mark.
 
 use bytes::Bytes;
 use cairn_sstable::{EntryMeta, SeqNo};
@@ -59,11 +61,11 @@ pub struct FileInfo {
     pub oldest_write_time: Option<u64>,
     /// True while a running compaction holds it.
     pub being_compacted: bool,
-    /// The output of an in-place rewrite at the last level that dropped nothing, while what
-    /// could change that (the oldest snapshot, the clock passing the grace) has not: the pickers
-    /// driven by its tombstones, expiry or reads leave it, or they would rewrite it forever.
-    /// (A table's oldest tombstone by seqno and its oldest by time can differ, as when the wall
-    /// clock steps back, and each can be kept for its own reason.)
+    /// The output of an automatic in-place rewrite at the last level, while what could let a
+    /// new rewrite drop more (a change of the oldest snapshot, the end of a grace it kept) has
+    /// not happened: the pickers driven by its tombstones or by reads leave it, or they could
+    /// rewrite it forever. (A table's oldest tombstone by seqno and its oldest by time can
+    /// differ, each kept for its own reason.) The TTL picker does not look at it.
     pub futile: bool,
 }
 
@@ -360,7 +362,7 @@ impl LevelsView {
             .flat_map(|(level, files)| files.iter().map(move |f| (level, f)))
     }
 
-    /// The tables the pickers driven by tombstones, expiry and reads may choose.
+    /// The tables the pickers driven by tombstones and reads may choose.
     fn worth_rewriting(&self) -> impl Iterator<Item = (usize, &FileInfo)> {
         self.files().filter(|(_, f)| !f.futile)
     }

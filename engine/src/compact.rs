@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use cairn_compaction::job::{Grandparent, JobOutput, JobSpec, OutputFiles};
 use cairn_compaction::picker::{FileInfo, LevelsView, Pick, PickerConfig, Reason};
-use cairn_compaction::{BelowOracle, DropCounts, GcContext};
+use cairn_compaction::{BelowOracle, GcContext};
 use cairn_fs::WritableFile;
 use cairn_sstable::SeqNo;
 
@@ -559,10 +559,10 @@ fn bounds_in(view: &LevelsView, range: &(Bound<Bytes>, Bound<Bytes>)) -> Option<
     (start <= end).then_some((start, end))
 }
 
-/// Remembers the outputs of an automatic rewrite in place (at the last level) that dropped
-/// nothing, so the picker does not choose them again until the oldest snapshot differs from
-/// the one the job judged by, or the clock reaches the first grace end or expiry the job
-/// kept; forgets tables no longer live.
+/// Remembers the outputs of an automatic rewrite in place at the last level, so the picker does
+/// not choose them again for their tombstones until the oldest snapshot differs from the one
+/// the job judged by, or the clock reaches the first grace end the job kept; forgets tables no
+/// longer live.
 fn note_futile_rewrite(
     state: &mut DbState,
     running: &Running,
@@ -573,11 +573,13 @@ fn note_futile_rewrite(
     state.futile.retain(|n, _| live.contains(n));
     let pick = &running.pick;
     let in_place = pick.input_level == pick.output_level;
-    if !in_place || pick.reason == Reason::Manual || output.drops != DropCounts::default() {
+    if !in_place || pick.reason == Reason::Manual {
         return;
     }
-    // What the job judged by: a snapshot released since, or the clock reaching the first
-    // grace end or expiry it kept, may let the next rewrite drop something.
+    // The job dropped all it could: nothing left at the last level can go before a snapshot
+    // it judged by is released or the first grace it kept ends. (Marking only rewrites that
+    // dropped nothing let every expiry lift the mark, and the next rewrite, which dropped the
+    // expired value, went unmarked: two rewrites of the table per expiry.)
     let guard = FutileRewrite {
         oldest_snapshot: output.oldest_snapshot,
         retry_at: output.next_change.unwrap_or(u64::MAX),
@@ -588,7 +590,7 @@ fn note_futile_rewrite(
 }
 
 /// Why a table an in-place rewrite produced is not worth rewriting again yet: the oldest
-/// snapshot the rewrite judged by, and when the first thing it kept can go by the clock alone.
+/// snapshot the rewrite judged by, and when the first grace it kept ends.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct FutileRewrite {
     oldest_snapshot: Option<SeqNo>,
