@@ -18,16 +18,12 @@ fn open(dir: &tempfile::TempDir, clock: &Arc<ManualClock>, options: Options) -> 
     Db::open(dir.path(), options.clock(clock.clone())).expect("open")
 }
 
-/// A database on a `ManualClock` at `START` with a 2 s delete persistence deadline, and a
-/// family `graced` whose tombstones have a 10 s grace.
-fn graced_with_deadline() -> (tempfile::TempDir, Arc<ManualClock>, Db, ColumnFamily) {
+/// A database opened with `options` on a `ManualClock` at `START`, and a family `graced` whose
+/// tombstones have a 10 s grace.
+fn graced(options: Options) -> (tempfile::TempDir, Arc<ManualClock>, Db, ColumnFamily) {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock = Arc::new(ManualClock::new(START));
-    let db = open(
-        &dir,
-        &clock,
-        Options::default().delete_persistence_deadline(Duration::from_secs(2)),
-    );
+    let db = open(&dir, &clock, options);
     let cf = db
         .create_column_family(
             "graced",
@@ -35,6 +31,11 @@ fn graced_with_deadline() -> (tempfile::TempDir, Arc<ManualClock>, Db, ColumnFam
         )
         .expect("cf");
     (dir, clock, db, cf)
+}
+
+/// Options with a 2 s delete persistence deadline.
+fn with_deadline() -> Options {
+    Options::default().delete_persistence_deadline(Duration::from_secs(2))
 }
 
 fn in_tables(cf: &ColumnFamily, key: &str) -> Vec<(u64, Kind, u64, Option<u64>)> {
@@ -51,7 +52,7 @@ fn in_tables(cf: &ColumnFamily, key: &str) -> Vec<(u64, Kind, u64, Option<u64>)>
 /// end at START+10000 and is promised gone by START+12000; a put `c` expires at START+10000.
 #[test]
 fn review_a_clock_step_futile_mark_outlives_the_deadline_and_a_ttl() {
-    let (_dir, clock, db, cf) = graced_with_deadline();
+    let (_dir, clock, db, cf) = graced(with_deadline());
     cf.put("a", "v").expect("put");
     cf.put("b", "v").expect("put");
     cf.put_with_ttl("c", "v", Duration::from_secs(10))
@@ -85,7 +86,7 @@ fn review_a_clock_step_futile_mark_outlives_the_deadline_and_a_ttl() {
 /// expiry) inverts seqno and time order against a later delete. Grace 10 s, deadline 2 s.
 #[test]
 fn review_b_ttl_converted_tombstone_misses_the_deadline_without_any_clock_step() {
-    let (_dir, clock, db, cf) = graced_with_deadline();
+    let (_dir, clock, db, cf) = graced(with_deadline());
     cf.put("k", "old").expect("put");
     let snap_a = db.snapshot();
     cf.put_with_ttl("k", "new", Duration::from_secs(5))
@@ -148,8 +149,6 @@ impl CompactionFilter for Gate {
 /// long over) waits for the grace to pass again.
 #[test]
 fn review_c_snapshot_released_during_the_futile_job() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let clock = Arc::new(ManualClock::new(START));
     let (entered_tx, entered_rx) = mpsc::channel();
     let (go_tx, go_rx) = mpsc::channel();
     let gate = Arc::new(Gate {
@@ -157,19 +156,7 @@ fn review_c_snapshot_released_during_the_futile_job() {
         entered: Mutex::new(entered_tx),
         go: Mutex::new(go_rx),
     });
-    let db = open(
-        &dir,
-        &clock,
-        Options::default()
-            .delete_persistence_deadline(Duration::from_secs(2))
-            .compaction_filter(gate.clone()),
-    );
-    let cf = db
-        .create_column_family(
-            "graced",
-            CfOptions::default().tombstone_grace(Duration::from_secs(10)),
-        )
-        .expect("cf");
+    let (_dir, clock, db, cf) = graced(with_deadline().compaction_filter(gate.clone()));
     cf.put("a", "v").expect("put");
     cf.put("b", "v").expect("put");
     cf.delete("a").expect("delete a");
@@ -204,7 +191,7 @@ fn review_c_snapshot_released_during_the_futile_job() {
 /// `next_change` must carry X's grace end from `surviving_range_tombstones`.
 #[test]
 fn review_d_range_tombstone_grace_end_lifts_the_guard() {
-    let (_dir, clock, db, cf) = graced_with_deadline();
+    let (_dir, clock, db, cf) = graced(with_deadline());
     cf.put("r", "v").expect("put");
     cf.put("b", "v").expect("put");
     cf.delete_range("r", "s").expect("delete_range");
@@ -291,15 +278,7 @@ fn review_e_family_ttl_expiries_lift_the_guard_one_by_one() {
 /// picker must not choose it again and again.
 #[test]
 fn a_clock_stepping_back_does_not_make_compaction_rewrite_a_table_forever() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let clock = Arc::new(ManualClock::new(START));
-    let db = open(&dir, &clock, Options::default());
-    let cf = db
-        .create_column_family(
-            "graced",
-            CfOptions::default().tombstone_grace(Duration::from_secs(10)),
-        )
-        .expect("cf");
+    let (_dir, clock, db, cf) = graced(Options::default());
     cf.put("a", "v").expect("put");
     cf.put("b", "v").expect("put");
     cf.delete("a").expect("delete a");
