@@ -20,7 +20,7 @@ use std::ops::Bound;
 use bytes::Bytes;
 
 use super::range_tombstones::{
-    Fragment, FragmentedRangeTombstones, RangeTombstone, TombstoneVersion,
+    Fragment, FragmentedRangeTombstones, RangeTombstone, TombstoneVersion, push_merging,
 };
 use crate::key::SeqNo;
 
@@ -128,18 +128,12 @@ impl RangeTombstoneMap {
     pub fn to_fragmented(&self) -> FragmentedRangeTombstones {
         let mut fragments: Vec<Fragment> = Vec::with_capacity(self.pieces.len());
         for (start, piece) in &self.pieces {
-            if let Some(last) = fragments.last_mut()
-                && last.end == *start
-                && last.versions == piece.versions
-            {
-                last.end = piece.end.clone();
-                continue;
-            }
-            fragments.push(Fragment {
-                start: start.clone(),
-                end: piece.end.clone(),
-                versions: piece.versions.clone(),
-            });
+            push_merging(
+                &mut fragments,
+                start.clone(),
+                piece.end.clone(),
+                piece.versions.clone(),
+            );
         }
         FragmentedRangeTombstones::from_sorted_fragments(fragments)
     }

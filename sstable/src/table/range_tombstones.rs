@@ -230,7 +230,7 @@ fn slice_of(whole: &Bytes, part: &[u8]) -> Bytes {
 
 /// Appends a fragment, merging it into the previous one when they touch and carry the same
 /// tombstones.
-fn push_merging(
+pub(crate) fn push_merging(
     fragments: &mut Vec<Fragment>,
     start: Bytes,
     end: Bytes,
