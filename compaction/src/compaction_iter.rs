@@ -232,10 +232,7 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
                     self.drops.range += 1;
                     continue;
                 }
-                if let Some(rules::KeepReason::GraceUntil { time }) = reason {
-                    // `note_change_at`, on the one field: `self` is borrowed by the loop.
-                    self.next_change = Some(self.next_change.map_or(time, |t| t.min(time)));
-                }
+                note_grace_end(&mut self.next_change, reason.as_ref());
                 kept_stripes.push(stripe);
                 kept.push(RangeTombstone {
                     start: fragment.start.clone(),
@@ -404,19 +401,16 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
             .ctx
             .tombstone_rules()
             .keep_reason(seqno, deletion_time, data_below);
-        self.note_keep(reason.as_ref());
+        note_grace_end(&mut self.next_change, reason.as_ref());
         reason.is_none()
     }
+}
 
-    /// Notes when a tombstone kept for `reason` may go by the clock alone.
-    fn note_keep<B>(&mut self, reason: Option<&rules::KeepReason<B>>) {
-        if let Some(rules::KeepReason::GraceUntil { time }) = reason {
-            self.note_change_at(*time);
-        }
-    }
-
-    fn note_change_at(&mut self, time: u64) {
-        self.next_change = Some(self.next_change.map_or(time, |t| t.min(time)));
+/// Lowers `next_change` to the end of the grace that keeps a tombstone for `reason`, if that is
+/// why it is kept (a field, not a method: the range-tombstone loop borrows the iterator).
+fn note_grace_end<B>(next_change: &mut Option<u64>, reason: Option<&rules::KeepReason<B>>) {
+    if let Some(&rules::KeepReason::GraceUntil { time }) = reason {
+        *next_change = Some(next_change.map_or(time, |t| t.min(time)));
     }
 }
 
