@@ -17,6 +17,7 @@ use cairn_sstable::{
     key::user_key, parse_internal_key, seek_key,
 };
 
+use crate::clock::Clock;
 use crate::error::Result;
 use crate::memtable::Memtable;
 use crate::read::{Resolver, Visibility};
@@ -260,6 +261,8 @@ fn sources(
 /// never cross.
 pub struct DbIterator {
     vis: Visibility,
+    /// The database's clock, for the resolver (a scan's `vis` already holds its time).
+    clock: Arc<dyn Clock>,
     range: (Bound<Bytes>, Bound<Bytes>),
     front: Option<MergingIter<SourceIter>>,
     back: Option<MergingIter<SourceIter>>,
@@ -324,7 +327,7 @@ impl DbIterator {
         range: (Bound<Bytes>, Bound<Bytes>),
     ) -> Result<Self> {
         let (sv, snapshot) = db.read_view(snapshot)?;
-        let vis = Visibility::scan(&db.options.clock, &sv.cf_options(cf)?);
+        let vis = Visibility::scan(db.options.clock.as_ref(), &sv.cf_options(cf)?);
         let bounds = range.clone();
         let trigger = ReadTrigger {
             db: Arc::clone(&db),
@@ -334,11 +337,13 @@ impl DbIterator {
             first_key: None,
             reported: false,
         };
+        let clock = Arc::clone(&db.options.clock);
         let make = Box::new(move || -> Result<MergingIter<SourceIter>> {
             Ok(MergingIter::new(sources(&db, &sv, cf, snapshot, &bounds)?))
         });
         Ok(Self {
             vis,
+            clock,
             range,
             front: None,
             back: None,
@@ -383,7 +388,8 @@ impl DbIterator {
             }
             self.front = Some(merged);
         }
-        let vis = &self.vis;
+        let vis = self.vis;
+        let clock = self.clock.as_ref();
         loop {
             let Some(merged) = self.front.as_mut() else {
                 return Ok(None);
@@ -400,7 +406,7 @@ impl DbIterator {
             {
                 return Ok(None);
             }
-            let mut resolver = Resolver::new(vis);
+            let mut resolver = Resolver::new(&vis, clock);
             let mut decided = false;
             let mut value = None;
             let mut deleted = false;
@@ -435,7 +441,8 @@ impl DbIterator {
             }
             self.back = Some(merged);
         }
-        let vis = &self.vis;
+        let vis = self.vis;
+        let clock = self.clock.as_ref();
         loop {
             let Some(merged) = self.back.as_mut() else {
                 return Ok(None);
@@ -465,7 +472,7 @@ impl DbIterator {
             self.trigger.deleted_keys += u64::from(deleted);
             let (front, back) = (self.front.as_ref(), self.back.as_ref());
             self.trigger.note(&key, || hidden(front) + hidden(back));
-            let mut resolver = Resolver::new(vis);
+            let mut resolver = Resolver::new(&vis, clock);
             let value = versions.into_iter().rev().find_map(|(kind, meta, value)| {
                 match resolver.offer(kind, meta) {
                     ControlFlow::Break(true) => Some(Some(value)),

@@ -31,31 +31,29 @@ pub struct Version {
 }
 
 /// What decides expiry: the column family's TTL, the clock, the version limit.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Visibility {
     /// When expiry is judged: read once when a scan starts (every entry of it is judged at
     /// that instant); `None` for a point read, which reads the clock only if it meets an entry
     /// that can expire (most reads meet none, and a clock read costs as much as a bloom probe).
     pub(crate) now: Option<u64>,
-    pub(crate) clock: Arc<dyn Clock>,
     pub(crate) cf_ttl: Option<u64>,
     pub(crate) max_versions: u32,
 }
 
 impl Visibility {
     /// For a scan: expiry judged at the clock's reading now.
-    pub(crate) fn scan(clock: &Arc<dyn Clock>, options: &CfOptions) -> Self {
+    pub(crate) fn scan(clock: &dyn Clock, options: &CfOptions) -> Self {
         Self {
             now: Some(clock.now_ms()),
-            ..Self::point(clock, options)
+            ..Self::point(options)
         }
     }
 
     /// For a point read: the clock read on first need.
-    pub(crate) fn point(clock: &Arc<dyn Clock>, options: &CfOptions) -> Self {
+    pub(crate) fn point(options: &CfOptions) -> Self {
         Self {
             now: None,
-            clock: Arc::clone(clock),
             cf_ttl: options.ttl.map(crate::clock::millis),
             max_versions: options.max_versions.max(1),
         }
@@ -65,14 +63,17 @@ impl Visibility {
 /// Walks versions newest first and keeps the candidates the rules allow.
 pub(crate) struct Resolver<'a> {
     vis: &'a Visibility,
+    /// Read if the visibility has no time yet and an entry can expire.
+    clock: &'a dyn Clock,
     now: Option<u64>,
     candidates: u32,
 }
 
 impl<'a> Resolver<'a> {
-    pub(crate) fn new(vis: &'a Visibility) -> Self {
+    pub(crate) fn new(vis: &'a Visibility, clock: &'a dyn Clock) -> Self {
         Self {
             vis,
+            clock,
             now: vis.now,
             candidates: 0,
         }
@@ -84,7 +85,7 @@ impl<'a> Resolver<'a> {
         if rules::expiry(meta, cf_ttl).is_none() {
             return false;
         }
-        let now = *self.now.get_or_insert_with(|| self.vis.clock.now_ms());
+        let now = *self.now.get_or_insert_with(|| self.clock.now_ms());
         rules::expired(meta, cf_ttl, now)
     }
 
@@ -149,8 +150,8 @@ impl DbInner {
         snapshot: Option<SeqNo>,
     ) -> Result<Option<Bytes>> {
         let (sv, snapshot) = self.read_view(snapshot)?;
-        let vis = Visibility::point(&self.options.clock, &sv.cf_options(cf)?);
-        let mut resolver = Resolver::new(&vis);
+        let vis = Visibility::point(&sv.cf_options(cf)?);
+        let mut resolver = Resolver::new(&vis, self.options.clock.as_ref());
         let mut found = None;
         self.walk_versions(&sv, cf, key, snapshot, |e| {
             match resolver.offer(e.kind, e.meta) {
@@ -174,8 +175,8 @@ impl DbInner {
         limit: usize,
     ) -> Result<Vec<Version>> {
         let (sv, snapshot) = self.read_view(snapshot)?;
-        let vis = Visibility::point(&self.options.clock, &sv.cf_options(cf)?);
-        let mut resolver = Resolver::new(&vis);
+        let vis = Visibility::point(&sv.cf_options(cf)?);
+        let mut resolver = Resolver::new(&vis, self.options.clock.as_ref());
         let mut out = Vec::new();
         if limit == 0 {
             return Ok(out);
