@@ -90,8 +90,8 @@ pub(crate) struct DbState {
     pub(crate) freeze_requested: bool,
     /// Per column family, key ranges where scans stepped over many tombstones.
     pub(crate) read_triggered: std::collections::BTreeMap<u32, Vec<(bytes::Bytes, bytes::Bytes)>>,
-    /// Tables an automatic in-place rewrite at the last level produced without dropping
-    /// anything, by number: the picker leaves them while nothing that could change that has.
+    /// Tables an automatic in-place rewrite at the last level produced, by number: the picker
+    /// leaves them for their tombstones until the oldest snapshot or the clock lets more go.
     pub(crate) futile: std::collections::BTreeMap<u64, crate::compact::FutileRewrite>,
 }
 

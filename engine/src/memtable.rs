@@ -2,7 +2,8 @@
 //! key, plus the range tombstones written since it was created.
 //!
 //! Writers insert without blocking readers; a reader filters out entries newer than its snapshot.
-//! Range tombstones are kept apart and fragmented on demand (cached until the next one arrives).
+//! Range tombstones are kept apart, as written (for the flush) and fragmented as they arrive
+//! (`RangeTombstoneMap`, for reads), behind a read-write lock.
 
 use std::cmp::Ordering;
 use std::ops::{Bound, ControlFlow};
