@@ -44,11 +44,7 @@ impl Tombstones {
     fn visible_cover(&self, key: &[u8], snapshot: SeqNo) -> Option<(Bytes, Bytes)> {
         match self {
             Self::Memtable(mem) => mem.range_tombstone_cover(key, snapshot),
-            Self::Table(table) => {
-                let f = table.range_tombstones().fragment_at(key)?;
-                f.visible_at(snapshot)
-                    .map(|_| (f.start.clone(), f.end.clone()))
-            }
+            Self::Table(table) => table.range_tombstones().visible_cover(key, snapshot),
         }
     }
 

@@ -160,6 +160,14 @@ impl FragmentedRangeTombstones {
             .map(|v| v.seqno)
     }
 
+    /// The bounds `[start, end)` of the fragment around `user_key` if a tombstone visible at
+    /// `snapshot` covers it (as [`RangeTombstoneMap::visible_cover`](crate::RangeTombstoneMap)).
+    pub fn visible_cover(&self, user_key: &[u8], snapshot: SeqNo) -> Option<(Bytes, Bytes)> {
+        let f = self.fragment_at(user_key)?;
+        f.visible_at(snapshot)
+            .map(|_| (f.start.clone(), f.end.clone()))
+    }
+
     /// Every stored piece as a tombstone of its own, in key order then newest first.
     pub fn iter_tombstones(&self) -> impl Iterator<Item = RangeTombstone> + '_ {
         self.fragments.iter().flat_map(|f| {
