@@ -27,7 +27,30 @@ const LZ4: u8 = 2;
 const LZ4_MAX_EXPANSION: usize = 255;
 /// The most a properties block may decompress to: the properties are read first, before the
 /// table's recorded block bound is known. (Two keys of at most 64 KiB and a few dozen numbers.)
-pub(crate) const MAX_PROPERTIES_LEN: usize = 1 << 20;
+pub(crate) const MAX_PROPERTIES_LEN: BlockBound = BlockBound::at_most(1 << 20);
+
+/// What a table's blocks may decompress to: a damaged or crafted length never buys a larger
+/// allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BlockBound {
+    max_len: usize,
+    /// LZ4 came after tables recorded their bound, so a table without one cannot hold an LZ4
+    /// block; refusing them keeps the loose fixed bound from sizing an LZ4 buffer.
+    lz4: bool,
+}
+
+impl BlockBound {
+    /// The fixed bound of tables written before the bound was recorded.
+    pub(crate) const UNRECORDED: Self = Self {
+        max_len: 1 << 31,
+        lz4: false,
+    };
+
+    /// No block decompresses to more than `max_len` bytes.
+    pub(crate) const fn at_most(max_len: usize) -> Self {
+        Self { max_len, lz4: true }
+    }
+}
 
 /// How a block read hands back raw (uncompressed) contents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,13 +144,12 @@ thread_local! {
 }
 
 /// Reads, verifies and decompresses the block at `handle` of `file`. A compressed block may not
-/// claim more than `max_len` bytes uncompressed (the bound the table records): a damaged or
-/// crafted length never buys a larger allocation.
+/// claim more than `bound` allows uncompressed (the bound the table records).
 pub(crate) fn read_block(
     file: &Bytes,
     handle: BlockHandle,
     origin: &Origin,
-    max_len: usize,
+    bound: BlockBound,
     raw: Raw,
 ) -> Result<Bytes> {
     let at = Origin::new(origin.file.clone(), handle.offset);
@@ -154,8 +176,12 @@ pub(crate) fn read_block(
             file.get(start..end).unwrap_or_default(),
         )),
         Some(&RAW) => Ok(file.slice(start..end)),
-        Some(&ZSTD) => decompress(file.get(start..end).unwrap_or_default(), &at, max_len),
-        Some(&LZ4) => decompress_lz4(file.get(start..end).unwrap_or_default(), &at, max_len),
+        Some(&ZSTD) => decompress(file.get(start..end).unwrap_or_default(), &at, bound.max_len),
+        Some(&LZ4) if !bound.lz4 => Err(at.corruption(
+            size,
+            "lz4 block in a table that records no block bound (older than lz4)",
+        )),
+        Some(&LZ4) => decompress_lz4(file.get(start..end).unwrap_or_default(), &at, bound.max_len),
         other => Err(at.corruption(size, format!("unknown block type {other:?}"))),
     }
 }
@@ -281,9 +307,21 @@ mod tests {
         let (file, handle) = encoded(&vec![0u8; 1 << 20]);
         assert!(file.len() < 1000, "compressed: {} bytes", file.len());
         let origin = Origin::new(std::sync::Arc::from(std::path::Path::new("t.sst")), 0);
-        let within = read_block(&file, handle, &origin, 1 << 20, Raw::Copied);
+        let within = read_block(
+            &file,
+            handle,
+            &origin,
+            BlockBound::at_most(1 << 20),
+            Raw::Copied,
+        );
         assert_eq!(within.map(|b| b.len()).ok(), Some(1 << 20));
-        let over = read_block(&file, handle, &origin, 4096, Raw::Copied);
+        let over = read_block(
+            &file,
+            handle,
+            &origin,
+            BlockBound::at_most(4096),
+            Raw::Copied,
+        );
         assert!(
             matches!(&over, Err(crate::Error::Corruption { .. })),
             "{over:?}"
@@ -297,8 +335,16 @@ mod tests {
         let file = Bytes::from(out);
         let handle = BlockHandle { offset: 0, size };
         let origin = Origin::default();
-        let copied = read_block(&file, handle, &origin, 64, Raw::Copied).expect("read");
-        let borrowed = read_block(&file, handle, &origin, 64, Raw::Borrowed).expect("read");
+        let copied =
+            read_block(&file, handle, &origin, BlockBound::at_most(64), Raw::Copied).expect("read");
+        let borrowed = read_block(
+            &file,
+            handle,
+            &origin,
+            BlockBound::at_most(64),
+            Raw::Borrowed,
+        )
+        .expect("read");
         assert_eq!(copied, borrowed);
         let within = |b: &Bytes| file.as_ptr_range().contains(&b.as_ptr());
         assert!(within(&borrowed) && !within(&copied));
@@ -324,7 +370,14 @@ mod tests {
             let (file, handle) = encoded_with(&raw, compression);
             let type_at = usize::try_from(handle.size).expect("size");
             assert_eq!(file.get(type_at), Some(&kind), "{compression:?}");
-            let back = read_block(&file, handle, &origin, raw.len(), Raw::Copied).expect("read");
+            let back = read_block(
+                &file,
+                handle,
+                &origin,
+                BlockBound::at_most(raw.len()),
+                Raw::Copied,
+            )
+            .expect("read");
             assert_eq!(back.as_ref(), raw.as_slice(), "{compression:?}");
         }
     }
@@ -344,7 +397,13 @@ mod tests {
             if let Some(slot) = bad.get_mut(size + 1..size + 5) {
                 slot.copy_from_slice(&crc.to_le_bytes());
             }
-            match read_block(&Bytes::from(bad), handle, &origin, raw.len(), Raw::Copied) {
+            match read_block(
+                &Bytes::from(bad),
+                handle,
+                &origin,
+                BlockBound::at_most(raw.len()),
+                Raw::Copied,
+            ) {
                 // A flipped literal decodes to other bytes of the same length; the block
                 // decoder above checks what they mean.
                 Ok(block) => assert_eq!(block.len(), raw.len(), "byte {at}"),
@@ -368,11 +427,44 @@ mod tests {
         contents.extend_from_slice(&[0x10, b'a', 0, 0, 0]);
         let (file, handle) = stored(&contents, LZ4);
         // Even against a table whose recorded bound allows anything.
-        let read = read_block(&file, handle, &Origin::default(), usize::MAX, Raw::Copied);
+        let read = read_block(
+            &file,
+            handle,
+            &Origin::default(),
+            BlockBound::at_most(usize::MAX),
+            Raw::Copied,
+        );
         assert!(
             matches!(&read, Err(crate::Error::Corruption { reason, .. }) if reason.contains("claims")),
             "{read:?}"
         );
+    }
+
+    #[test]
+    fn an_lz4_block_in_a_table_without_a_recorded_bound_is_refused() {
+        let raw = compressible();
+        let (file, handle) = encoded_with(&raw, Compression::Lz4);
+        let read = read_block(
+            &file,
+            handle,
+            &Origin::default(),
+            BlockBound::UNRECORDED,
+            Raw::Copied,
+        );
+        assert!(
+            matches!(&read, Err(crate::Error::Corruption { reason, .. }) if reason.contains("no block bound")),
+            "{read:?}"
+        );
+        // A zstd block there is still read: such tables were written with zstd.
+        let (file, handle) = encoded_with(&raw, Compression::Zstd(3));
+        let read = read_block(
+            &file,
+            handle,
+            &Origin::default(),
+            BlockBound::UNRECORDED,
+            Raw::Copied,
+        );
+        assert_eq!(read.expect("zstd").as_ref(), raw.as_slice());
     }
 
     #[test]
@@ -383,7 +475,13 @@ mod tests {
         let contents = file.get(..size).expect("contents");
         for cut in 1..size.min(64) {
             let (bad, handle) = stored(contents.get(..size - cut).expect("cut"), LZ4);
-            let read = read_block(&bad, handle, &Origin::default(), raw.len(), Raw::Copied);
+            let read = read_block(
+                &bad,
+                handle,
+                &Origin::default(),
+                BlockBound::at_most(raw.len()),
+                Raw::Copied,
+            );
             assert!(
                 matches!(&read, Err(crate::Error::Corruption { .. })),
                 "cut by {cut}: {:?}",

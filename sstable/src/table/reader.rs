@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use cairn_fs::FileSystem;
 
-use super::block_io::{MAX_PROPERTIES_LEN, Raw, read_block};
+use super::block_io::{BlockBound, MAX_PROPERTIES_LEN, Raw, read_block};
 use super::footer::{BlockHandle, Footer};
 use super::iter::TableIter;
 use super::properties::TableProperties;
@@ -33,7 +33,7 @@ struct TableInner {
     id: u64,
     origin: Origin,
     /// No block of this table decompresses to more (its recorded `max_block_bytes`).
-    max_block_len: usize,
+    max_block_len: BlockBound,
     data: Bytes,
     index: Block,
     bloom: Bloom,
@@ -95,10 +95,10 @@ impl Table {
         let origin = Origin::new(Arc::from(path), 0);
         let footer = Footer::decode(&data, &origin)?;
         // Blocks read here live and die with the table: they may borrow the file's bytes.
-        let read = |handle: BlockHandle, max_len: usize| {
+        let read = |handle: BlockHandle, max_len: BlockBound| {
             read_block(&data, handle, &origin, max_len, Raw::Borrowed)
         };
-        let block = |handle: BlockHandle, max_len: usize| -> Result<Block> {
+        let block = |handle: BlockHandle, max_len: BlockBound| -> Result<Block> {
             Block::new(
                 read(handle, max_len)?,
                 Origin::new(origin.file.clone(), handle.offset),
@@ -247,11 +247,9 @@ impl Table {
 
 /// The most any block of a table with these properties may decompress to. A table from before
 /// the bound was recorded gets the old fixed one.
-fn block_bound(properties: &TableProperties) -> usize {
-    /// The fixed bound tables without a recorded one are held to.
-    const UNRECORDED: usize = 1 << 31;
+fn block_bound(properties: &TableProperties) -> BlockBound {
     match properties.max_block_bytes {
-        0 => UNRECORDED,
-        n => usize::try_from(n).unwrap_or(UNRECORDED),
+        0 => BlockBound::UNRECORDED,
+        n => usize::try_from(n).map_or(BlockBound::UNRECORDED, BlockBound::at_most),
     }
 }
