@@ -164,10 +164,6 @@ impl Memtable {
         seqno: SeqNo,
         write_time: u64,
     ) {
-        self.bytes.fetch_add(
-            start.len() + end.len() + ENTRY_OVERHEAD,
-            AtomicOrdering::Relaxed,
-        );
         self.oldest_tombstone_time
             .fetch_min(write_time, AtomicOrdering::Relaxed);
         let tombstone = RangeTombstone {
@@ -180,8 +176,14 @@ impl Memtable {
             .range_tombstones
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        tombstones.fragments.insert(&tombstone);
+        // The raw copy and the fragments it cut: a wide delete over many narrow ones copies its
+        // version into every piece, and all of it counts toward the flush trigger.
+        let grown = tombstone.start.len()
+            + tombstone.end.len()
+            + ENTRY_OVERHEAD
+            + tombstones.fragments.insert(&tombstone);
         tombstones.raw.push(tombstone);
+        self.bytes.fetch_add(grown, AtomicOrdering::Relaxed);
         self.has_range_tombstones
             .store(true, AtomicOrdering::Release);
     }
@@ -438,6 +440,29 @@ impl InternalIterator for MemtableIter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Wide range deletes over many narrow ones copy a version into every piece they cover;
+    /// the memtable's size must grow with that, or it never reaches its flush trigger.
+    #[test]
+    fn wide_range_deletes_over_narrow_ones_count_every_piece_they_cover() {
+        let mem = Memtable::new();
+        let key = |i: u32| Bytes::from(format!("k{i:06}"));
+        let narrow = 1_000;
+        for i in 0..narrow {
+            mem.insert_range_tombstone(key(2 * i), key(2 * i + 1), u64::from(i) + 1, 0);
+        }
+        let after_narrow = mem.approximate_bytes();
+        let wide = 100;
+        for j in 0..wide {
+            let seqno = u64::from(narrow + j) + 1;
+            mem.insert_range_tombstone(key(0), key(2 * narrow), seqno, 0);
+        }
+        // Each wide delete adds a version (16 bytes) to each of the 2 * `narrow` - 1 pieces:
+        // the narrow ones and the gaps the first wide one filled.
+        let floor = usize::try_from(wide * (2 * narrow - 1) * 16).expect("fits");
+        let grown = mem.approximate_bytes() - after_narrow;
+        assert!(grown >= floor, "grew by {grown}, under {floor}");
+    }
 
     #[test]
     fn a_key_fits_half_a_cache_line() {

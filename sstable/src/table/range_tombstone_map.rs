@@ -24,11 +24,24 @@ use super::range_tombstones::{
 };
 use crate::key::SeqNo;
 
-/// One piece: its end and the tombstones covering it, newest first.
+/// One piece: its end and the tombstones covering it, oldest first (a memtable's tombstones
+/// arrive in seqno order, so adding one is a push).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Piece {
     end: Bytes,
     versions: Vec<TombstoneVersion>,
+}
+
+/// The heap a piece holds besides its versions: the `BTreeMap` slot with its start key, the
+/// end key's and the version list's bookkeeping.
+const PIECE_OVERHEAD: usize = 96;
+const VERSION_BYTES: usize = std::mem::size_of::<TombstoneVersion>();
+
+impl Piece {
+    /// The bytes this piece holds, start key included, for memory accounting.
+    fn bytes(&self, start: &Bytes) -> usize {
+        PIECE_OVERHEAD + start.len() + self.end.len() + self.versions.len() * VERSION_BYTES
+    }
 }
 
 /// Non-overlapping fragments keyed by start, cut as tombstones are added.
@@ -49,12 +62,14 @@ impl RangeTombstoneMap {
     }
 
     /// Adds `[start, end)@seqno`; an empty range (`start >= end`) deletes nothing and is ignored.
-    pub fn insert(&mut self, t: &RangeTombstone) {
+    /// Returns the bytes the map grew by (new pieces, with the versions they copy, and the new
+    /// version in every piece it covers), which can be far more than the tombstone's own size
+    /// when it spans many pieces: a memtable counts this toward its flush trigger.
+    pub fn insert(&mut self, t: &RangeTombstone) -> usize {
         if t.start >= t.end {
-            return;
+            return 0;
         }
-        self.split_at(&t.start);
-        self.split_at(&t.end);
+        let mut added = self.split_at(&t.start) + self.split_at(&t.end);
         let version = TombstoneVersion {
             seqno: t.seqno,
             write_time: t.write_time,
@@ -66,31 +81,42 @@ impl RangeTombstoneMap {
             if covered_to < *start {
                 gaps.push((covered_to, start.clone()));
             }
-            add_version(&mut piece.versions, version);
+            if add_version(&mut piece.versions, version) {
+                added += VERSION_BYTES;
+            }
             covered_to = piece.end.clone();
         }
         if covered_to < t.end {
             gaps.push((covered_to, t.end.clone()));
         }
         for (start, end) in gaps {
-            let versions = vec![version];
-            self.pieces.insert(start, Piece { end, versions });
+            let piece = Piece {
+                end,
+                versions: vec![version],
+            };
+            added += piece.bytes(&start);
+            self.pieces.insert(start, piece);
         }
+        added
     }
 
-    /// Cuts the piece that strictly contains `at` in two at `at`.
-    fn split_at(&mut self, at: &Bytes) {
+    /// Cuts the piece that strictly contains `at` in two at `at`; returns the bytes added.
+    fn split_at(&mut self, at: &Bytes) -> usize {
         let Some((start, piece)) = self.pieces.range_mut::<Bytes, _>(..at).next_back() else {
-            return;
+            return 0;
         };
         if piece.end <= *at || *start == *at {
-            return;
+            return 0;
         }
         let right = Piece {
             end: std::mem::replace(&mut piece.end, at.clone()),
             versions: piece.versions.clone(),
         };
+        // The left piece's end is now `at`, a shared handle to the same bytes as the right's
+        // start: count the right piece whole.
+        let added = right.bytes(at);
         self.pieces.insert(at.clone(), right);
+        added
     }
 
     /// The piece containing `user_key`: its start, end and covering tombstones.
@@ -108,6 +134,7 @@ impl RangeTombstoneMap {
         piece
             .versions
             .iter()
+            .rev()
             .find(|v| v.seqno <= snapshot)
             .map(|v| v.seqno)
     }
@@ -132,22 +159,27 @@ impl RangeTombstoneMap {
                 &mut fragments,
                 start.clone(),
                 piece.end.clone(),
-                piece.versions.clone(),
+                piece.versions.iter().rev().copied().collect(),
             );
         }
         FragmentedRangeTombstones::from_sorted_fragments(fragments)
     }
 }
 
-/// Adds `version` to a newest-first list; for a seqno already there, the later write time wins
-/// (as in [`FragmentedRangeTombstones::fragment`]).
-fn add_version(versions: &mut Vec<TombstoneVersion>, version: TombstoneVersion) {
-    let at = versions.partition_point(|v| v.seqno > version.seqno);
+/// Adds `version` to an oldest-first list (a push when it is the newest, as a memtable's are);
+/// for a seqno already there, the later write time wins (as in
+/// [`FragmentedRangeTombstones::fragment`]). Returns whether the list grew.
+fn add_version(versions: &mut Vec<TombstoneVersion>, version: TombstoneVersion) -> bool {
+    let at = versions.partition_point(|v| v.seqno < version.seqno);
     match versions.get_mut(at) {
         Some(same) if same.seqno == version.seqno => {
             same.write_time = same.write_time.max(version.write_time);
+            false
         }
-        _ => versions.insert(at, version),
+        _ => {
+            versions.insert(at, version);
+            true
+        }
     }
 }
 
