@@ -116,7 +116,7 @@ impl DbInner {
             let Some(pick) = pick else {
                 continue;
             };
-            if let Some(running) = state.register(cf, pick) {
+            if let Some(running) = state.register(cf, pick, config.now) {
                 return Some(running);
             }
         }
@@ -270,7 +270,7 @@ impl DbInner {
             .unwrap_or_default();
         let ctx = GcContext {
             snapshots: &snapshots,
-            now: self.options.clock.now_ms(),
+            now: running.now,
             grace_ms: crate::clock::millis(cf_options.tombstone_grace),
             max_versions: cf_options.max_versions,
             cf_ttl_ms: cf_options.ttl.map(crate::clock::millis),
@@ -383,7 +383,7 @@ impl DbInner {
                 }
                 let running = view
                     .pick_manual(level, &start, &end, &config)
-                    .and_then(|pick| state.register(cf, pick));
+                    .and_then(|pick| state.register(cf, pick, config.now));
                 let Some(running) = running else {
                     // Busy with another compaction: wait for it.
                     drop(self.state_changed.wait_timeout(state, IDLE_POLL));
@@ -476,8 +476,8 @@ impl DbInner {
 }
 
 impl DbState {
-    /// Registers `pick` as running unless it conflicts with one that is.
-    fn register(&mut self, cf: u32, pick: Pick) -> Option<Running> {
+    /// Registers `pick`, chosen at time `now`, as running unless it conflicts with one that is.
+    fn register(&mut self, cf: u32, pick: Pick, now: u64) -> Option<Running> {
         let files: Vec<&Arc<FileMeta>> = self
             .meta
             .version
@@ -491,6 +491,7 @@ impl DbState {
         let running = Running {
             cf,
             pick,
+            now,
             start,
             end,
         };

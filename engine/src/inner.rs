@@ -100,6 +100,10 @@ pub(crate) struct DbState {
 pub(crate) struct Running {
     pub(crate) cf: u32,
     pub(crate) pick: Pick,
+    /// The time the pick was judged at, which the job judges at too: a job that read the
+    /// clock again could, after the wall clock stepped back, find nothing of what the pick saw
+    /// expire, rewrite the table unchanged, and leave the same pick for the next round.
+    pub(crate) now: u64,
     /// The user-key range `[start, end]` it writes at its output level.
     pub(crate) start: Bytes,
     pub(crate) end: Bytes,

@@ -317,3 +317,67 @@ fn a_clock_stepping_back_does_not_make_compaction_rewrite_a_table_forever() {
     db.wait_for_background_work().expect("settle");
     assert_eq!(left("b"), Vec::<Kind>::new(), "b goes with its snapshot");
 }
+
+/// A wall clock that jumps back and forth (a badly slewing NTP): while flapping, every other
+/// read is `late`.
+#[derive(Debug)]
+struct FlappingClock {
+    early: u64,
+    late: u64,
+    flapping: AtomicBool,
+    reads: std::sync::atomic::AtomicU64,
+}
+
+impl cairn::Clock for FlappingClock {
+    fn now_ms(&self) -> u64 {
+        if !self.flapping.load(Ordering::SeqCst) {
+            return self.early;
+        }
+        if self.reads.fetch_add(1, Ordering::SeqCst).is_multiple_of(2) {
+            self.late
+        } else {
+            self.early
+        }
+    }
+}
+
+/// The TTL picker fires on a bottom table holding an expired cell, and does not heed the
+/// futile mark (the rewrite drops the cell). A job that read the clock again after the pick
+/// could read it stepped back, find the cell live, rewrite the table unchanged and leave the
+/// same pick for the next round, as long as the clock flaps. The job judges at the pick's time.
+#[test]
+fn a_ttl_pick_is_judged_at_the_time_it_was_picked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(FlappingClock {
+        early: START,
+        late: START + 20_000,
+        flapping: AtomicBool::new(false),
+        reads: std::sync::atomic::AtomicU64::new(0),
+    });
+    let db = Db::open(dir.path(), Options::default().clock(clock.clone())).expect("open");
+    db.put_with_ttl("k", "v", Duration::from_secs(10))
+        .expect("put");
+    db.put("keep", "v").expect("put");
+    db.compact_range::<&str>(..).expect("compact");
+    db.wait_for_background_work().expect("settle");
+    assert_eq!(db.get("k").expect("get").as_deref(), Some(&b"v"[..]));
+    clock.flapping.store(true, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = db.stats().compactions;
+    std::thread::sleep(Duration::from_millis(500));
+    let rewrites = db.stats().compactions - before;
+    clock.flapping.store(false, Ordering::SeqCst);
+    assert!(
+        rewrites <= 2,
+        "{rewrites} compactions in half a second for one expired cell"
+    );
+    db.wait_for_background_work().expect("settle");
+    let left: Vec<Kind> = db
+        .audit_key("k")
+        .expect("audit")
+        .into_iter()
+        .filter_map(|t| t.kind)
+        .collect();
+    assert_eq!(left, Vec::<Kind>::new(), "the expired cell is gone");
+    assert_eq!(db.get("keep").expect("get").as_deref(), Some(&b"v"[..]));
+}
