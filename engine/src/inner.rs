@@ -35,7 +35,7 @@ pub(crate) struct DbInner {
     /// Closed: reads through a handle that outlived the database fail.
     pub(crate) closed: std::sync::atomic::AtomicBool,
     pub(crate) fs: Arc<dyn FileSystem>,
-    pub(crate) tables: TableCache,
+    pub(crate) tables: Arc<TableCache>,
     pub(crate) state: Mutex<DbState>,
     /// Signalled when a memtable is frozen, a flush finishes, or the database shuts down.
     pub(crate) state_changed: Condvar,
@@ -158,7 +158,12 @@ impl DbInner {
         let last_seqno = parts.meta.last_seqno;
         let initial_version = Arc::clone(&parts.meta.version);
         Self {
-            tables: TableCache::new(Arc::clone(&fs), dir.clone(), cache, options.max_open_tables),
+            tables: Arc::new(TableCache::new(
+                Arc::clone(&fs),
+                dir.clone(),
+                cache,
+                options.max_open_tables,
+            )),
             dir,
             options,
             fs,

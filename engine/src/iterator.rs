@@ -1,7 +1,8 @@
 //! Range reads: a merge of every memtable and table of a column family, with the visibility
 //! rules applied per key, in both directions.
 //!
-//! Each source (a memtable or a table) is wrapped in a [`SourceIter`] that hides what the read
+//! Each source (a memtable, a level-0 table, or a deeper level walked as one sorted run by
+//! [`LevelIter`]) is wrapped in a [`SourceIter`] that hides what the read
 //! must not see: entries newer than the snapshot, and entries deleted by a range tombstone.
 //! When a range tombstone of a *newer* source covers a key, every entry of this source in the
 //! tombstone's range is older than it (newer data always lies above older data), so the source
@@ -19,9 +20,11 @@ use cairn_sstable::{
 
 use crate::clock::Clock;
 use crate::error::Result;
+use crate::level_iter::{LevelIter, LevelTombstones};
 use crate::memtable::Memtable;
 use crate::read::{Resolver, Visibility};
 use crate::super_version::SuperVersion;
+use crate::version_edit::FileMeta;
 
 /// Where a source's range tombstones live.
 #[derive(Debug, Clone)]
@@ -30,6 +33,8 @@ enum Tombstones {
     /// key at the reader's snapshot).
     Memtable(Arc<Memtable>),
     Table(Table),
+    /// A sorted level's, from those of its tables that hold any.
+    Level(LevelTombstones),
 }
 
 impl Tombstones {
@@ -37,6 +42,7 @@ impl Tombstones {
         match self {
             Self::Memtable(mem) => !mem.has_range_tombstones(),
             Self::Table(table) => table.range_tombstones().is_empty(),
+            Self::Level(level) => level.is_empty(),
         }
     }
 
@@ -45,6 +51,7 @@ impl Tombstones {
         match self {
             Self::Memtable(mem) => mem.range_tombstone_cover(key, snapshot),
             Self::Table(table) => table.range_tombstones().visible_cover(key, snapshot),
+            Self::Level(level) => level.visible_cover(key, snapshot),
         }
     }
 
@@ -53,6 +60,7 @@ impl Tombstones {
         match self {
             Self::Memtable(mem) => mem.range_tombstone_seqno(key, snapshot),
             Self::Table(table) => table.range_tombstones().covering_seqno(key, snapshot),
+            Self::Level(level) => level.covering_seqno(key, snapshot),
         }
     }
 }
@@ -186,7 +194,22 @@ impl InternalIterator for SourceIter {
     }
 }
 
-/// Builds the sources of `cf` overlapping `[lower, upper)`, newest first.
+/// True if `file` may hold keys in `range`.
+fn in_range(file: &FileMeta, range: &(Bound<Bytes>, Bound<Bytes>)) -> bool {
+    let start = match &range.0 {
+        Bound::Included(k) | Bound::Excluded(k) => k.as_ref(),
+        Bound::Unbounded => &[],
+    };
+    let end = match &range.1 {
+        Bound::Included(k) if file.smallest.as_ref() > k.as_ref() => return false,
+        Bound::Excluded(k) => Some(k.as_ref()),
+        _ => None,
+    };
+    file.overlaps(start, end)
+}
+
+/// Builds the sources of `cf` overlapping `[lower, upper)`, newest first: each memtable, each
+/// level-0 table, and one per deeper level (its tables opened as the read reaches them).
 fn sources(
     db: &crate::inner::DbInner,
     sv: &SuperVersion,
@@ -226,28 +249,37 @@ fn sources(
             &mut out,
         );
     }
-    if let Some(files) = sv.version.cf(cf) {
-        for (_, file) in files.all_files() {
-            let start = match &range.0 {
-                Bound::Included(k) | Bound::Excluded(k) => k.as_ref(),
-                Bound::Unbounded => &[],
-            };
-            let end = match &range.1 {
-                Bound::Included(k) if file.smallest.as_ref() > k.as_ref() => continue,
-                Bound::Excluded(k) => Some(k.as_ref()),
-                _ => None,
-            };
-            if !file.overlaps(start, end) {
-                continue;
+    let Some(version) = sv.version.cf(cf) else {
+        return Ok(out);
+    };
+    for (level, files) in version.levels.iter().enumerate() {
+        let files: Vec<Arc<FileMeta>> = files
+            .iter()
+            .filter(|f| in_range(f, range))
+            .cloned()
+            .collect();
+        if level == 0 {
+            for file in files {
+                let table = db.tables.table(&file)?;
+                push(
+                    Box::new(table.iter()),
+                    Tombstones::Table(table),
+                    Some(file.largest_seqno),
+                    &mut out,
+                );
             }
-            let table = db.tables.table(file)?;
-            push(
-                Box::new(table.iter()),
-                Tombstones::Table(table),
-                Some(file.largest_seqno),
-                &mut out,
-            );
+            continue;
         }
+        let Some(newest) = files.iter().map(|f| f.largest_seqno).max() else {
+            continue;
+        };
+        let tombstones = LevelTombstones::open(&db.tables, &files)?;
+        push(
+            Box::new(LevelIter::new(Arc::clone(&db.tables), files)),
+            Tombstones::Level(tombstones),
+            Some(newest),
+            &mut out,
+        );
     }
     Ok(out)
 }

@@ -44,6 +44,7 @@ mod filename;
 mod flush;
 mod inner;
 mod iterator;
+mod level_iter;
 mod log_record;
 mod manifest;
 mod memtable;

@@ -68,19 +68,25 @@ impl TableCache {
 
     /// The table numbered `number`, opening it if the cache does not hold it.
     pub(crate) fn get(&self, number: u64) -> Result<Table> {
-        self.open.get_or_insert_with(&number, || -> Result<Table> {
-            let table = Table::open(
-                self.fs.as_ref(),
-                &filename::table_path(&self.dir, number),
-                number,
-                self.blocks.clone(),
-            )?
-            .with_shared_counter(Arc::clone(&self.blocks_read));
-            let mut alive = self.lock_alive();
-            alive.retain(|_, weak| weak.is_alive());
-            alive.insert(number, table.downgrade());
-            Ok(table)
-        })
+        Ok(self.open_table(number)?)
+    }
+
+    /// [`get`](Self::get) with the table layer's error, for cursors that speak it.
+    pub(crate) fn open_table(&self, number: u64) -> cairn_sstable::Result<Table> {
+        self.open
+            .get_or_insert_with(&number, || -> cairn_sstable::Result<Table> {
+                let table = Table::open(
+                    self.fs.as_ref(),
+                    &filename::table_path(&self.dir, number),
+                    number,
+                    self.blocks.clone(),
+                )?
+                .with_shared_counter(Arc::clone(&self.blocks_read));
+                let mut alive = self.lock_alive();
+                alive.retain(|_, weak| weak.is_alive());
+                alive.insert(number, table.downgrade());
+                Ok(table)
+            })
     }
 
     /// The table `file` records.

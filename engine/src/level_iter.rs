@@ -1,0 +1,242 @@
+//! A sorted level read as one source: LevelDB's concatenating iterator.
+//!
+//! Below level 0 a column family's tables are sorted by key and do not overlap, so a level is
+//! one sorted run cut into files. [`LevelIter`] walks it as one cursor and opens a table only
+//! when a seek or a step reaches it: a range read's merging heap holds one child per level, not
+//! one per table, and a seek reads one table per level instead of every table after the key.
+//!
+//! [`LevelTombstones`] answers a level's range-tombstone questions from those of its tables
+//! that hold any (opened when the read starts, as their tombstones must be known before the
+//! first step).
+//!
+//! Neighbouring tables may touch: a table's largest bound can be the exclusive end of its last
+//! range tombstone, where the next table starts, and one user key's versions may continue into
+//! the next table. So a seek that runs off a table seeks the same target in the next one, and
+//! a tombstone lookup asks both tables whose bounds hold the key.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cairn_sstable::{EntryMeta, InternalIterator, SeqNo, Table, TableIter, key::user_key};
+
+use crate::error::Result;
+use crate::table_cache::TableCache;
+use crate::version_edit::FileMeta;
+
+/// The tables of one sorted level that overlap a read's range, walked as one sorted run.
+pub(crate) struct LevelIter {
+    tables: Arc<TableCache>,
+    files: Vec<Arc<FileMeta>>,
+    /// The index in `files` of the table `current` walks.
+    at: usize,
+    current: Option<TableIter>,
+}
+
+impl LevelIter {
+    /// A cursor over `files` (sorted, not overlapping), opening tables from `tables`.
+    pub(crate) fn new(tables: Arc<TableCache>, files: Vec<Arc<FileMeta>>) -> Self {
+        Self {
+            tables,
+            files,
+            at: 0,
+            current: None,
+        }
+    }
+
+    /// Points `current` at the table `files[at]`, unpositioned; false past either end. The
+    /// table already open is kept.
+    fn open(&mut self, at: usize) -> cairn_sstable::Result<bool> {
+        let Some(file) = self.files.get(at) else {
+            self.current = None;
+            return Ok(false);
+        };
+        if self.at != at || self.current.is_none() {
+            self.current = None;
+            let table = self.tables.open_table(file.number)?;
+            self.current = Some(table.iter());
+            self.at = at;
+        }
+        Ok(true)
+    }
+
+    /// Runs `step` on the current table; an error leaves the cursor unpositioned.
+    fn on_current(
+        &mut self,
+        step: impl FnOnce(&mut TableIter) -> cairn_sstable::Result<()>,
+    ) -> cairn_sstable::Result<()> {
+        let Some(current) = self.current.as_mut() else {
+            return Ok(());
+        };
+        let result = step(current);
+        if result.is_err() {
+            self.current = None;
+        }
+        result
+    }
+
+    fn current_valid(&self) -> bool {
+        self.current.as_ref().is_some_and(TableIter::valid)
+    }
+
+    /// From an exhausted table, on to the first entry of the next ones that has any.
+    fn skip_forward(&mut self) -> cairn_sstable::Result<()> {
+        while self.current.is_some() && !self.current_valid() {
+            if !self.open(self.at + 1)? {
+                return Ok(());
+            }
+            self.on_current(TableIter::seek_to_first)?;
+        }
+        Ok(())
+    }
+
+    /// From an exhausted table, back to the last entry of the previous ones that has any.
+    fn skip_backward(&mut self) -> cairn_sstable::Result<()> {
+        while self.current.is_some() && !self.current_valid() {
+            let Some(before) = self.at.checked_sub(1) else {
+                self.current = None;
+                return Ok(());
+            };
+            self.open(before)?;
+            self.on_current(TableIter::seek_to_last)?;
+        }
+        Ok(())
+    }
+}
+
+impl InternalIterator for LevelIter {
+    fn valid(&self) -> bool {
+        self.current_valid()
+    }
+    fn key(&self) -> &[u8] {
+        self.current.as_ref().map_or(&[], |c| c.key())
+    }
+    fn meta(&self) -> EntryMeta {
+        self.current
+            .as_ref()
+            .map_or(EntryMeta::at(0), InternalIterator::meta)
+    }
+    fn value(&self) -> &[u8] {
+        self.current.as_ref().map_or(&[], |c| c.value())
+    }
+    fn value_bytes(&self) -> Bytes {
+        self.current
+            .as_ref()
+            .map_or_else(Bytes::new, InternalIterator::value_bytes)
+    }
+    fn corruption_here(&self, reason: &str) -> cairn_sstable::Error {
+        match &self.current {
+            Some(current) => current.corruption_here(reason),
+            None => cairn_sstable::Error::Corruption {
+                file: std::path::PathBuf::from("<unpositioned level iterator>"),
+                offset: 0,
+                reason: reason.to_string(),
+            },
+        }
+    }
+    fn seek_to_first(&mut self) -> cairn_sstable::Result<()> {
+        if self.open(0)? {
+            self.on_current(TableIter::seek_to_first)?;
+        }
+        self.skip_forward()
+    }
+    fn seek_to_last(&mut self) -> cairn_sstable::Result<()> {
+        if self.open(self.files.len().saturating_sub(1))? {
+            self.on_current(TableIter::seek_to_last)?;
+        }
+        self.skip_backward()
+    }
+    fn seek(&mut self, target: &[u8]) -> cairn_sstable::Result<()> {
+        let key = user_key(target);
+        let mut at = self.files.partition_point(|f| f.largest.as_ref() < key);
+        // The target again in each later table, not its first entry: a user key's older
+        // versions may continue there, ahead of the target in internal order.
+        while self.open(at)? {
+            self.on_current(|c| c.seek(target))?;
+            if self.current_valid() {
+                break;
+            }
+            at += 1;
+        }
+        Ok(())
+    }
+    fn seek_for_prev(&mut self, target: &[u8]) -> cairn_sstable::Result<()> {
+        let key = user_key(target);
+        let reaching = self.files.partition_point(|f| f.smallest.as_ref() <= key);
+        let Some(mut at) = reaching.checked_sub(1) else {
+            self.current = None;
+            return Ok(());
+        };
+        loop {
+            self.open(at)?;
+            self.on_current(|c| c.seek_for_prev(target))?;
+            if self.current_valid() {
+                return Ok(());
+            }
+            let Some(before) = at.checked_sub(1) else {
+                self.current = None;
+                return Ok(());
+            };
+            at = before;
+        }
+    }
+    fn next(&mut self) -> cairn_sstable::Result<()> {
+        self.on_current(TableIter::next)?;
+        self.skip_forward()
+    }
+    fn prev(&mut self) -> cairn_sstable::Result<()> {
+        self.on_current(TableIter::prev)?;
+        self.skip_backward()
+    }
+}
+
+/// The range tombstones of one sorted level: those of its tables that hold any, by key.
+#[derive(Debug, Clone)]
+pub(crate) struct LevelTombstones {
+    /// `(smallest, largest, table)` in key order, not overlapping (but maybe touching).
+    tables: Arc<[(Bytes, Bytes, Table)]>,
+}
+
+impl LevelTombstones {
+    /// The tombstones of `files` (a sorted level), opening the tables that hold any.
+    pub(crate) fn open(tables: &TableCache, files: &[Arc<FileMeta>]) -> Result<Self> {
+        let with_tombstones = files
+            .iter()
+            .filter(|f| f.num_range_tombstones > 0)
+            .map(|f| Ok((f.smallest.clone(), f.largest.clone(), tables.table(f)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            tables: with_tombstones.into(),
+        })
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.tables.is_empty()
+    }
+
+    /// The tables whose bounds hold `key`: at most two, when neighbours touch at it.
+    fn holding<'a>(&'a self, key: &'a [u8]) -> impl Iterator<Item = &'a Table> + 'a {
+        let first = self
+            .tables
+            .partition_point(|(_, largest, _)| largest.as_ref() < key);
+        self.tables
+            .get(first..)
+            .unwrap_or_default()
+            .iter()
+            .take(2)
+            .take_while(move |(smallest, _, _)| smallest.as_ref() <= key)
+            .map(|(_, _, table)| table)
+    }
+
+    /// The bounds of a fragment around `key` covered by a tombstone visible at `snapshot`.
+    pub(crate) fn visible_cover(&self, key: &[u8], snapshot: SeqNo) -> Option<(Bytes, Bytes)> {
+        self.holding(key)
+            .find_map(|t| t.range_tombstones().visible_cover(key, snapshot))
+    }
+
+    /// The newest tombstone seqno covering `key` visible at `snapshot`.
+    pub(crate) fn covering_seqno(&self, key: &[u8], snapshot: SeqNo) -> Option<SeqNo> {
+        self.holding(key)
+            .filter_map(|t| t.range_tombstones().covering_seqno(key, snapshot))
+            .max()
+    }
+}

@@ -1,0 +1,150 @@
+//! Range reads over levels of many tables: a level below 0 is walked as one sorted run, and a
+//! seek reads one table of it, not every table after the key.
+
+use std::collections::BTreeMap;
+
+use cairn::{Db, Options};
+
+/// Small tables, so that a few thousand keys make levels of dozens of them.
+fn small_tables() -> Options {
+    Options::default()
+        .memtable_size(32 * 1024)
+        .level_base_bytes(16 * 1024)
+        .target_file_size(4 * 1024)
+}
+
+fn key(i: u32) -> String {
+    format!("key{i:06}")
+}
+
+fn value(i: u32, round: u32) -> String {
+    format!("value-{i}-{round}-{}", "x".repeat(40))
+}
+
+/// Tables per level, from the database's stats.
+fn files_per_level(db: &Db) -> Vec<usize> {
+    db.stats().levels.iter().map(|l| l.files).collect()
+}
+
+#[test]
+fn a_seek_reads_one_table_per_level_not_every_table_after_the_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Db::open(dir.path(), small_tables()).expect("open");
+    for i in 0..4_000 {
+        db.put(key(i), value(i, 0)).expect("put");
+    }
+    db.compact_range::<&str>(..).expect("compact");
+    db.wait_for_background_work().expect("settle");
+    let levels = files_per_level(&db);
+    let deepest = levels.iter().copied().max().unwrap_or(0);
+    assert!(deepest >= 20, "too few tables in a level: {levels:?}");
+
+    let before = db.stats().data_blocks_read;
+    let first = db
+        .range(key(1_000)..)
+        .expect("range")
+        .next()
+        .transpose()
+        .expect("read");
+    let read = db.stats().data_blocks_read - before;
+    assert_eq!(
+        first.map(|(k, _)| k).as_deref(),
+        Some(key(1_000).as_bytes())
+    );
+    let levels_with_files = levels.iter().filter(|&&n| n > 0).count();
+    assert!(
+        read <= 2 * levels_with_files as u64,
+        "a seek read {read} data blocks over levels {levels:?}"
+    );
+}
+
+/// One key's versions, kept by snapshots, run across several tables of a level; range
+/// deletes cut across table boundaries. Every snapshot reads what it saw, forward and back.
+#[test]
+fn versions_and_range_deletes_across_table_boundaries_read_as_at_each_snapshot() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Db::open(dir.path(), small_tables()).expect("open");
+    let mut model: BTreeMap<String, String> = BTreeMap::new();
+    let mut snapshots = Vec::new();
+    for i in 0..1_000 {
+        db.put(key(i), value(i, 0)).expect("put");
+        model.insert(key(i), value(i, 0));
+    }
+    for round in 1..=60u32 {
+        // Many versions of one key, each kept by a snapshot.
+        db.put(key(500), value(500, round)).expect("put");
+        model.insert(key(500), value(500, round));
+        if round.is_multiple_of(10) {
+            let start = round * 13;
+            db.delete_range(key(start), key(start + 37))
+                .expect("delete range");
+            let doomed: Vec<String> = model
+                .range(key(start)..key(start + 37))
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in doomed {
+                model.remove(&k);
+            }
+        }
+        snapshots.push((db.snapshot(), model.clone()));
+    }
+    db.compact_range::<&str>(..).expect("compact");
+    db.wait_for_background_work().expect("settle");
+    let levels = files_per_level(&db);
+    assert!(
+        levels.iter().skip(1).any(|&n| n >= 10),
+        "too few tables in a level: {levels:?}"
+    );
+
+    for (n, (snapshot, expected)) in snapshots.iter().enumerate() {
+        let forward: Vec<(String, String)> = snapshot
+            .iter()
+            .expect("iter")
+            .map(|r| {
+                let (k, v) = r.expect("scan");
+                (
+                    String::from_utf8_lossy(&k).into_owned(),
+                    String::from_utf8_lossy(&v).into_owned(),
+                )
+            })
+            .collect();
+        let want: Vec<(String, String)> = expected
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        assert_eq!(forward, want, "snapshot {n}, forward");
+
+        let backward: Vec<String> = snapshot
+            .range(key(300)..key(700))
+            .expect("range")
+            .rev()
+            .map(|r| String::from_utf8_lossy(&r.expect("scan").0).into_owned())
+            .collect();
+        let want: Vec<String> = expected
+            .range(key(300)..key(700))
+            .rev()
+            .map(|(k, _)| k.clone())
+            .collect();
+        assert_eq!(backward, want, "snapshot {n}, backward");
+
+        for probe in [0, 130, 131, 499, 500, 501, 777, 999] {
+            let got = snapshot
+                .range(key(probe)..)
+                .expect("range")
+                .next()
+                .transpose()
+                .expect("seek")
+                .map(|(k, v)| {
+                    (
+                        String::from_utf8_lossy(&k).into_owned(),
+                        String::from_utf8_lossy(&v).into_owned(),
+                    )
+                });
+            let want = expected
+                .range(key(probe)..)
+                .next()
+                .map(|(k, v)| (k.clone(), v.clone()));
+            assert_eq!(got, want, "snapshot {n}, seek to {probe}");
+        }
+    }
+}
