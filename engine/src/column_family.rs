@@ -13,6 +13,7 @@ use bytes::Bytes;
 
 use crate::audit::KeyTrace;
 use crate::clock::millis;
+use crate::cursor::DbCursor;
 use crate::error::{Error, Result};
 use crate::explain::TombstoneExplanation;
 use crate::inner::DbInner;
@@ -171,6 +172,24 @@ impl ColumnFamily {
     /// As [`range`](Self::range).
     pub fn iter(&self) -> Result<DbIterator> {
         self.range::<&[u8]>(..)
+    }
+
+    /// A cursor over the live keys in `range` that lends each key and value until it moves,
+    /// allocating nothing per entry: for scans that only look at each entry. Unpositioned
+    /// until a seek.
+    ///
+    /// # Errors
+    /// As [`range`](Self::range).
+    pub fn cursor_range<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Result<DbCursor> {
+        DbCursor::new(Arc::clone(&self.db), self.id, None, owned_bounds(&range))
+    }
+
+    /// A cursor over every live key. See [`cursor_range`](Self::cursor_range).
+    ///
+    /// # Errors
+    /// As [`range`](Self::range).
+    pub fn cursor(&self) -> Result<DbCursor> {
+        self.cursor_range::<&[u8]>(..)
     }
 
     /// Compacts the tables overlapping `range` down to the last level (flushing the memtables

@@ -15,6 +15,7 @@ use cairn_sstable::SeqNo;
 use crate::audit::KeyTrace;
 use crate::batch::WriteBatch;
 use crate::column_family::ColumnFamily;
+use crate::cursor::DbCursor;
 use crate::error::{Error, Result};
 use crate::explain::TombstoneExplanation;
 use crate::inner::DbInner;
@@ -317,6 +318,22 @@ impl Db {
     /// As [`ColumnFamily::range`].
     pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Result<DbIterator> {
         self.default_cf.prefix(prefix)
+    }
+
+    /// A cursor over the live entries in `range`. See [`ColumnFamily::cursor_range`].
+    ///
+    /// # Errors
+    /// As [`ColumnFamily::range`].
+    pub fn cursor_range<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Result<DbCursor> {
+        self.default_cf.cursor_range(range)
+    }
+
+    /// A cursor over every live entry. See [`ColumnFamily::cursor`].
+    ///
+    /// # Errors
+    /// As [`ColumnFamily::range`].
+    pub fn cursor(&self) -> Result<DbCursor> {
+        self.default_cf.cursor()
     }
 
     /// Every live entry. See [`ColumnFamily::iter`].

@@ -9,20 +9,20 @@
 //! seeks past the tombstone's end instead of stepping over the covered keys. The merged stream
 //! then only needs the per-key rules: tombstones, version limits and TTL.
 
-use std::ops::{Bound, ControlFlow};
+use std::ops::Bound;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use cairn_sstable::{
-    EntryMeta, InternalIterator, Kind, MAX_SEQNO, MergingIter, SeqNo, Table, internal_key,
-    key::user_key, parse_internal_key, seek_key,
+    EntryMeta, InternalIterator, MAX_SEQNO, MergingIter, SeqNo, Table, parse_internal_key, seek_key,
 };
 
 use crate::clock::Clock;
+use crate::cursor::{Rules, Walk};
 use crate::error::Result;
 use crate::level_iter::{LevelIter, LevelTombstones};
 use crate::memtable::Memtable;
-use crate::read::{Resolver, Visibility};
+use crate::read::Visibility;
 use crate::super_version::SuperVersion;
 use crate::version_edit::FileMeta;
 
@@ -80,6 +80,11 @@ pub(crate) struct SourceIter {
 }
 
 impl SourceIter {
+    /// Entries stepped over one by one because a range tombstone of this source hid them.
+    pub(crate) fn hidden(&self) -> u64 {
+        self.hidden
+    }
+
     /// A fragment of a newer source visible at the snapshot that covers `key`.
     fn newer_cover(&self, key: &[u8]) -> Option<(Bytes, Bytes)> {
         self.newer
@@ -284,17 +289,68 @@ fn sources(
     Ok(out)
 }
 
+/// What a read builds its merged stream from: a pinned view of the family at one snapshot.
+pub(crate) struct Sources {
+    db: Arc<crate::inner::DbInner>,
+    sv: Arc<SuperVersion>,
+    cf: u32,
+    snapshot: SeqNo,
+    range: (Bound<Bytes>, Bound<Bytes>),
+}
+
+impl Sources {
+    /// Every source of the range, merged.
+    pub(crate) fn merged(&self) -> Result<MergingIter<SourceIter>> {
+        Ok(MergingIter::new(sources(
+            &self.db,
+            &self.sv,
+            self.cf,
+            self.snapshot,
+            &self.range,
+        )?))
+    }
+}
+
+/// What every range read starts from: the view and snapshot to read, the visibility to judge
+/// entries by, and the read trigger to report tombstone runs to.
+pub(crate) fn start_read(
+    db: Arc<crate::inner::DbInner>,
+    cf: u32,
+    snapshot: Option<SeqNo>,
+    range: &(Bound<Bytes>, Bound<Bytes>),
+) -> Result<(Sources, Visibility, ReadTrigger)> {
+    let (sv, snapshot) = db.read_view(snapshot)?;
+    let vis = Visibility::scan(db.options.clock.as_ref(), &sv.cf_options(cf)?);
+    let trigger = ReadTrigger {
+        db: Arc::clone(&db),
+        cf,
+        threshold: db.options.compaction.read_trigger,
+        deleted_keys: 0,
+        first_key: None,
+        reported: false,
+    };
+    let sources = Sources {
+        db,
+        sv,
+        cf,
+        snapshot,
+        range: range.clone(),
+    };
+    Ok((sources, vis, trigger))
+}
+
 /// An iterator over a column family's live keys and values in a range, at one snapshot.
 /// Double-ended: `next` walks up from the start, `next_back` down from the end, and the two
-/// never cross.
+/// never cross. Each entry is handed out owned; [`DbCursor`](crate::DbCursor) lends them
+/// instead, without allocating.
 pub struct DbIterator {
     vis: Visibility,
     /// The database's clock, for the resolver (a scan's `vis` already holds its time).
     clock: Arc<dyn Clock>,
     range: (Bound<Bytes>, Bound<Bytes>),
-    front: Option<MergingIter<SourceIter>>,
-    back: Option<MergingIter<SourceIter>>,
-    make: Box<dyn FnMut() -> Result<MergingIter<SourceIter>> + Send>,
+    sources: Sources,
+    front: Option<Walk>,
+    back: Option<Walk>,
     /// The last key each direction returned (reused buffers: a scan must not allocate for
     /// them per step).
     front_last: Option<Vec<u8>>,
@@ -304,12 +360,12 @@ pub struct DbIterator {
 }
 
 /// Counts the tombstones a scan steps over and reports the range once they pass the threshold.
-struct ReadTrigger {
-    db: Arc<crate::inner::DbInner>,
+pub(crate) struct ReadTrigger {
+    pub(crate) db: Arc<crate::inner::DbInner>,
     cf: u32,
     threshold: u64,
     /// Deleted keys stepped over by the resolver (range-deleted ones are counted by sources).
-    deleted_keys: u64,
+    pub(crate) deleted_keys: u64,
     first_key: Option<Bytes>,
     reported: bool,
 }
@@ -317,26 +373,25 @@ struct ReadTrigger {
 impl ReadTrigger {
     /// Notes the key a step reached and reports once the scan has stepped over too many
     /// tombstones on its way. `hidden_by_sources` is only asked while nothing is reported.
-    fn note(&mut self, key: &Bytes, hidden_by_sources: impl FnOnce() -> u64) {
+    pub(crate) fn note(&mut self, key: &[u8], hidden_by_sources: impl FnOnce() -> u64) {
         if self.reported {
             return;
         }
-        let first = self.first_key.get_or_insert_with(|| key.clone());
+        let first = self
+            .first_key
+            .get_or_insert_with(|| Bytes::copy_from_slice(key));
         let stepped = self.deleted_keys + hidden_by_sources();
         if stepped >= self.threshold {
             self.reported = true;
-            let (start, end) = if *first <= *key {
-                (first.clone(), key.clone())
+            let key = Bytes::copy_from_slice(key);
+            let (start, end) = if *first <= key {
+                (first.clone(), key)
             } else {
-                (key.clone(), first.clone())
+                (key, first.clone())
             };
             self.db.report_tombstone_scan(self.cf, start, end, stepped);
         }
     }
-}
-
-fn hidden(merged: Option<&MergingIter<SourceIter>>) -> u64 {
-    merged.map_or(0, |m| m.children().iter().map(|c| c.hidden).sum())
 }
 
 impl std::fmt::Debug for DbIterator {
@@ -354,28 +409,15 @@ impl DbIterator {
         snapshot: Option<SeqNo>,
         range: (Bound<Bytes>, Bound<Bytes>),
     ) -> Result<Self> {
-        let (sv, snapshot) = db.read_view(snapshot)?;
-        let vis = Visibility::scan(db.options.clock.as_ref(), &sv.cf_options(cf)?);
-        let bounds = range.clone();
-        let trigger = ReadTrigger {
-            db: Arc::clone(&db),
-            cf,
-            threshold: db.options.compaction.read_trigger,
-            deleted_keys: 0,
-            first_key: None,
-            reported: false,
-        };
         let clock = Arc::clone(&db.options.clock);
-        let make = Box::new(move || -> Result<MergingIter<SourceIter>> {
-            Ok(MergingIter::new(sources(&db, &sv, cf, snapshot, &bounds)?))
-        });
+        let (sources, vis, trigger) = start_read(db, cf, snapshot, &range)?;
         Ok(Self {
             vis,
             clock,
             range,
+            sources,
             front: None,
             back: None,
-            make,
             front_last: None,
             back_last: None,
             failed: false,
@@ -390,7 +432,7 @@ fn remember(last: &mut Option<Vec<u8>>, key: &[u8]) {
     last.extend_from_slice(key);
 }
 
-fn below_upper(range: &(Bound<Bytes>, Bound<Bytes>), key: &[u8]) -> bool {
+pub(crate) fn below_upper(range: &(Bound<Bytes>, Bound<Bytes>), key: &[u8]) -> bool {
     match &range.1 {
         Bound::Included(end) => key <= end.as_ref(),
         Bound::Excluded(end) => key < end.as_ref(),
@@ -398,7 +440,7 @@ fn below_upper(range: &(Bound<Bytes>, Bound<Bytes>), key: &[u8]) -> bool {
     }
 }
 
-fn above_lower(range: &(Bound<Bytes>, Bound<Bytes>), key: &[u8]) -> bool {
+pub(crate) fn above_lower(range: &(Bound<Bytes>, Bound<Bytes>), key: &[u8]) -> bool {
     match &range.0 {
         Bound::Included(start) => key >= start.as_ref(),
         Bound::Excluded(start) => key > start.as_ref(),
@@ -408,111 +450,67 @@ fn above_lower(range: &(Bound<Bytes>, Bound<Bytes>), key: &[u8]) -> bool {
 
 impl DbIterator {
     fn next_front(&mut self) -> Result<Option<(Bytes, Bytes)>> {
-        if self.front.is_none() {
-            let mut merged = (self.make)()?;
-            match &self.range.0 {
-                Bound::Included(k) | Bound::Excluded(k) => merged.seek(&seek_key(k, MAX_SEQNO))?,
-                Bound::Unbounded => merged.seek_to_first()?,
-            }
-            self.front = Some(merged);
+        let rules = Rules {
+            vis: &self.vis,
+            clock: self.clock.as_ref(),
+            range: &self.range,
+        };
+        let walk = if let Some(walk) = self.front.as_mut() {
+            walk.next(&rules, &mut self.trigger, self.back.as_ref())?;
+            walk
+        } else {
+            let mut walk = Walk::new(self.sources.merged()?);
+            walk.seek(None, &rules, &mut self.trigger, self.back.as_ref())?;
+            self.front.insert(walk)
+        };
+        if !walk.valid() {
+            return Ok(None);
         }
-        let vis = self.vis;
-        let clock = self.clock.as_ref();
-        loop {
-            let Some(merged) = self.front.as_mut() else {
-                return Ok(None);
-            };
-            if !merged.valid() {
-                return Ok(None);
-            }
-            let key = Bytes::copy_from_slice(user_key(merged.key()));
-            if !below_upper(&self.range, &key)
-                || self
-                    .back_last
-                    .as_ref()
-                    .is_some_and(|b| key.as_ref() >= b.as_slice())
-            {
-                return Ok(None);
-            }
-            let mut resolver = Resolver::new(&vis, clock);
-            let mut decided = false;
-            let mut value = None;
-            let mut deleted = false;
-            while merged.valid() && user_key(merged.key()) == key.as_ref() {
-                if !decided {
-                    let kind = parse_internal_key(merged.key()).map_or(Kind::Delete, |k| k.kind);
-                    deleted = kind.is_tombstone();
-                    if let ControlFlow::Break(live) = resolver.offer(kind, merged.meta()) {
-                        decided = true;
-                        value = live.then(|| merged.value_bytes());
-                    }
-                }
-                merged.next()?;
-            }
-            self.trigger.deleted_keys += u64::from(deleted);
-            let (front, back) = (self.front.as_ref(), self.back.as_ref());
-            self.trigger.note(&key, || hidden(front) + hidden(back));
-            if let Some(value) = value.filter(|_| above_lower(&self.range, &key)) {
-                remember(&mut self.front_last, &key);
-                return Ok(Some((key, value)));
-            }
+        if self
+            .back_last
+            .as_ref()
+            .is_some_and(|b| walk.key() >= b.as_slice())
+        {
+            walk.invalidate();
+            return Ok(None);
         }
+        remember(&mut self.front_last, walk.key());
+        Ok(Some((
+            Bytes::copy_from_slice(walk.key()),
+            walk.value_bytes(),
+        )))
     }
 
     fn next_back(&mut self) -> Result<Option<(Bytes, Bytes)>> {
-        if self.back.is_none() {
-            let mut merged = (self.make)()?;
-            match &self.range.1 {
-                Bound::Excluded(k) => merged.seek_for_prev(&seek_key(k, MAX_SEQNO))?,
-                Bound::Included(k) => merged.seek_for_prev(&internal_key(k, 0, Kind::Delete))?,
-                Bound::Unbounded => merged.seek_to_last()?,
-            }
-            self.back = Some(merged);
+        let rules = Rules {
+            vis: &self.vis,
+            clock: self.clock.as_ref(),
+            range: &self.range,
+        };
+        let walk = if let Some(walk) = self.back.as_mut() {
+            walk.prev(&rules, &mut self.trigger, self.front.as_ref())?;
+            walk
+        } else {
+            let mut walk = Walk::new(self.sources.merged()?);
+            walk.seek_for_prev(None, &rules, &mut self.trigger, self.front.as_ref())?;
+            self.back.insert(walk)
+        };
+        if !walk.valid() {
+            return Ok(None);
         }
-        let vis = self.vis;
-        let clock = self.clock.as_ref();
-        loop {
-            let Some(merged) = self.back.as_mut() else {
-                return Ok(None);
-            };
-            if !merged.valid() {
-                return Ok(None);
-            }
-            let key = Bytes::copy_from_slice(user_key(merged.key()));
-            if !above_lower(&self.range, &key)
-                || self
-                    .front_last
-                    .as_ref()
-                    .is_some_and(|f| key.as_ref() <= f.as_slice())
-            {
-                return Ok(None);
-            }
-            // Versions arrive oldest first going backward: gather them, then judge newest first.
-            let mut versions = Vec::new();
-            while merged.valid() && user_key(merged.key()) == key.as_ref() {
-                let kind = parse_internal_key(merged.key()).map_or(Kind::Delete, |k| k.kind);
-                versions.push((kind, merged.meta(), merged.value_bytes()));
-                merged.prev()?;
-            }
-            let deleted = versions
-                .last()
-                .is_some_and(|(kind, _, _)| kind.is_tombstone());
-            self.trigger.deleted_keys += u64::from(deleted);
-            let (front, back) = (self.front.as_ref(), self.back.as_ref());
-            self.trigger.note(&key, || hidden(front) + hidden(back));
-            let mut resolver = Resolver::new(&vis, clock);
-            let value = versions.into_iter().rev().find_map(|(kind, meta, value)| {
-                match resolver.offer(kind, meta) {
-                    ControlFlow::Break(true) => Some(Some(value)),
-                    ControlFlow::Break(false) => Some(None),
-                    ControlFlow::Continue(()) => None,
-                }
-            });
-            if let Some(Some(value)) = value.filter(|_| below_upper(&self.range, &key)) {
-                remember(&mut self.back_last, &key);
-                return Ok(Some((key, value)));
-            }
+        if self
+            .front_last
+            .as_ref()
+            .is_some_and(|f| walk.key() <= f.as_slice())
+        {
+            walk.invalidate();
+            return Ok(None);
         }
+        remember(&mut self.back_last, walk.key());
+        Ok(Some((
+            Bytes::copy_from_slice(walk.key()),
+            walk.value_bytes(),
+        )))
     }
 
     /// `Stopped` once the database is closed: the directory may belong to another process by

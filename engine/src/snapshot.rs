@@ -8,6 +8,7 @@ use bytes::Bytes;
 use cairn_sstable::SeqNo;
 
 use crate::column_family::ColumnFamily;
+use crate::cursor::DbCursor;
 use crate::error::Result;
 use crate::inner::DbInner;
 use crate::iterator::{DbIterator, owned_bounds, prefix_bounds};
@@ -111,6 +112,38 @@ impl Snapshot {
     /// As [`ColumnFamily::range`].
     pub fn iter(&self) -> Result<DbIterator> {
         self.range::<&[u8]>(..)
+    }
+
+    /// A cursor over the live keys of `cf` in `range` at the snapshot. See
+    /// [`ColumnFamily::cursor_range`].
+    ///
+    /// # Errors
+    /// As [`range_cf`](Self::range_cf).
+    pub fn cursor_cf<K: AsRef<[u8]>>(
+        &self,
+        cf: &ColumnFamily,
+        range: impl RangeBounds<K>,
+    ) -> Result<DbCursor> {
+        self.check_family(cf)?;
+        DbCursor::new(
+            Arc::clone(&self.db),
+            cf.id,
+            Some(self.seqno),
+            owned_bounds(&range),
+        )
+    }
+
+    /// A cursor over every live key of the default family at the snapshot.
+    ///
+    /// # Errors
+    /// As [`ColumnFamily::range`].
+    pub fn cursor(&self) -> Result<DbCursor> {
+        DbCursor::new(
+            Arc::clone(&self.db),
+            DEFAULT_CF,
+            Some(self.seqno),
+            owned_bounds::<&[u8]>(&..),
+        )
     }
 }
 

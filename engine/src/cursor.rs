@@ -1,0 +1,444 @@
+//! A borrowing cursor over a column family's live entries, in the shape of RocksDB's
+//! `Iterator`: [`DbCursor::key`] and [`DbCursor::value`] are slices valid until the cursor
+//! moves, so a scan allocates nothing per entry. Going forward the key is copied into a reused
+//! buffer and the value is read in place from the block it lies in; going backward a key's
+//! versions are gathered before they are judged, so the value kept is a shared slice of its
+//! block (no copy either).
+//!
+//! [`Walk`] is the part both cursors share: a merge of every source with the per-key rules
+//! (tombstones, version limits, TTL) applied, stepping from one live key to the next in one
+//! direction. [`DbCursor`] moves one walk both ways and seeks; the owned
+//! [`DbIterator`](crate::DbIterator) runs one walk from each end.
+
+use std::ops::{Bound, ControlFlow};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cairn_sstable::{
+    EntryMeta, InternalIterator, Kind, MAX_SEQNO, MergingIter, SeqNo, internal_key, key::user_key,
+    parse_internal_key, seek_key,
+};
+
+use crate::clock::Clock;
+use crate::error::Result;
+use crate::iterator::{ReadTrigger, SourceIter, Sources, above_lower, below_upper, start_read};
+use crate::read::{Resolver, Visibility};
+
+/// What a walk judges entries by: the scan's visibility, the clock for expiry, and the range.
+pub(crate) struct Rules<'a> {
+    pub(crate) vis: &'a Visibility,
+    pub(crate) clock: &'a dyn Clock,
+    pub(crate) range: &'a (Bound<Bytes>, Bound<Bytes>),
+}
+
+/// Where the current entry's value is.
+enum Held {
+    /// At the merged stream's position (forward: it stops on the version it took).
+    Merged,
+    /// Kept from the versions gathered going backward.
+    Saved(Bytes),
+}
+
+/// A merged stream of sources stepping from live key to live key in one direction.
+pub(crate) struct Walk {
+    merged: MergingIter<SourceIter>,
+    forward: bool,
+    valid: bool,
+    /// The current user key (a buffer reused from step to step).
+    key: Vec<u8>,
+    held: Held,
+    /// A key's versions gathered going backward, oldest first (reused).
+    versions: Vec<(Kind, EntryMeta, Bytes)>,
+}
+
+impl Walk {
+    pub(crate) fn new(merged: MergingIter<SourceIter>) -> Self {
+        Self {
+            merged,
+            forward: true,
+            valid: false,
+            key: Vec::new(),
+            held: Held::Merged,
+            versions: Vec::new(),
+        }
+    }
+
+    pub(crate) fn valid(&self) -> bool {
+        self.valid
+    }
+
+    /// Ends the walk until it is positioned again.
+    pub(crate) fn invalidate(&mut self) {
+        self.valid = false;
+    }
+
+    /// The current key; empty when not valid.
+    pub(crate) fn key(&self) -> &[u8] {
+        if self.valid { &self.key } else { &[] }
+    }
+
+    /// The current value; empty when not valid.
+    pub(crate) fn value(&self) -> &[u8] {
+        match (&self.held, self.valid) {
+            (_, false) => &[],
+            (Held::Merged, true) => self.merged.value(),
+            (Held::Saved(value), true) => value,
+        }
+    }
+
+    /// The current value as shared bytes (a slice of its block, not a copy).
+    pub(crate) fn value_bytes(&self) -> Bytes {
+        match (&self.held, self.valid) {
+            (_, false) => Bytes::new(),
+            (Held::Merged, true) => self.merged.value_bytes(),
+            (Held::Saved(value), true) => value.clone(),
+        }
+    }
+
+    /// Entries the sources stepped over one by one because a range tombstone hid them.
+    pub(crate) fn hidden(&self) -> u64 {
+        self.merged.children().iter().map(SourceIter::hidden).sum()
+    }
+
+    /// Positions forward at the first live key at or after `start` (a lower bound of the range
+    /// if `None`).
+    pub(crate) fn seek(
+        &mut self,
+        start: Option<&[u8]>,
+        rules: &Rules<'_>,
+        trigger: &mut ReadTrigger,
+        other: Option<&Walk>,
+    ) -> Result<()> {
+        let lower = match &rules.range.0 {
+            Bound::Included(k) | Bound::Excluded(k) => Some(k.as_ref()),
+            Bound::Unbounded => None,
+        };
+        match start.max(lower) {
+            Some(k) => self.merged.seek(&seek_key(k, MAX_SEQNO))?,
+            None => self.merged.seek_to_first()?,
+        }
+        self.forward = true;
+        self.settle_forward(rules, trigger, other)
+    }
+
+    /// Positions backward at the last live key at or before `end` (an upper bound of the range
+    /// if `None`).
+    pub(crate) fn seek_for_prev(
+        &mut self,
+        end: Option<&[u8]>,
+        rules: &Rules<'_>,
+        trigger: &mut ReadTrigger,
+        other: Option<&Walk>,
+    ) -> Result<()> {
+        // The last entry at or before `key`'s oldest possible version.
+        let at_or_before = |key: &[u8]| internal_key(key, 0, Kind::Delete);
+        let target = match (&rules.range.1, end) {
+            (Bound::Excluded(u), Some(k)) if k < u.as_ref() => Some(at_or_before(k)),
+            (Bound::Excluded(u), _) => Some(seek_key(u, MAX_SEQNO)),
+            (Bound::Included(u), Some(k)) if k < u.as_ref() => Some(at_or_before(k)),
+            (Bound::Included(u), _) => Some(at_or_before(u)),
+            (Bound::Unbounded, Some(k)) => Some(at_or_before(k)),
+            (Bound::Unbounded, None) => None,
+        };
+        match target {
+            Some(target) => self.merged.seek_for_prev(&target)?,
+            None => self.merged.seek_to_last()?,
+        }
+        self.forward = false;
+        self.settle_backward(rules, trigger, other)
+    }
+
+    /// On to the next live key; a walk that was going backward turns around at its key.
+    pub(crate) fn next(
+        &mut self,
+        rules: &Rules<'_>,
+        trigger: &mut ReadTrigger,
+        other: Option<&Walk>,
+    ) -> Result<()> {
+        if !self.valid {
+            return Ok(());
+        }
+        if !self.forward {
+            self.merged.seek(&seek_key(&self.key, MAX_SEQNO))?;
+            self.forward = true;
+        }
+        self.skip_key()?;
+        self.settle_forward(rules, trigger, other)
+    }
+
+    /// On to the previous live key; a walk that was going forward turns around at its key.
+    pub(crate) fn prev(
+        &mut self,
+        rules: &Rules<'_>,
+        trigger: &mut ReadTrigger,
+        other: Option<&Walk>,
+    ) -> Result<()> {
+        if !self.valid {
+            return Ok(());
+        }
+        if self.forward {
+            // Every version of the key sorts after (key, MAX_SEQNO): this lands on the key
+            // before it.
+            self.merged.seek_for_prev(&seek_key(&self.key, MAX_SEQNO))?;
+            self.forward = false;
+        }
+        self.settle_backward(rules, trigger, other)
+    }
+
+    /// Steps the merged stream past the rest of the current key's versions.
+    fn skip_key(&mut self) -> Result<()> {
+        while self.merged.valid() && user_key(self.merged.key()) == self.key.as_slice() {
+            self.merged.next()?;
+        }
+        Ok(())
+    }
+
+    /// From the merged stream's position, forward onto the first live key in range. Stops on
+    /// the version that decided, whose value is then read in place.
+    fn settle_forward(
+        &mut self,
+        rules: &Rules<'_>,
+        trigger: &mut ReadTrigger,
+        other: Option<&Walk>,
+    ) -> Result<()> {
+        self.valid = false;
+        while self.merged.valid() {
+            let key = user_key(self.merged.key());
+            if !below_upper(rules.range, key) {
+                return Ok(());
+            }
+            self.key.clear();
+            self.key.extend_from_slice(key);
+            let mut resolver = Resolver::new(rules.vis, rules.clock);
+            let (live, deleted) = loop {
+                let kind = parse_internal_key(self.merged.key()).map_or(Kind::Delete, |k| k.kind);
+                if let ControlFlow::Break(live) = resolver.offer(kind, self.merged.meta()) {
+                    break (live, kind.is_tombstone());
+                }
+                self.merged.next()?;
+                if !self.merged.valid() || user_key(self.merged.key()) != self.key.as_slice() {
+                    break (false, kind.is_tombstone());
+                }
+            };
+            trigger.deleted_keys += u64::from(deleted);
+            trigger.note(&self.key, || self.hidden() + other.map_or(0, Walk::hidden));
+            if live && above_lower(rules.range, &self.key) {
+                self.held = Held::Merged;
+                self.valid = true;
+                return Ok(());
+            }
+            self.skip_key()?;
+        }
+        Ok(())
+    }
+
+    /// From the merged stream's position, backward onto the last live key in range. A key's
+    /// versions arrive oldest first going backward: they are gathered, then judged newest
+    /// first, and the stream ends on the key before.
+    fn settle_backward(
+        &mut self,
+        rules: &Rules<'_>,
+        trigger: &mut ReadTrigger,
+        other: Option<&Walk>,
+    ) -> Result<()> {
+        self.valid = false;
+        while self.merged.valid() {
+            let key = user_key(self.merged.key());
+            if !above_lower(rules.range, key) {
+                return Ok(());
+            }
+            self.key.clear();
+            self.key.extend_from_slice(key);
+            self.versions.clear();
+            while self.merged.valid() && user_key(self.merged.key()) == self.key.as_slice() {
+                let kind = parse_internal_key(self.merged.key()).map_or(Kind::Delete, |k| k.kind);
+                self.versions
+                    .push((kind, self.merged.meta(), self.merged.value_bytes()));
+                self.merged.prev()?;
+            }
+            let deleted = self
+                .versions
+                .last()
+                .is_some_and(|(kind, _, _)| kind.is_tombstone());
+            trigger.deleted_keys += u64::from(deleted);
+            trigger.note(&self.key, || self.hidden() + other.map_or(0, Walk::hidden));
+            let mut resolver = Resolver::new(rules.vis, rules.clock);
+            let value = self.versions.iter().rev().find_map(|(kind, meta, value)| {
+                match resolver.offer(*kind, *meta) {
+                    ControlFlow::Break(true) => Some(Some(value)),
+                    ControlFlow::Break(false) => Some(None),
+                    ControlFlow::Continue(()) => None,
+                }
+            });
+            if let Some(Some(value)) = value.filter(|_| below_upper(rules.range, &self.key)) {
+                self.held = Held::Saved(value.clone());
+                self.valid = true;
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A cursor over a column family's live keys and values in a range, at one snapshot, that
+/// lends its key and value until it moves (RocksDB's `Iterator`). Made by
+/// [`ColumnFamily::cursor`](crate::ColumnFamily::cursor) and its kin; unpositioned until a
+/// seek.
+///
+/// ```
+/// # fn main() -> cairn::Result<()> {
+/// # let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+/// let db = cairn::Db::open(dir.path(), cairn::Options::default())?;
+/// db.put("a", "1")?;
+/// db.put("b", "2")?;
+/// let mut cursor = db.cursor()?;
+/// cursor.seek_to_first()?;
+/// let mut keys = Vec::new();
+/// while let Some(key) = cursor.key() {
+///     keys.push(key.to_vec());
+///     cursor.next()?;
+/// }
+/// assert_eq!(keys, [b"a".to_vec(), b"b".to_vec()]);
+/// # Ok(())
+/// # }
+/// ```
+pub struct DbCursor {
+    vis: Visibility,
+    clock: Arc<dyn Clock>,
+    range: (Bound<Bytes>, Bound<Bytes>),
+    sources: Sources,
+    walk: Option<Walk>,
+    trigger: ReadTrigger,
+}
+
+impl std::fmt::Debug for DbCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DbCursor")
+            .field("range", &self.range)
+            .field("valid", &self.valid())
+            .finish_non_exhaustive()
+    }
+}
+
+impl DbCursor {
+    pub(crate) fn new(
+        db: Arc<crate::inner::DbInner>,
+        cf: u32,
+        snapshot: Option<SeqNo>,
+        range: (Bound<Bytes>, Bound<Bytes>),
+    ) -> Result<Self> {
+        let clock = Arc::clone(&db.options.clock);
+        let (sources, vis, trigger) = start_read(db, cf, snapshot, &range)?;
+        Ok(Self {
+            vis,
+            clock,
+            range,
+            sources,
+            walk: None,
+            trigger,
+        })
+    }
+
+    /// True when positioned on a live entry.
+    pub fn valid(&self) -> bool {
+        self.walk.as_ref().is_some_and(Walk::valid)
+    }
+
+    /// The current key, until the cursor moves; `None` when not positioned on an entry.
+    pub fn key(&self) -> Option<&[u8]> {
+        self.walk.as_ref().filter(|w| w.valid()).map(Walk::key)
+    }
+
+    /// The current value, until the cursor moves; `None` when not positioned on an entry.
+    pub fn value(&self) -> Option<&[u8]> {
+        self.walk.as_ref().filter(|w| w.valid()).map(Walk::value)
+    }
+
+    /// Moves to the first live entry of the range.
+    ///
+    /// # Errors
+    /// `Corruption` or `Io` when a table cannot be read; `Stopped` once the database is
+    /// closed. The cursor is then unpositioned.
+    pub fn seek_to_first(&mut self) -> Result<()> {
+        self.reposition(|walk, rules, trigger| walk.seek(None, rules, trigger, None))
+    }
+
+    /// Moves to the last live entry of the range.
+    ///
+    /// # Errors
+    /// As [`seek_to_first`](Self::seek_to_first).
+    pub fn seek_to_last(&mut self) -> Result<()> {
+        self.reposition(|walk, rules, trigger| walk.seek_for_prev(None, rules, trigger, None))
+    }
+
+    /// Moves to the first live entry at or after `key` (and inside the range).
+    ///
+    /// # Errors
+    /// As [`seek_to_first`](Self::seek_to_first).
+    pub fn seek(&mut self, key: impl AsRef<[u8]>) -> Result<()> {
+        let key = key.as_ref();
+        self.reposition(|walk, rules, trigger| walk.seek(Some(key), rules, trigger, None))
+    }
+
+    /// Moves to the last live entry at or before `key` (and inside the range).
+    ///
+    /// # Errors
+    /// As [`seek_to_first`](Self::seek_to_first).
+    pub fn seek_for_prev(&mut self, key: impl AsRef<[u8]>) -> Result<()> {
+        let key = key.as_ref();
+        self.reposition(|walk, rules, trigger| walk.seek_for_prev(Some(key), rules, trigger, None))
+    }
+
+    /// Moves to the next live entry; does nothing when not positioned.
+    ///
+    /// # Errors
+    /// As [`seek_to_first`](Self::seek_to_first).
+    // Not `Iterator::next`: a cursor lends its entry until it moves, which `Iterator` cannot
+    // express; the name is the one RocksDB users know.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<()> {
+        self.step(|walk, rules, trigger| walk.next(rules, trigger, None))
+    }
+
+    /// Moves to the previous live entry; does nothing when not positioned.
+    ///
+    /// # Errors
+    /// As [`seek_to_first`](Self::seek_to_first).
+    pub fn prev(&mut self) -> Result<()> {
+        self.step(|walk, rules, trigger| walk.prev(rules, trigger, None))
+    }
+
+    /// Seeks, building the merged sources on first use.
+    fn reposition(
+        &mut self,
+        seek: impl FnOnce(&mut Walk, &Rules<'_>, &mut ReadTrigger) -> Result<()>,
+    ) -> Result<()> {
+        self.trigger.db.check_open()?;
+        if self.walk.is_none() {
+            self.walk = Some(Walk::new(self.sources.merged()?));
+        }
+        self.step(seek)
+    }
+
+    /// Runs `step` on the walk; an error leaves the cursor unpositioned.
+    fn step(
+        &mut self,
+        step: impl FnOnce(&mut Walk, &Rules<'_>, &mut ReadTrigger) -> Result<()>,
+    ) -> Result<()> {
+        let Some(walk) = self.walk.as_mut() else {
+            return Ok(());
+        };
+        let result = self.trigger.db.check_open().and_then(|()| {
+            let rules = Rules {
+                vis: &self.vis,
+                clock: self.clock.as_ref(),
+                range: &self.range,
+            };
+            step(walk, &rules, &mut self.trigger)
+        });
+        if result.is_err() {
+            walk.invalidate();
+        }
+        result
+    }
+}
