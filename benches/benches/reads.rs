@@ -5,7 +5,11 @@
 //! - `get/hit` and `get/miss`: one `Db::get` of a present key, of an absent one (the bloom
 //!   filters answer);
 //! - `seek/10`: a range iterator opened at a random key, then ten entries read (`seekrandom`);
-//! - `scan/all`: every entry in order (`scanall`), per entry.
+//!   `seek/10_cursor` the same through the borrowing cursor;
+//! - `seek_many_tables/10`: `seek/10` over the same keys in 256 KiB tables (about 100 in the
+//!   last level), where a seek pays for each table it positions in;
+//! - `scan/all`: every entry in order (`scanall`), per entry; `scan/all_cursor` through the
+//!   cursor.
 //!
 //! `cargo bench -p cairn-bench --bench reads`; `-- get/miss` for one.
 
@@ -34,8 +38,8 @@ fn key(i: u64) -> [u8; 16] {
     k
 }
 
-fn filled(dir: &std::path::Path) -> Db {
-    let db = Db::open(dir, Options::default()).expect("open db");
+fn filled(dir: &std::path::Path, options: Options) -> Db {
+    let db = Db::open(dir, options).expect("open db");
     let mut rng = SmallRng::seed_from_u64(7);
     let mut order: Vec<u64> = (0..NUM).collect();
     order.shuffle(&mut rng);
@@ -55,7 +59,7 @@ fn filled(dir: &std::path::Path) -> Db {
 
 fn bench_reads(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let db = filled(dir.path());
+    let db = filled(dir.path(), Options::default());
     let mut rng = SmallRng::seed_from_u64(11);
     let mut group = c.benchmark_group("get");
     group.throughput(Throughput::Elements(1));
@@ -85,6 +89,36 @@ fn bench_reads(c: &mut Criterion) {
             assert_eq!(read, 10);
         });
     });
+    group.bench_function("10_cursor", |b| {
+        b.iter(|| {
+            let mut cursor = db.cursor().expect("cursor");
+            cursor
+                .seek(key(rng.random_range(0..NUM - 10)))
+                .expect("seek");
+            for _ in 0..10 {
+                std::hint::black_box(cursor.key().zip(cursor.value()).expect("entry"));
+                cursor.next().expect("next");
+            }
+        });
+    });
+    group.finish();
+
+    // The same keys in small tables (about 100 in the last level): a seek pays for every table
+    // it opens a cursor in.
+    let many_dir = tempfile::tempdir().expect("tempdir");
+    let many = filled(
+        many_dir.path(),
+        Options::default().target_file_size(256 * 1024),
+    );
+    let mut group = c.benchmark_group("seek_many_tables");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("10", |b| {
+        b.iter(|| {
+            let start = key(rng.random_range(0..NUM - 10));
+            let read = many.range(start..).expect("range").take(10).count();
+            assert_eq!(read, 10);
+        });
+    });
     group.finish();
 
     let mut group = c.benchmark_group("scan");
@@ -96,6 +130,19 @@ fn bench_reads(c: &mut Criterion) {
             for item in db.iter().expect("iter") {
                 std::hint::black_box(item.expect("entry"));
                 n += 1;
+            }
+            assert_eq!(n, NUM);
+        });
+    });
+    group.bench_function("all_cursor", |b| {
+        b.iter(|| {
+            let mut cursor = db.cursor().expect("cursor");
+            cursor.seek_to_first().expect("seek");
+            let mut n = 0u64;
+            while let Some(entry) = cursor.key().zip(cursor.value()) {
+                std::hint::black_box(entry);
+                n += 1;
+                cursor.next().expect("next");
             }
             assert_eq!(n, NUM);
         });
