@@ -439,6 +439,8 @@ impl DbCursor {
         if result.is_err() {
             walk.invalidate();
         }
-        result
+        // A table opened mid-walk may have been swept by another process after a close: say
+        // the database closed, not that a file is missing.
+        result.map_err(|e| self.trigger.db.check_open().err().unwrap_or(e))
     }
 }

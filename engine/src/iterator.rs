@@ -524,7 +524,9 @@ impl DbIterator {
             Ok(item) => item.map(Ok),
             Err(e) => {
                 self.failed = true;
-                Some(Err(e))
+                // A table opened mid-scan may have been swept by another process after a
+                // close: say the database closed, not that a file is missing.
+                Some(Err(self.check_open().err().unwrap_or(e)))
             }
         }
     }

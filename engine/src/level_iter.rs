@@ -6,13 +6,19 @@
 //! one per table, and a seek reads one table per level instead of every table after the key.
 //!
 //! [`LevelTombstones`] answers a level's range-tombstone questions from those of its tables
-//! that hold any (opened when the read starts, as their tombstones must be known before the
-//! first step).
+//! that hold any. Those tables are opened when the read starts (a lookup cannot fail midway),
+//! so a wide range delete cut into every table of a level still opens them all, as every read
+//! did before.
 //!
 //! Neighbouring tables may touch: a table's largest bound can be the exclusive end of its last
-//! range tombstone, where the next table starts, and one user key's versions may continue into
-//! the next table. So a seek that runs off a table seeks the same target in the next one, and
-//! a tombstone lookup asks both tables whose bounds hold the key.
+//! range tombstone, where the next table starts. So a tombstone lookup asks both tables whose
+//! bounds hold the key. Compaction never splits one user key's versions across tables, but a
+//! seek that runs off a table still seeks the same target in the next one rather than taking
+//! its first entry, which stays right even if one did.
+//!
+//! The walk trusts the MANIFEST's bounds to order the tables, so a table is checked against
+//! them when it is opened: one whose keys lie outside (a file swapped or restored under the
+//! wrong number) is `Corruption`, never keys out of order.
 
 use std::sync::Arc;
 
@@ -43,8 +49,8 @@ impl LevelIter {
         }
     }
 
-    /// Points `current` at the table `files[at]`, unpositioned; false past either end. The
-    /// table already open is kept.
+    /// Points `current` at the table `files[at]` (a fresh cursor is unpositioned; the one
+    /// already open there is kept); false past either end.
     fn open(&mut self, at: usize) -> cairn_sstable::Result<bool> {
         let Some(file) = self.files.get(at) else {
             self.current = None;
@@ -53,6 +59,7 @@ impl LevelIter {
         if self.at != at || self.current.is_none() {
             self.current = None;
             let table = self.tables.open_table(file.number)?;
+            check_bounds(&table, file)?;
             self.current = Some(table.iter());
             self.at = at;
         }
@@ -96,7 +103,9 @@ impl LevelIter {
                 self.current = None;
                 return Ok(());
             };
-            self.open(before)?;
+            if !self.open(before)? {
+                return Ok(());
+            }
             self.on_current(TableIter::seek_to_last)?;
         }
         Ok(())
@@ -167,7 +176,9 @@ impl InternalIterator for LevelIter {
             return Ok(());
         };
         loop {
-            self.open(at)?;
+            if !self.open(at)? {
+                return Ok(());
+            }
             self.on_current(|c| c.seek_for_prev(target))?;
             if self.current_valid() {
                 return Ok(());
@@ -187,6 +198,42 @@ impl InternalIterator for LevelIter {
         self.on_current(TableIter::prev)?;
         self.skip_backward()
     }
+}
+
+/// `Corruption` if `table` holds point entries outside the bounds the MANIFEST records for
+/// it: a level walked in file order would hand them out of order.
+fn check_bounds(table: &Table, file: &FileMeta) -> cairn_sstable::Result<()> {
+    let props = table.properties();
+    let below = props
+        .smallest_key
+        .as_ref()
+        .is_some_and(|k| user_key(k) < file.smallest.as_ref());
+    let above = props
+        .largest_key
+        .as_ref()
+        .is_some_and(|k| user_key(k) > file.largest.as_ref());
+    if below || above {
+        return Err(cairn_sstable::Error::Corruption {
+            file: table.path().to_path_buf(),
+            offset: 0,
+            reason: format!(
+                "table keys [{:?}, {:?}] lie outside the bounds the MANIFEST records, [{:?}, {:?}]",
+                props
+                    .smallest_key
+                    .as_deref()
+                    .map(user_key)
+                    .map(String::from_utf8_lossy),
+                props
+                    .largest_key
+                    .as_deref()
+                    .map(user_key)
+                    .map(String::from_utf8_lossy),
+                String::from_utf8_lossy(&file.smallest),
+                String::from_utf8_lossy(&file.largest),
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The range tombstones of one sorted level: those of its tables that hold any, by key.
