@@ -6,8 +6,8 @@
 //!   filters answer);
 //! - `seek/10`: a range iterator opened at a random key, then ten entries read (`seekrandom`);
 //!   `seek/10_cursor` the same through the borrowing cursor;
-//! - `seek_many_tables/10`: `seek/10` over the same keys in 256 KiB tables (about 100 in the
-//!   last level), where a seek pays for each table it positions in;
+//! - `seek_many_tables/10`: `seek/10` over the same keys compacted into 256 KiB tables (about
+//!   100 in the last level), where a seek pays for each table it positions in;
 //! - `scan/all`: every entry in order (`scanall`), per entry; `scan/all_cursor` through the
 //!   cursor.
 //!
@@ -108,8 +108,13 @@ fn bench_reads(c: &mut Criterion) {
     let many_dir = tempfile::tempdir().expect("tempdir");
     let many = filled(
         many_dir.path(),
-        Options::default().target_file_size(256 * 1024),
+        Options::default()
+            .memtable_size(1 << 20)
+            .target_file_size(256 * 1024),
     );
+    many.compact_range::<&[u8]>(..).expect("compact");
+    let tables: Vec<usize> = many.stats().levels.iter().map(|l| l.files).collect();
+    eprintln!("seek_many_tables: tables per level {tables:?}");
     let mut group = c.benchmark_group("seek_many_tables");
     group.throughput(Throughput::Elements(1));
     group.bench_function("10", |b| {
