@@ -187,7 +187,7 @@ fn a_table_outside_its_recorded_bounds_is_corruption_not_keys_out_of_order() {
     }
     let mut same = by_size.into_values().max_by_key(Vec::len).expect("tables");
     same.sort();
-    let (Some(first), Some(last)) = (same.first(), same.last().filter(|l| same.len() > 1)) else {
+    let (Some(first), Some(last)) = (same.first(), same.last().filter(|_| same.len() > 1)) else {
         panic!("no two tables of one size: {same:?}");
     };
     let a = std::fs::read(first).expect("read");
