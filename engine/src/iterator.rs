@@ -47,19 +47,24 @@ impl Tombstones {
     }
 
     /// The bounds of a fragment around `key` covered by a tombstone visible at `snapshot`.
-    fn visible_cover(&self, key: &[u8], snapshot: SeqNo) -> Option<(Bytes, Bytes)> {
+    /// Fails only for a level whose table holding them cannot be opened.
+    fn visible_cover(
+        &self,
+        key: &[u8],
+        snapshot: SeqNo,
+    ) -> cairn_sstable::Result<Option<(Bytes, Bytes)>> {
         match self {
-            Self::Memtable(mem) => mem.range_tombstone_cover(key, snapshot),
-            Self::Table(table) => table.range_tombstones().visible_cover(key, snapshot),
+            Self::Memtable(mem) => Ok(mem.range_tombstone_cover(key, snapshot)),
+            Self::Table(table) => Ok(table.range_tombstones().visible_cover(key, snapshot)),
             Self::Level(level) => level.visible_cover(key, snapshot),
         }
     }
 
     /// The newest tombstone seqno covering `key` visible at `snapshot`.
-    fn covering_seqno(&self, key: &[u8], snapshot: SeqNo) -> Option<SeqNo> {
+    fn covering_seqno(&self, key: &[u8], snapshot: SeqNo) -> cairn_sstable::Result<Option<SeqNo>> {
         match self {
-            Self::Memtable(mem) => mem.range_tombstone_seqno(key, snapshot),
-            Self::Table(table) => table.range_tombstones().covering_seqno(key, snapshot),
+            Self::Memtable(mem) => Ok(mem.range_tombstone_seqno(key, snapshot)),
+            Self::Table(table) => Ok(table.range_tombstones().covering_seqno(key, snapshot)),
             Self::Level(level) => level.covering_seqno(key, snapshot),
         }
     }
@@ -86,17 +91,21 @@ impl SourceIter {
     }
 
     /// A fragment of a newer source visible at the snapshot that covers `key`.
-    fn newer_cover(&self, key: &[u8]) -> Option<(Bytes, Bytes)> {
-        self.newer
-            .iter()
-            .find_map(|t| t.visible_cover(key, self.snapshot))
+    fn newer_cover(&self, key: &[u8]) -> cairn_sstable::Result<Option<(Bytes, Bytes)>> {
+        for tombstones in self.newer.iter() {
+            if let Some(cover) = tombstones.visible_cover(key, self.snapshot)? {
+                return Ok(Some(cover));
+            }
+        }
+        Ok(None)
     }
 
     /// True if the current entry (seqno `seqno`) is hidden by its own source's tombstones.
-    fn hidden_by_own(&self, key: &[u8], seqno: SeqNo) -> bool {
-        self.own
-            .covering_seqno(key, self.snapshot)
-            .is_some_and(|t| t > seqno)
+    fn hidden_by_own(&self, key: &[u8], seqno: SeqNo) -> cairn_sstable::Result<bool> {
+        Ok(self
+            .own
+            .covering_seqno(key, self.snapshot)?
+            .is_some_and(|t| t > seqno))
     }
 
     /// Moves forward until on an entry the read may see.
@@ -111,11 +120,13 @@ impl SourceIter {
                     .inner
                     .corruption_here("malformed internal key from a source"));
             };
-            if let Some((_, end)) = self.newer_cover(parsed.user_key) {
+            if let Some((_, end)) = self.newer_cover(parsed.user_key)? {
                 self.inner.seek(&seek_key(&end, MAX_SEQNO))?;
                 continue;
             }
-            if parsed.seqno <= self.snapshot && !self.hidden_by_own(parsed.user_key, parsed.seqno) {
+            if parsed.seqno <= self.snapshot
+                && !self.hidden_by_own(parsed.user_key, parsed.seqno)?
+            {
                 return Ok(());
             }
             if parsed.seqno <= self.snapshot {
@@ -138,11 +149,13 @@ impl SourceIter {
                     .inner
                     .corruption_here("malformed internal key from a source"));
             };
-            if let Some((start, _)) = self.newer_cover(parsed.user_key) {
+            if let Some((start, _)) = self.newer_cover(parsed.user_key)? {
                 self.inner.seek_for_prev(&seek_key(&start, MAX_SEQNO))?;
                 continue;
             }
-            if parsed.seqno <= self.snapshot && !self.hidden_by_own(parsed.user_key, parsed.seqno) {
+            if parsed.seqno <= self.snapshot
+                && !self.hidden_by_own(parsed.user_key, parsed.seqno)?
+            {
                 return Ok(());
             }
             if parsed.seqno <= self.snapshot {
@@ -278,7 +291,7 @@ fn sources(
         let Some(newest) = files.iter().map(|f| f.largest_seqno).max() else {
             continue;
         };
-        let tombstones = LevelTombstones::open(&db.tables, &files)?;
+        let tombstones = LevelTombstones::new(Arc::clone(&db.tables), &files);
         push(
             Box::new(LevelIter::new(Arc::clone(&db.tables), files)),
             Tombstones::Level(tombstones),

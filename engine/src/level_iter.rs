@@ -6,9 +6,7 @@
 //! one per table, and a seek reads one table per level instead of every table after the key.
 //!
 //! [`LevelTombstones`] answers a level's range-tombstone questions from those of its tables
-//! that hold any. Those tables are opened when the read starts (a lookup cannot fail midway),
-//! so a wide range delete cut into every table of a level still opens them all, as every read
-//! did before.
+//! that hold any, opening each when a lookup first reaches it.
 //!
 //! Neighbouring tables may touch: a table's largest bound can be the exclusive end of its last
 //! range tombstone, where the next table starts. So a tombstone lookup asks both tables whose
@@ -20,12 +18,11 @@
 //! them when it is opened: one whose keys lie outside (a file swapped or restored under the
 //! wrong number) is `Corruption`, never keys out of order.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use cairn_sstable::{EntryMeta, InternalIterator, SeqNo, Table, TableIter, key::user_key};
 
-use crate::error::Result;
 use crate::table_cache::TableCache;
 use crate::version_edit::FileMeta;
 
@@ -236,24 +233,37 @@ fn check_bounds(table: &Table, file: &FileMeta) -> cairn_sstable::Result<()> {
     Ok(())
 }
 
-/// The range tombstones of one sorted level: those of its tables that hold any, by key.
+/// A table of a level that holds range tombstones, opened when a lookup first needs it.
+#[derive(Debug)]
+struct TombstoneTable {
+    file: Arc<FileMeta>,
+    table: OnceLock<Table>,
+}
+
+/// The range tombstones of one sorted level: those of its tables that hold any, by key, each
+/// table opened only when a lookup reaches it.
 #[derive(Debug, Clone)]
 pub(crate) struct LevelTombstones {
-    /// `(smallest, largest, table)` in key order, not overlapping (but maybe touching).
-    tables: Arc<[(Bytes, Bytes, Table)]>,
+    cache: Arc<TableCache>,
+    /// In key order, not overlapping (but maybe touching).
+    tables: Arc<[TombstoneTable]>,
 }
 
 impl LevelTombstones {
-    /// The tombstones of `files` (a sorted level), opening the tables that hold any.
-    pub(crate) fn open(tables: &TableCache, files: &[Arc<FileMeta>]) -> Result<Self> {
-        let with_tombstones = files
+    /// The tombstones of `files` (a sorted level), from the tables that hold any.
+    pub(crate) fn new(cache: Arc<TableCache>, files: &[Arc<FileMeta>]) -> Self {
+        let tables: Vec<TombstoneTable> = files
             .iter()
             .filter(|f| f.num_range_tombstones > 0)
-            .map(|f| Ok((f.smallest.clone(), f.largest.clone(), tables.table(f)?)))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Self {
-            tables: with_tombstones.into(),
-        })
+            .map(|f| TombstoneTable {
+                file: Arc::clone(f),
+                table: OnceLock::new(),
+            })
+            .collect();
+        Self {
+            cache,
+            tables: tables.into(),
+        }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -261,29 +271,52 @@ impl LevelTombstones {
     }
 
     /// The tables whose bounds hold `key`: at most two, when neighbours touch at it.
-    fn holding<'a>(&'a self, key: &'a [u8]) -> impl Iterator<Item = &'a Table> + 'a {
+    fn holding<'a>(&'a self, key: &'a [u8]) -> impl Iterator<Item = &'a TombstoneTable> + 'a {
         let first = self
             .tables
-            .partition_point(|(_, largest, _)| largest.as_ref() < key);
+            .partition_point(|t| t.file.largest.as_ref() < key);
         self.tables
             .get(first..)
             .unwrap_or_default()
             .iter()
             .take(2)
-            .take_while(move |(smallest, _, _)| smallest.as_ref() <= key)
-            .map(|(_, _, table)| table)
+            .take_while(move |t| t.file.smallest.as_ref() <= key)
+    }
+
+    fn open<'a>(&self, entry: &'a TombstoneTable) -> cairn_sstable::Result<&'a Table> {
+        if let Some(table) = entry.table.get() {
+            return Ok(table);
+        }
+        let table = self.cache.open_table(entry.file.number)?;
+        Ok(entry.table.get_or_init(|| table))
     }
 
     /// The bounds of a fragment around `key` covered by a tombstone visible at `snapshot`.
-    pub(crate) fn visible_cover(&self, key: &[u8], snapshot: SeqNo) -> Option<(Bytes, Bytes)> {
-        self.holding(key)
-            .find_map(|t| t.range_tombstones().visible_cover(key, snapshot))
+    pub(crate) fn visible_cover(
+        &self,
+        key: &[u8],
+        snapshot: SeqNo,
+    ) -> cairn_sstable::Result<Option<(Bytes, Bytes)>> {
+        for entry in self.holding(key) {
+            let tombstones = self.open(entry)?.range_tombstones();
+            if let Some(cover) = tombstones.visible_cover(key, snapshot) {
+                return Ok(Some(cover));
+            }
+        }
+        Ok(None)
     }
 
     /// The newest tombstone seqno covering `key` visible at `snapshot`.
-    pub(crate) fn covering_seqno(&self, key: &[u8], snapshot: SeqNo) -> Option<SeqNo> {
-        self.holding(key)
-            .filter_map(|t| t.range_tombstones().covering_seqno(key, snapshot))
-            .max()
+    pub(crate) fn covering_seqno(
+        &self,
+        key: &[u8],
+        snapshot: SeqNo,
+    ) -> cairn_sstable::Result<Option<SeqNo>> {
+        let mut newest = None;
+        for entry in self.holding(key) {
+            let tombstones = self.open(entry)?.range_tombstones();
+            newest = newest.max(tombstones.covering_seqno(key, snapshot));
+        }
+        Ok(newest)
     }
 }

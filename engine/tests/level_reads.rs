@@ -207,3 +207,44 @@ fn a_table_outside_its_recorded_bounds_is_corruption_not_keys_out_of_order() {
         ),
     }
 }
+
+/// Range tombstones cut into every table of a level (kept by their grace period) do not make
+/// a read open every table: the ones holding tombstones are opened when a lookup reaches them.
+#[test]
+fn a_seek_opens_only_the_tombstone_tables_it_reaches() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let graced =
+        || cairn::CfOptions::default().tombstone_grace(std::time::Duration::from_secs(3_600));
+    {
+        let db = Db::open(dir.path(), small_tables()).expect("open");
+        let cf = db.create_column_family("graced", graced()).expect("cf");
+        for i in 0..4_000 {
+            cf.put(key(i), value(i, 0)).expect("put");
+        }
+        for i in 0..40 {
+            cf.delete_range(key(i * 100), key(i * 100 + 10))
+                .expect("delete range");
+        }
+        cf.compact_range::<&str>(..).expect("compact");
+        db.wait_for_background_work().expect("settle");
+        let with_tombstones: u64 = db.stats().levels.iter().map(|l| l.range_tombstones).sum();
+        assert!(
+            with_tombstones >= 30,
+            "tombstones dropped: {with_tombstones}"
+        );
+        db.close().expect("close");
+    }
+    let db = Db::open(dir.path(), small_tables()).expect("reopen");
+    let cf = db.column_family("graced").expect("cf");
+    let before = db.stats().open_tables;
+    let first = cf
+        .range(key(2_005)..)
+        .expect("range")
+        .next()
+        .transpose()
+        .expect("read")
+        .map(|(k, _)| k);
+    assert_eq!(first.as_deref(), Some(key(2_010).as_bytes()));
+    let opened = db.stats().open_tables - before;
+    assert!(opened <= 3, "a seek opened {opened} tables");
+}
