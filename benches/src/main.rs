@@ -7,6 +7,7 @@
 //! are behind the cargo features `fjall` and `rocksdb`; see `benches/README.md`.
 
 mod chart;
+mod child;
 mod disk;
 mod engine;
 mod keys;
@@ -88,6 +89,13 @@ struct Args {
     /// Cairn only: how it compresses its tables, to compare codecs side by side
     #[arg(long, value_enum, default_value_t)]
     cairn_compression: engine::cairn::CairnCompression,
+    /// Internal: run one ENGINE/WORKLOAD/ROUND here and print its rows (each job runs in a
+    /// child process of its own, so its memory figures are its own)
+    #[arg(long, hide = true, requires = "child_dir")]
+    child_run: Option<String>,
+    /// Internal: the child's database directory
+    #[arg(long, hide = true)]
+    child_dir: Option<PathBuf>,
 }
 
 fn compiled_engines() -> Vec<EngineKind> {
@@ -103,6 +111,15 @@ fn compiled_engines() -> Vec<EngineKind> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let (Some(spec), Some(dir)) = (&args.child_run, &args.child_dir) {
+        return match plan(&args).and_then(|(_, _, settings)| child::serve(spec, dir, &settings)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("cairn-bench: {spec}: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match plan(&args).and_then(|(engines, workloads, settings)| {
         let report = run_rounds(&args, engines, &workloads, settings)?;
         write_outputs(&args, &report);
@@ -204,7 +221,12 @@ fn run_rounds(
                     std::fs::remove_dir_all(&dir)?;
                 }
                 let progress = format!("round {}/{}", round + 1, args.runs);
-                match workload::run(engine, workload, &dir, &report.settings, round) {
+                let job = child::Job {
+                    engine,
+                    workload,
+                    round,
+                };
+                match child::run(job, &dir) {
                     Ok(rows) => {
                         for m in rows {
                             eprintln!(

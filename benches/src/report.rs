@@ -240,33 +240,44 @@ impl Report {
         }
     }
 
-    /// Each engine's peak resident memory: the largest over its workloads (the process's
-    /// peak, reset before each workload's database opens), and the workload it came from.
+    /// Each engine's peak memory: the largest over its workloads, each run in a process of its
+    /// own, and the workload it came from: the resident set (mapped table pages counted once
+    /// touched) and the anonymous part (heap: memtables, caches, index and filter blocks).
     fn write_peak_memory(&self, out: &mut String) {
         let _ = writeln!(
             out,
-            "\npeak resident memory (the process's, per workload; the largest over the run)"
+            "\npeak memory (each workload in a process of its own; the largest over the run)"
+        );
+        let _ = writeln!(
+            out,
+            "{:<10} {:>24} {:>24}",
+            "engine", "resident (with mappings)", "anonymous (heap)"
         );
         for &e in &self.engines {
-            let peak = self
-                .samples
-                .iter()
-                .filter(|s| s.engine == e)
-                .filter_map(|s| {
-                    let mb = s
-                        .measurement
-                        .extra
-                        .iter()
-                        .find(|(k, _)| k == "peak_rss_mb")?
-                        .1;
-                    Some((mb, s.measurement.row))
-                })
-                .max_by(|a, b| a.0.total_cmp(&b.0));
-            let _ = match peak {
-                Some((mb, row)) => writeln!(out, "{:<10} {mb:>8.1} MB  in {row}", e.name()),
-                None => writeln!(out, "{:<10} not measured", e.name()),
+            let cell = |figure: &str| match self.peak_of(e, figure) {
+                Some((mb, row)) => format!("{mb:.1} MB in {row}"),
+                None => "not measured".to_string(),
             };
+            let _ = writeln!(
+                out,
+                "{:<10} {:>24} {:>24}",
+                e.name(),
+                cell("peak_rss_mb"),
+                cell("peak_anon_mb")
+            );
         }
+    }
+
+    /// The largest `figure` over `engine`'s samples, and its row.
+    fn peak_of(&self, engine: EngineKind, figure: &str) -> Option<(f64, &'static str)> {
+        self.samples
+            .iter()
+            .filter(|s| s.engine == engine)
+            .filter_map(|s| {
+                let mb = s.measurement.extra.iter().find(|(k, _)| k == figure)?.1;
+                Some((mb, s.measurement.row))
+            })
+            .max_by(|a, b| a.0.total_cmp(&b.0))
     }
 
     /// Latency percentiles of `fillrandom`'s puts and `readrandom`'s gets, per engine.

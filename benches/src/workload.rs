@@ -144,6 +144,25 @@ impl Workload {
     }
 }
 
+/// Every row a workload reports, for reading rows back from a child process.
+pub const ROWS: &[&str] = &[
+    "fillseq",
+    "fillrandom",
+    "overwrite",
+    "readrandom",
+    "readmissing",
+    "seekrandom",
+    "scanall",
+    "delete90",
+    "scan_after_delete",
+    "scan_after_settle",
+    "scan_fresh10",
+    "delrange_scan",
+    "seek_deleted_runs",
+    "queue",
+    "space_after_delete",
+];
+
 /// One row of one run: how long it took and how much it did.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Measurement {
@@ -187,7 +206,7 @@ impl Measurement {
         }
     }
 
-    fn with(mut self, name: &str, value: f64) -> Self {
+    pub fn with(mut self, name: &str, value: f64) -> Self {
         self.extra.push((name.to_string(), value));
         self
     }
@@ -206,9 +225,6 @@ pub fn run(
     round: u64,
 ) -> Result<Vec<Measurement>> {
     std::fs::create_dir_all(dir)?;
-    // The peak is measured per workload: reset before the engine opens, read before it
-    // closes. Without a reset the figure would carry an earlier engine's peak: none then.
-    let peak_reset = reset_peak_rss();
     let engine = kind.open(dir, settings)?;
     let mut ctx = Context {
         kind,
@@ -238,15 +254,6 @@ pub fn run(
         Workload::Queue => ctx.queue(),
         Workload::SpaceAfterDelete => ctx.space_after_delete(),
     };
-    let peak_mb = peak_reset.then(peak_rss_mb).flatten();
-    let rows = rows.map(|rows| {
-        rows.into_iter()
-            .map(|m| match peak_mb {
-                Some(mb) => m.with("peak_rss_mb", mb),
-                None => m,
-            })
-            .collect::<Vec<_>>()
-    });
     let closed = engine.close();
     let removed = if settings.keep_dirs {
         Ok(())
@@ -627,26 +634,6 @@ impl Context<'_> {
         });
         Ok(vec![m])
     }
-}
-
-/// Resets the process's peak resident set (Linux: `5` to `/proc/self/clear_refs`); false if it
-/// cannot.
-fn reset_peak_rss() -> bool {
-    std::fs::write("/proc/self/clear_refs", "5").is_ok()
-}
-
-/// The process's peak resident set since the last reset, in MB (`VmHWM`); `None` if unknown.
-fn peak_rss_mb() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))?
-        .trim()
-        .strip_suffix("kB")?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kib * 1024.0 / 1e6)
 }
 
 /// `m` with the latency percentiles of `latencies` (p50 to p99.99 and the worst, in µs).
