@@ -6,9 +6,12 @@
 //! block (no copy either).
 //!
 //! [`Walk`] is the part both cursors share: a merge of every source with the per-key rules
-//! (tombstones, version limits, TTL) applied, stepping from one live key to the next in one
-//! direction. [`DbCursor`] moves one walk both ways and seeks; the owned
-//! [`DbIterator`](crate::DbIterator) runs one walk from each end.
+//! (tombstones, version limits, TTL) applied, stepping from one live key to the next, and
+//! turning around at its key when the direction changes. [`DbCursor`] moves one walk both
+//! ways and seeks; the owned [`DbIterator`](crate::DbIterator) runs one walk from each end.
+//!
+//! Like every read, a cursor pins the tables it reads until it is dropped: a long-lived one
+//! keeps deleted data on disk (and can hold it past the delete persistence deadline).
 
 use std::ops::{Bound, ControlFlow};
 use std::sync::Arc;
@@ -39,7 +42,7 @@ enum Held {
     Saved(Bytes),
 }
 
-/// A merged stream of sources stepping from live key to live key in one direction.
+/// A merged stream of sources stepping from live key to live key, either way.
 pub(crate) struct Walk {
     merged: MergingIter<SourceIter>,
     forward: bool,
@@ -113,6 +116,7 @@ impl Walk {
             Bound::Included(k) | Bound::Excluded(k) => Some(k.as_ref()),
             Bound::Unbounded => None,
         };
+        self.valid = false;
         match start.max(lower) {
             Some(k) => self.merged.seek(&seek_key(k, MAX_SEQNO))?,
             None => self.merged.seek_to_first()?,
@@ -140,6 +144,7 @@ impl Walk {
             (Bound::Unbounded, Some(k)) => Some(at_or_before(k)),
             (Bound::Unbounded, None) => None,
         };
+        self.valid = false;
         match target {
             Some(target) => self.merged.seek_for_prev(&target)?,
             None => self.merged.seek_to_last()?,
@@ -393,9 +398,11 @@ impl DbCursor {
     ///
     /// # Errors
     /// As [`seek_to_first`](Self::seek_to_first).
-    // Not `Iterator::next`: a cursor lends its entry until it moves, which `Iterator` cannot
-    // express; the name is the one RocksDB users know.
-    #[allow(clippy::should_implement_trait)]
+    #[expect(
+        clippy::should_implement_trait,
+        reason = "a cursor lends its entry until it moves, which `Iterator` cannot express; \
+                  the name is the one RocksDB users know"
+    )]
     pub fn next(&mut self) -> Result<()> {
         self.step(|walk, rules, trigger| walk.next(rules, trigger, None))
     }
@@ -408,14 +415,24 @@ impl DbCursor {
         self.step(|walk, rules, trigger| walk.prev(rules, trigger, None))
     }
 
-    /// Seeks, building the merged sources on first use.
+    /// Seeks, building the merged sources on first use; the read trigger counts afresh.
     fn reposition(
         &mut self,
         seek: impl FnOnce(&mut Walk, &Rules<'_>, &mut ReadTrigger) -> Result<()>,
     ) -> Result<()> {
-        self.trigger.db.check_open()?;
         if self.walk.is_none() {
-            self.walk = Some(Walk::new(self.sources.merged()?));
+            let merged = self
+                .trigger
+                .db
+                .check_open()
+                .and_then(|()| self.sources.merged());
+            match merged {
+                Ok(merged) => self.walk = Some(Walk::new(merged)),
+                Err(e) => return Err(self.trigger.db.check_open().err().unwrap_or(e)),
+            }
+        }
+        if let Some(walk) = &self.walk {
+            self.trigger.restart(walk.hidden());
         }
         self.step(seek)
     }

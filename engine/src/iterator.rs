@@ -339,6 +339,7 @@ pub(crate) fn start_read(
         cf,
         threshold: db.options.compaction.read_trigger,
         deleted_keys: 0,
+        hidden_base: 0,
         first_key: None,
         reported: false,
     };
@@ -379,11 +380,21 @@ pub(crate) struct ReadTrigger {
     threshold: u64,
     /// Deleted keys stepped over by the resolver (range-deleted ones are counted by sources).
     pub(crate) deleted_keys: u64,
+    /// Entries the sources had hidden when counting began (a cursor's last seek).
+    hidden_base: u64,
     first_key: Option<Bytes>,
     reported: bool,
 }
 
 impl ReadTrigger {
+    /// Counts afresh from a seek (the sources had hidden `hidden` entries by then): a cursor
+    /// that seeks many times reports what one walk stepped over, never a span it jumped.
+    pub(crate) fn restart(&mut self, hidden: u64) {
+        self.deleted_keys = 0;
+        self.hidden_base = hidden;
+        self.first_key = None;
+    }
+
     /// Notes the key a step reached and reports once the scan has stepped over too many
     /// tombstones on its way. `hidden_by_sources` is only asked while nothing is reported.
     pub(crate) fn note(&mut self, key: &[u8], hidden_by_sources: impl FnOnce() -> u64) {
@@ -393,7 +404,7 @@ impl ReadTrigger {
         let first = self
             .first_key
             .get_or_insert_with(|| Bytes::copy_from_slice(key));
-        let stepped = self.deleted_keys + hidden_by_sources();
+        let stepped = self.deleted_keys + hidden_by_sources().saturating_sub(self.hidden_base);
         if stepped >= self.threshold {
             self.reported = true;
             let key = Bytes::copy_from_slice(key);

@@ -154,8 +154,9 @@ impl InternalIterator for LevelIter {
     fn seek(&mut self, target: &[u8]) -> cairn_sstable::Result<()> {
         let key = user_key(target);
         let mut at = self.files.partition_point(|f| f.largest.as_ref() < key);
-        // The target again in each later table, not its first entry: a user key's older
-        // versions may continue there, ahead of the target in internal order.
+        // The target again in each later table rather than its first entry: the same answer
+        // for tables compaction writes, and still right if a user key's versions ever
+        // continued into the next table.
         while self.open(at)? {
             self.on_current(|c| c.seek(target))?;
             if self.current_valid() {

@@ -114,12 +114,26 @@ impl Snapshot {
         self.range::<&[u8]>(..)
     }
 
+    /// A cursor over the live keys of the default family in `range` at the snapshot. See
+    /// [`ColumnFamily::cursor_range`].
+    ///
+    /// # Errors
+    /// As [`ColumnFamily::range`].
+    pub fn cursor_range<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Result<DbCursor> {
+        DbCursor::new(
+            Arc::clone(&self.db),
+            DEFAULT_CF,
+            Some(self.seqno),
+            owned_bounds(&range),
+        )
+    }
+
     /// A cursor over the live keys of `cf` in `range` at the snapshot. See
     /// [`ColumnFamily::cursor_range`].
     ///
     /// # Errors
     /// As [`range_cf`](Self::range_cf).
-    pub fn cursor_cf<K: AsRef<[u8]>>(
+    pub fn cursor_range_cf<K: AsRef<[u8]>>(
         &self,
         cf: &ColumnFamily,
         range: impl RangeBounds<K>,
@@ -138,12 +152,7 @@ impl Snapshot {
     /// # Errors
     /// As [`ColumnFamily::range`].
     pub fn cursor(&self) -> Result<DbCursor> {
-        DbCursor::new(
-            Arc::clone(&self.db),
-            DEFAULT_CF,
-            Some(self.seqno),
-            owned_bounds::<&[u8]>(&..),
-        )
+        self.cursor_range::<&[u8]>(..)
     }
 }
 

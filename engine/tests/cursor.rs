@@ -231,3 +231,47 @@ fn an_unpositioned_cursor_lends_nothing_and_steps_nowhere() {
     cursor.seek_for_prev("b").expect("seek_for_prev");
     assert_eq!(cursor.key(), Some(&b"a"[..]));
 }
+
+/// The read trigger counts what one walk steps over: a cursor that seeks a hundred times, each
+/// time stepping over one deleted key, reports nothing (it used to add them up across seeks
+/// and report a span it had jumped over, not scanned).
+#[test]
+fn a_cursor_counts_tombstones_per_seek_not_across_seeks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Db::open(dir.path(), Options::default().read_trigger_tombstones(10)).expect("open");
+    for i in 0..1_000 {
+        db.put(key(i), "v").expect("put");
+    }
+    for i in 0..100 {
+        db.delete(key(i * 10)).expect("delete");
+    }
+    let mut cursor = db.cursor().expect("cursor");
+    for i in 0..100 {
+        cursor.seek(key(i * 10)).expect("seek");
+        assert_eq!(cursor.key(), Some(key(i * 10 + 1).as_slice()));
+    }
+    assert_eq!(db.stats().read_triggers, 0, "a cursor's seeks added up");
+    // One walk over all of them still reports.
+    cursor.seek_to_first().expect("seek");
+    while cursor.valid() {
+        cursor.next().expect("next");
+    }
+    assert_eq!(db.stats().read_triggers, 1, "one walk over 100 tombstones");
+}
+
+#[test]
+fn a_seek_after_close_leaves_the_cursor_unpositioned() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Db::open(dir.path(), Options::default()).expect("open");
+    db.put("a", "1").expect("put");
+    let mut cursor = db.cursor().expect("cursor");
+    cursor.seek_to_first().expect("seek");
+    assert_eq!(cursor.key(), Some(&b"a"[..]));
+    db.close().expect("close");
+    let sought = cursor.seek("a");
+    assert!(
+        matches!(sought, Err(cairn::Error::Stopped { .. })),
+        "{sought:?}"
+    );
+    assert_eq!(cursor.key(), None);
+}
