@@ -86,6 +86,10 @@ struct Args {
     /// flushes and compactions, so their installs meet the writes.
     #[arg(long)]
     memtable_mib: Option<usize>,
+    /// Cairn only: the tombstones one scan steps over before it has their range compacted
+    /// [default: Cairn's, 1000]
+    #[arg(long)]
+    cairn_read_trigger: Option<u64>,
     /// Cairn only: how it compresses its tables, to compare codecs side by side
     #[arg(long, value_enum, default_value_t)]
     cairn_compression: engine::cairn::CairnCompression,
@@ -176,10 +180,16 @@ fn plan(args: &Args) -> Result<(Vec<EngineKind>, Vec<Workload>, Settings)> {
         keep_dirs: args.keep_dirs,
         uncompressed: args.uncompressed,
         memtable_bytes: args.memtable_mib.map(|m| m << 20),
+        read_trigger: args.cairn_read_trigger,
         cairn_compression: args.cairn_compression,
     };
     if settings.memtable_bytes.is_some() && engines.iter().any(|e| *e != EngineKind::Cairn) {
         return Err("--memtable-mib applies to cairn alone: run it with --engines cairn".into());
+    }
+    if settings.read_trigger.is_some() && engines.iter().any(|e| *e != EngineKind::Cairn) {
+        return Err(
+            "--cairn-read-trigger applies to cairn alone: run it with --engines cairn".into(),
+        );
     }
     Ok((engines, workloads, settings))
 }

@@ -45,6 +45,8 @@ pub struct Settings {
     pub uncompressed: bool,
     /// Cairn's memtable size, if not its default.
     pub memtable_bytes: Option<usize>,
+    /// Cairn's read trigger (tombstones a scan steps over), if not its default.
+    pub read_trigger: Option<u64>,
     /// How Cairn compresses its tables (`--uncompressed` overrides it).
     pub cairn_compression: crate::engine::cairn::CairnCompression,
 }

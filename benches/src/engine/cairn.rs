@@ -71,6 +71,7 @@ impl CairnEngine {
         dir: &Path,
         compression: CairnCompression,
         memtable_bytes: Option<usize>,
+        read_trigger: Option<u64>,
     ) -> Result<Self> {
         let table = TableOptions::default().bloom_bits_per_key(BLOOM_BITS_PER_KEY);
         let mut options = Options::default()
@@ -84,6 +85,9 @@ impl CairnEngine {
         }
         if let Some(bytes) = memtable_bytes {
             options = options.memtable_size(bytes);
+        }
+        if let Some(tombstones) = read_trigger {
+            options = options.read_trigger_tombstones(tombstones);
         }
         Ok(Self {
             db: Db::open(dir, options)?,

@@ -150,6 +150,7 @@ impl EngineKind {
                     settings.cairn_compression
                 },
                 settings.memtable_bytes,
+                settings.read_trigger,
             )?)),
             #[cfg(feature = "fjall")]
             Self::Fjall => Ok(Box::new(fjall::FjallEngine::open(dir, uncompressed)?)),
