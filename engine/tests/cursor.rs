@@ -4,6 +4,8 @@
 //!
 //! Runs `CAIRN_SEEDS` seeds (default 12); `CAIRN_SEED=n` replays one. A failure names its seed.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
@@ -191,20 +193,9 @@ fn run_seed(seed: u64) {
     assert_eq!(backward, all, "iter backward");
 }
 
-fn seeds() -> Vec<u64> {
-    if let Ok(seed) = std::env::var("CAIRN_SEED") {
-        return vec![seed.parse().expect("CAIRN_SEED is a number")];
-    }
-    let n: u64 = std::env::var("CAIRN_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(12);
-    (0..n).collect()
-}
-
 #[test]
 fn cursor_matches_btreemap_model() {
-    for seed in seeds() {
+    for seed in common::seeds(12) {
         let result = std::panic::catch_unwind(|| run_seed(seed));
         if let Err(panic) = result {
             eprintln!("cursor model test failed with seed {seed}; replay with CAIRN_SEED={seed}");

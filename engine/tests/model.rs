@@ -11,6 +11,8 @@
     reason = "in a test, a panic is the failure report"
 )]
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 
@@ -437,20 +439,9 @@ fn run_seed(seed: u64, steps: usize) {
     COMPACTIONS.fetch_add(stats.compactions, std::sync::atomic::Ordering::Relaxed);
 }
 
-fn seeds() -> Vec<u64> {
-    if let Ok(seed) = std::env::var("CAIRN_SEED") {
-        return vec![seed.parse().expect("CAIRN_SEED is a number")];
-    }
-    let n: u64 = std::env::var("CAIRN_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(24);
-    (0..n).collect()
-}
-
 #[test]
 fn engine_matches_btreemap_model() {
-    for seed in seeds() {
+    for seed in common::seeds(24) {
         let result = std::panic::catch_unwind(|| run_seed(seed, 400));
         if let Err(panic) = result {
             eprintln!("model test failed with seed {seed}; replay with CAIRN_SEED={seed}");

@@ -316,3 +316,16 @@ pub fn within<T: Send + 'static>(
     });
     rx.recv_timeout(timeout).ok()
 }
+
+/// The seeds a randomized test runs: `CAIRN_SEED=n` replays one, else `CAIRN_SEEDS` of them
+/// (`default` if unset), from 0.
+pub fn seeds(default: u64) -> Vec<u64> {
+    if let Ok(seed) = std::env::var("CAIRN_SEED") {
+        return vec![seed.parse().expect("CAIRN_SEED is a number")];
+    }
+    let n: u64 = std::env::var("CAIRN_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default);
+    (0..n).collect()
+}
