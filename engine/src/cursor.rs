@@ -24,7 +24,7 @@ use cairn_sstable::{
 
 use crate::clock::Clock;
 use crate::error::Result;
-use crate::iterator::{ReadTrigger, SourceIter, Sources, above_lower, below_upper, start_read};
+use crate::iterator::{Read, ReadTrigger, SourceIter, above_lower, below_upper};
 use crate::read::{Resolver, Visibility};
 
 /// What a walk judges entries by: the scan's visibility, the clock for expiry, and the range.
@@ -308,18 +308,14 @@ impl Walk {
 /// # }
 /// ```
 pub struct DbCursor {
-    vis: Visibility,
-    clock: Arc<dyn Clock>,
-    range: (Bound<Bytes>, Bound<Bytes>),
-    sources: Sources,
+    read: Read,
     walk: Option<Walk>,
-    trigger: ReadTrigger,
 }
 
 impl std::fmt::Debug for DbCursor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DbCursor")
-            .field("range", &self.range)
+            .field("range", self.read.range())
             .field("valid", &self.valid())
             .finish_non_exhaustive()
     }
@@ -332,15 +328,9 @@ impl DbCursor {
         snapshot: Option<SeqNo>,
         range: (Bound<Bytes>, Bound<Bytes>),
     ) -> Result<Self> {
-        let clock = Arc::clone(&db.options.clock);
-        let (sources, vis, trigger) = start_read(db, cf, snapshot, &range)?;
         Ok(Self {
-            vis,
-            clock,
-            range,
-            sources,
+            read: Read::start(db, cf, snapshot, range)?,
             walk: None,
-            trigger,
         })
     }
 
@@ -421,20 +411,15 @@ impl DbCursor {
         seek: impl FnOnce(&mut Walk, &Rules<'_>, &mut ReadTrigger) -> Result<()>,
     ) -> Result<()> {
         if self.walk.is_none() {
-            let merged = self
-                .trigger
-                .db
-                .check_open()
-                .and_then(|()| self.sources.merged());
-            match merged {
+            match self.read.check_open().and_then(|()| self.read.merged()) {
                 Ok(merged) => self.walk = Some(Walk::new(merged)),
-                Err(e) => return Err(self.trigger.db.check_open().err().unwrap_or(e)),
+                Err(e) => return Err(self.read.closed_or(e)),
             }
         }
-        if let Some(walk) = &self.walk {
-            self.trigger.restart(walk.hidden());
-        }
-        self.step(seek)
+        self.step(|walk, rules, trigger| {
+            trigger.restart(walk.hidden());
+            seek(walk, rules, trigger)
+        })
     }
 
     /// Runs `step` on the walk; an error leaves the cursor unpositioned.
@@ -445,19 +430,13 @@ impl DbCursor {
         let Some(walk) = self.walk.as_mut() else {
             return Ok(());
         };
-        let result = self.trigger.db.check_open().and_then(|()| {
-            let rules = Rules {
-                vis: &self.vis,
-                clock: self.clock.as_ref(),
-                range: &self.range,
-            };
-            step(walk, &rules, &mut self.trigger)
+        let result = self.read.check_open().and_then(|()| {
+            let (rules, trigger) = self.read.parts();
+            step(walk, &rules, trigger)
         });
         if result.is_err() {
             walk.invalidate();
         }
-        // A table opened mid-walk may have been swept by another process after a close: say
-        // the database closed, not that a file is missing.
-        result.map_err(|e| self.trigger.db.check_open().err().unwrap_or(e))
+        result.map_err(|e| self.read.closed_or(e))
     }
 }

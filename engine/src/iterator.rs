@@ -19,7 +19,7 @@ use cairn_sstable::{
 
 use crate::clock::Clock;
 use crate::cursor::{Rules, Walk};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::level_iter::{LevelIter, LevelTombstones};
 use crate::memtable::Memtable;
 use crate::read::Visibility;
@@ -302,55 +302,83 @@ fn sources(
     Ok(out)
 }
 
-/// What a read builds its merged stream from: a pinned view of the family at one snapshot.
-pub(crate) struct Sources {
-    db: Arc<crate::inner::DbInner>,
+/// What every range read holds: the pinned view and snapshot it reads, its range, the
+/// visibility and clock entries are judged by, and the read trigger tombstone runs are
+/// reported to. The owned iterator and the cursor both read through one.
+pub(crate) struct Read {
     sv: Arc<SuperVersion>,
-    cf: u32,
     snapshot: SeqNo,
     range: (Bound<Bytes>, Bound<Bytes>),
+    vis: Visibility,
+    /// The database's clock, for the resolver (a scan's `vis` already holds its time).
+    clock: Arc<dyn Clock>,
+    trigger: ReadTrigger,
 }
 
-impl Sources {
+impl Read {
+    /// A read of `range` in family `cf` at `snapshot` (the latest if `None`).
+    pub(crate) fn start(
+        db: Arc<crate::inner::DbInner>,
+        cf: u32,
+        snapshot: Option<SeqNo>,
+        range: (Bound<Bytes>, Bound<Bytes>),
+    ) -> Result<Self> {
+        let (sv, snapshot) = db.read_view(snapshot)?;
+        let clock = Arc::clone(&db.options.clock);
+        let vis = Visibility::scan(clock.as_ref(), &sv.cf_options(cf)?);
+        let trigger = ReadTrigger {
+            threshold: db.options.compaction.read_trigger,
+            db,
+            cf,
+            deleted_keys: 0,
+            hidden_base: 0,
+            first_key: None,
+            reported: false,
+        };
+        Ok(Self {
+            sv,
+            snapshot,
+            range,
+            vis,
+            clock,
+            trigger,
+        })
+    }
+
+    /// The range read.
+    pub(crate) fn range(&self) -> &(Bound<Bytes>, Bound<Bytes>) {
+        &self.range
+    }
+
     /// Every source of the range, merged.
     pub(crate) fn merged(&self) -> Result<MergingIter<SourceIter>> {
-        Ok(MergingIter::new(sources(
-            &self.db,
-            &self.sv,
-            self.cf,
-            self.snapshot,
-            &self.range,
-        )?))
+        let (db, cf) = (&self.trigger.db, self.trigger.cf);
+        let sources = sources(db, &self.sv, cf, self.snapshot, &self.range)?;
+        Ok(MergingIter::new(sources))
     }
-}
 
-/// What every range read starts from: the view and snapshot to read, the visibility to judge
-/// entries by, and the read trigger to report tombstone runs to.
-pub(crate) fn start_read(
-    db: Arc<crate::inner::DbInner>,
-    cf: u32,
-    snapshot: Option<SeqNo>,
-    range: &(Bound<Bytes>, Bound<Bytes>),
-) -> Result<(Sources, Visibility, ReadTrigger)> {
-    let (sv, snapshot) = db.read_view(snapshot)?;
-    let vis = Visibility::scan(db.options.clock.as_ref(), &sv.cf_options(cf)?);
-    let trigger = ReadTrigger {
-        db: Arc::clone(&db),
-        cf,
-        threshold: db.options.compaction.read_trigger,
-        deleted_keys: 0,
-        hidden_base: 0,
-        first_key: None,
-        reported: false,
-    };
-    let sources = Sources {
-        db,
-        sv,
-        cf,
-        snapshot,
-        range: range.clone(),
-    };
-    Ok((sources, vis, trigger))
+    /// What a walk's steps take: the rules to judge by and the trigger to count into.
+    pub(crate) fn parts(&mut self) -> (Rules<'_>, &mut ReadTrigger) {
+        let rules = Rules {
+            vis: &self.vis,
+            clock: self.clock.as_ref(),
+            range: &self.range,
+        };
+        (rules, &mut self.trigger)
+    }
+
+    /// `Stopped` once the database is closed: the directory may belong to another process by
+    /// then, so a reader made before reads no further.
+    pub(crate) fn check_open(&self) -> Result<()> {
+        self.trigger.db.check_open()
+    }
+
+    /// `error`, or `Stopped` if the database closed: a table opened mid-read may have been
+    /// swept by another process after a close, and the reader should say closed, not that a
+    /// file is missing.
+    pub(crate) fn closed_or(&self, error: Error) -> Error {
+        self.check_open().err().unwrap_or(error)
+    }
 }
 
 /// An iterator over a column family's live keys and values in a range, at one snapshot.
@@ -358,24 +386,23 @@ pub(crate) fn start_read(
 /// never cross. Each entry is handed out owned; [`DbCursor`](crate::DbCursor) lends them
 /// instead, without allocating.
 pub struct DbIterator {
-    vis: Visibility,
-    /// The database's clock, for the resolver (a scan's `vis` already holds its time).
-    clock: Arc<dyn Clock>,
-    range: (Bound<Bytes>, Bound<Bytes>),
-    sources: Sources,
-    front: Option<Walk>,
-    back: Option<Walk>,
-    /// The last key each direction returned (reused buffers: a scan must not allocate for
-    /// them per step).
-    front_last: Option<Vec<u8>>,
-    back_last: Option<Vec<u8>>,
+    read: Read,
+    front: End,
+    back: End,
     failed: bool,
-    trigger: ReadTrigger,
+}
+
+/// One end of a [`DbIterator`]: its walk, made on first use, and the last key it returned (a
+/// reused buffer: a scan must not allocate for it per step).
+#[derive(Default)]
+struct End {
+    walk: Option<Walk>,
+    last: Option<Vec<u8>>,
 }
 
 /// Counts the tombstones a scan steps over and reports the range once they pass the threshold.
 pub(crate) struct ReadTrigger {
-    pub(crate) db: Arc<crate::inner::DbInner>,
+    db: Arc<crate::inner::DbInner>,
     cf: u32,
     threshold: u64,
     /// Deleted keys stepped over by the resolver (range-deleted ones are counted by sources).
@@ -421,7 +448,7 @@ impl ReadTrigger {
 impl std::fmt::Debug for DbIterator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DbIterator")
-            .field("range", &self.range)
+            .field("range", self.read.range())
             .finish_non_exhaustive()
     }
 }
@@ -433,19 +460,11 @@ impl DbIterator {
         snapshot: Option<SeqNo>,
         range: (Bound<Bytes>, Bound<Bytes>),
     ) -> Result<Self> {
-        let clock = Arc::clone(&db.options.clock);
-        let (sources, vis, trigger) = start_read(db, cf, snapshot, &range)?;
         Ok(Self {
-            vis,
-            clock,
-            range,
-            sources,
-            front: None,
-            back: None,
-            front_last: None,
-            back_last: None,
+            read: Read::start(db, cf, snapshot, range)?,
+            front: End::default(),
+            back: End::default(),
             failed: false,
-            trigger,
         })
     }
 }
@@ -472,85 +491,57 @@ pub(crate) fn above_lower(range: &(Bound<Bytes>, Bound<Bytes>), key: &[u8]) -> b
     }
 }
 
+/// Steps `end` of an iterator once, forward or backward, to its next live entry, which must
+/// not reach the key the `other` end returned last.
+fn step_end(
+    read: &mut Read,
+    end: &mut End,
+    other: &End,
+    forward: bool,
+) -> Result<Option<(Bytes, Bytes)>> {
+    let fresh = end.walk.is_none();
+    if fresh {
+        end.walk = Some(Walk::new(read.merged()?));
+    }
+    let (rules, trigger) = read.parts();
+    let Some(walk) = end.walk.as_mut() else {
+        return Ok(None);
+    };
+    let other_walk = other.walk.as_ref();
+    match (fresh, forward) {
+        (true, true) => walk.seek(None, &rules, trigger, other_walk)?,
+        (true, false) => walk.seek_for_prev(None, &rules, trigger, other_walk)?,
+        (false, true) => walk.next(&rules, trigger, other_walk)?,
+        (false, false) => walk.prev(&rules, trigger, other_walk)?,
+    }
+    if !walk.valid() {
+        return Ok(None);
+    }
+    let crossed = other.last.as_deref().is_some_and(|met| {
+        if forward {
+            walk.key() >= met
+        } else {
+            walk.key() <= met
+        }
+    });
+    if crossed {
+        walk.invalidate();
+        return Ok(None);
+    }
+    remember(&mut end.last, walk.key());
+    Ok(Some((
+        Bytes::copy_from_slice(walk.key()),
+        walk.value_bytes(),
+    )))
+}
+
 impl DbIterator {
-    fn next_front(&mut self) -> Result<Option<(Bytes, Bytes)>> {
-        let rules = Rules {
-            vis: &self.vis,
-            clock: self.clock.as_ref(),
-            range: &self.range,
-        };
-        let walk = if let Some(walk) = self.front.as_mut() {
-            walk.next(&rules, &mut self.trigger, self.back.as_ref())?;
-            walk
-        } else {
-            let mut walk = Walk::new(self.sources.merged()?);
-            walk.seek(None, &rules, &mut self.trigger, self.back.as_ref())?;
-            self.front.insert(walk)
-        };
-        if !walk.valid() {
-            return Ok(None);
-        }
-        if self
-            .back_last
-            .as_ref()
-            .is_some_and(|b| walk.key() >= b.as_slice())
-        {
-            walk.invalidate();
-            return Ok(None);
-        }
-        remember(&mut self.front_last, walk.key());
-        Ok(Some((
-            Bytes::copy_from_slice(walk.key()),
-            walk.value_bytes(),
-        )))
-    }
-
-    fn next_back(&mut self) -> Result<Option<(Bytes, Bytes)>> {
-        let rules = Rules {
-            vis: &self.vis,
-            clock: self.clock.as_ref(),
-            range: &self.range,
-        };
-        let walk = if let Some(walk) = self.back.as_mut() {
-            walk.prev(&rules, &mut self.trigger, self.front.as_ref())?;
-            walk
-        } else {
-            let mut walk = Walk::new(self.sources.merged()?);
-            walk.seek_for_prev(None, &rules, &mut self.trigger, self.front.as_ref())?;
-            self.back.insert(walk)
-        };
-        if !walk.valid() {
-            return Ok(None);
-        }
-        if self
-            .front_last
-            .as_ref()
-            .is_some_and(|f| walk.key() <= f.as_slice())
-        {
-            walk.invalidate();
-            return Ok(None);
-        }
-        remember(&mut self.back_last, walk.key());
-        Ok(Some((
-            Bytes::copy_from_slice(walk.key()),
-            walk.value_bytes(),
-        )))
-    }
-
-    /// `Stopped` once the database is closed: the directory may belong to another process by
-    /// then, so an iterator made before reads no further.
-    fn check_open(&self) -> Result<()> {
-        self.trigger.db.check_open()
-    }
-
     fn wrap(&mut self, step: Result<Option<(Bytes, Bytes)>>) -> Option<Result<(Bytes, Bytes)>> {
         match step {
             Ok(item) => item.map(Ok),
             Err(e) => {
                 self.failed = true;
-                // A table opened mid-scan may have been swept by another process after a
-                // close: say the database closed, not that a file is missing.
-                Some(Err(self.check_open().err().unwrap_or(e)))
+                Some(Err(self.read.closed_or(e)))
             }
         }
     }
@@ -563,7 +554,10 @@ impl Iterator for DbIterator {
         if self.failed {
             return None;
         }
-        let step = self.check_open().and_then(|()| self.next_front());
+        let step = self
+            .read
+            .check_open()
+            .and_then(|()| step_end(&mut self.read, &mut self.front, &self.back, true));
         self.wrap(step)
     }
 }
@@ -573,7 +567,10 @@ impl DoubleEndedIterator for DbIterator {
         if self.failed {
             return None;
         }
-        let step = self.check_open().and_then(|()| DbIterator::next_back(self));
+        let step = self
+            .read
+            .check_open()
+            .and_then(|()| step_end(&mut self.read, &mut self.back, &self.front, false));
         self.wrap(step)
     }
 }
