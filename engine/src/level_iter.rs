@@ -132,11 +132,7 @@ impl InternalIterator for LevelIter {
     fn corruption_here(&self, reason: &str) -> cairn_sstable::Error {
         match &self.current {
             Some(current) => current.corruption_here(reason),
-            None => cairn_sstable::Error::Corruption {
-                file: std::path::PathBuf::from("<unpositioned level iterator>"),
-                offset: 0,
-                reason: reason.to_string(),
-            },
+            None => cairn_sstable::Error::unpositioned(reason),
         }
     }
     fn seek_to_first(&mut self) -> cairn_sstable::Result<()> {

@@ -27,6 +27,17 @@ pub enum Error {
     Io(#[from] cairn_fs::Error),
 }
 
+impl Error {
+    /// `Corruption` raised by an iterator that is on no entry, so has no file to name.
+    pub fn unpositioned(reason: &str) -> Self {
+        Self::Corruption {
+            file: PathBuf::from("<unpositioned iterator>"),
+            offset: 0,
+            reason: reason.to_string(),
+        }
+    }
+}
+
 /// Where a block came from, so decoding errors can name the file and offset.
 #[derive(Debug, Clone)]
 pub(crate) struct Origin {

@@ -214,11 +214,7 @@ impl<I: InternalIterator> InternalIterator for MergingIter<I> {
     fn corruption_here(&self, reason: &str) -> crate::Error {
         match self.current() {
             Some(child) => child.corruption_here(reason),
-            None => crate::Error::Corruption {
-                file: std::path::PathBuf::from("<unpositioned iterator>"),
-                offset: 0,
-                reason: reason.to_string(),
-            },
+            None => crate::Error::unpositioned(reason),
         }
     }
 

@@ -145,11 +145,7 @@ impl InternalIterator for TableIter {
     fn corruption_here(&self, reason: &str) -> crate::Error {
         match &self.data {
             Some(data) => data.corruption_here(reason),
-            None => crate::Error::Corruption {
-                file: std::path::PathBuf::from("<unpositioned iterator>"),
-                offset: 0,
-                reason: reason.to_string(),
-            },
+            None => crate::Error::unpositioned(reason),
         }
     }
 
