@@ -150,8 +150,10 @@ impl DbInner {
         let cache =
             (options.block_cache_bytes > 0).then(|| BlockCache::new(options.block_cache_bytes));
         let fs = Arc::clone(&options.fs);
+        let mut memsets = vec![Arc::clone(&parts.mem)];
+        memsets.extend(parts.imm.iter().rev().cloned());
         let sv = SuperVersion {
-            memsets: vec![Arc::clone(&parts.mem)],
+            memsets,
             version: Arc::clone(&parts.meta.version),
             cfs: parts.meta.cfs.clone(),
         };
@@ -174,7 +176,7 @@ impl DbInner {
                 manifest_oldest_edit: None,
                 meta: parts.meta,
                 mem: parts.mem,
-                imm: VecDeque::new(),
+                imm: parts.imm,
                 error: None,
                 sweeps: 0,
                 shutting_down: false,
@@ -334,5 +336,8 @@ pub(crate) struct OpenedParts {
     pub(crate) manifest: ManifestWriter,
     pub(crate) meta: ManifestState,
     pub(crate) mem: Arc<MemSet>,
+    /// Frozen memtables, oldest first: only a read-only open, which replays logs holding more
+    /// than one memtable's worth, has any.
+    pub(crate) imm: VecDeque<Arc<MemSet>>,
     pub(crate) wal: LogWriter,
 }

@@ -52,6 +52,10 @@ impl BatchOp {
         }
     }
 
+    pub(crate) fn is_range_delete(&self) -> bool {
+        matches!(self, Self::DeleteRange { .. })
+    }
+
     pub(crate) fn approximate_bytes(&self) -> usize {
         match self {
             Self::Put { key, value, .. } => key.len() + value.len() + 16,

@@ -188,6 +188,19 @@ impl Memtable {
             .store(true, AtomicOrdering::Release);
     }
 
+    /// The bytes adding the range tombstones `ranges`, in order, would count toward the flush
+    /// trigger, found without adding them (see [`RangeTombstoneMap::growth_of`]).
+    pub(crate) fn range_tombstone_growth<'a>(
+        &self,
+        ranges: impl Iterator<Item = (&'a Bytes, &'a Bytes)> + Clone,
+    ) -> usize {
+        let raw: usize = ranges
+            .clone()
+            .map(|(start, end)| start.len() + end.len() + ENTRY_OVERHEAD)
+            .sum();
+        raw + self.read_tombstones().fragments.growth_of(ranges)
+    }
+
     /// False if no range tombstone was ever added (without taking the lock).
     pub(crate) fn has_range_tombstones(&self) -> bool {
         self.has_range_tombstones.load(AtomicOrdering::Acquire)

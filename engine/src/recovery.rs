@@ -17,6 +17,7 @@ use crate::manifest::{self, ManifestState, ManifestWriter, ReadOnlyFile};
 use crate::memtable::Memtable;
 use crate::options::Options;
 use crate::super_version::MemSet;
+use crate::version_edit::FileMeta;
 
 /// Opens the database in `dir`.
 pub(crate) fn open(dir: &Path, options: Options) -> Result<DbInner> {
@@ -57,9 +58,23 @@ pub(crate) fn open(dir: &Path, options: Options) -> Result<DbInner> {
         meta.next_file_number = meta.next_file_number.max(n + 1);
     }
 
-    let recovered = replay_logs(fs.as_ref(), dir, &names, &meta, options.recovery_mode)?;
+    // Each memtable that fills during replay goes to level 0 at once, as a running database
+    // would have flushed it: replay never holds more than one memtable's worth.
+    let mut next_file_number = meta.next_file_number;
+    let mut written = Vec::new();
+    let recovered = replay_logs(fs.as_ref(), dir, &names, &meta, &options, &mut |full| {
+        written.extend(write_memset(
+            fs.as_ref(),
+            dir,
+            &options,
+            &full,
+            &mut next_file_number,
+        )?);
+        Ok(())
+    })?;
+    meta.next_file_number = next_file_number;
     meta.last_seqno = meta.last_seqno.max(recovered.last_seqno);
-    let inner_parts = finish_open(fs.as_ref(), dir, &options, meta, &recovered, lock)?;
+    let inner_parts = finish_open(fs.as_ref(), dir, &options, meta, written, &recovered, lock)?;
     let inner = DbInner::new(dir.to_path_buf(), options, inner_parts, false);
     inner.delete_obsolete_files();
     Ok(inner)
@@ -86,7 +101,13 @@ pub(crate) fn open_read_only(dir: &Path, options: Options) -> Result<DbInner> {
     let mut meta = manifest::load(fs.as_ref(), dir, &name)?;
     check_tables(fs.as_ref(), dir, &meta)?;
     let names = fs.list(dir)?;
-    let recovered = replay_logs(fs.as_ref(), dir, &names, &meta, options.recovery_mode)?;
+    // Memtables that fill during replay are kept apart, frozen, as a running database kept
+    // them: one memtable holding every log would cut each log's range tombstones by the others'.
+    let mut imm = std::collections::VecDeque::new();
+    let recovered = replay_logs(fs.as_ref(), dir, &names, &meta, &options, &mut |full| {
+        imm.push_back(Arc::new(full));
+        Ok(())
+    })?;
     meta.last_seqno = meta.last_seqno.max(recovered.last_seqno);
     let number = match filename::parse(&name) {
         Some(FileKind::Manifest(n)) => n,
@@ -101,6 +122,7 @@ pub(crate) fn open_read_only(dir: &Path, options: Options) -> Result<DbInner> {
         manifest: ManifestWriter::read_only(dir.join(&name), number),
         meta,
         mem,
+        imm,
         wal: LogWriter::new(Box::new(ReadOnlyFile(filename::log_path(dir, 0)))),
     };
     Ok(DbInner::new(dir.to_path_buf(), options, parts, true))
@@ -190,14 +212,17 @@ struct Recovered {
     last_seqno: u64,
 }
 
-/// Replays every log at or after the MANIFEST's log number, oldest first.
+/// Replays every log at or after the MANIFEST's log number, oldest first. When the memtables
+/// reach `memtable_size` after a record, they go to `full` and replay goes on in new ones.
 fn replay_logs(
     fs: &dyn FileSystem,
     dir: &Path,
     names: &[String],
     meta: &ManifestState,
-    mode: RecoveryMode,
+    options: &Options,
+    full: &mut dyn FnMut(MemSet) -> Result<()>,
 ) -> Result<Recovered> {
+    let mode = options.recovery_mode;
     let mut logs: Vec<u64> = names
         .iter()
         .filter_map(|n| match filename::parse(n) {
@@ -216,7 +241,7 @@ fn replay_logs(
         })
         .copied();
     let last_log = last_log.as_ref();
-    let memset = MemSet::new(0, meta.cfs.keys().copied());
+    let mut memset = MemSet::new(0, meta.cfs.keys().copied());
     let mut last_seqno = meta.last_seqno;
     for number in logs {
         let path = filename::log_path(dir, number);
@@ -244,6 +269,12 @@ fn replay_logs(
             }
             memset.apply(record.first_seqno, record.write_time, record.ops.iter());
             last_seqno = last_seqno.max(record.first_seqno + count.saturating_sub(1));
+            if memset.approximate_bytes() >= options.memtable_size {
+                full(std::mem::replace(
+                    &mut memset,
+                    MemSet::new(0, meta.cfs.keys().copied()),
+                ))?;
+            }
         }
         if let Some(damage) = reader.stopped_at() {
             if mode == RecoveryMode::PointInTime {
@@ -277,25 +308,53 @@ fn skip_damaged(mode: RecoveryMode, damage: Error) -> Result<()> {
     Ok(())
 }
 
-/// Flushes recovered memtables, writes a fresh MANIFEST and opens a new log.
+/// Writes each family's memtable in `memset` that holds anything as a level-0 table numbered
+/// from `next_file_number`; returns them.
+fn write_memset(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    options: &Options,
+    memset: &MemSet,
+    next_file_number: &mut u64,
+) -> Result<Vec<(u32, FileMeta)>> {
+    let mut files = Vec::new();
+    for (cf, mem) in &memset.tables {
+        if mem.is_empty() {
+            continue;
+        }
+        let number = *next_file_number;
+        *next_file_number += 1;
+        let file = crate::flush::write_table(fs, dir, &options.table_options_for(0), mem, number)?;
+        files.push((*cf, file));
+    }
+    Ok(files)
+}
+
+/// Flushes the last recovered memtables, records them and the tables `written` during replay
+/// in a fresh MANIFEST, and opens a new log.
 fn finish_open(
     fs: &dyn FileSystem,
     dir: &Path,
     options: &Options,
     mut meta: ManifestState,
+    mut written: Vec<(u32, FileMeta)>,
     recovered: &Recovered,
     lock: cairn_fs::FileLock,
 ) -> Result<OpenedParts> {
     let mut edit = crate::version_edit::VersionEdit::default();
-    for (cf, mem) in &recovered.memtables {
-        if mem.is_empty() {
-            continue;
-        }
-        let number = meta.next_file_number;
-        meta.next_file_number += 1;
-        let file = crate::flush::write_table(fs, dir, &options.table_options_for(0), mem, number)?;
-        edit.new_files.push((*cf, 0, file));
-    }
+    let memset = MemSet {
+        log_number: 0,
+        tables: recovered.memtables.clone(),
+    };
+    written.extend(write_memset(
+        fs,
+        dir,
+        options,
+        &memset,
+        &mut meta.next_file_number,
+    )?);
+    edit.new_files
+        .extend(written.into_iter().map(|(cf, file)| (cf, 0, file)));
     let log_number = meta.next_file_number;
     let manifest_number = log_number + 1;
     meta.next_file_number = manifest_number + 1;
@@ -320,6 +379,7 @@ fn finish_open(
         manifest,
         meta,
         mem,
+        imm: std::collections::VecDeque::new(),
         wal,
     })
 }

@@ -68,6 +68,9 @@ pub struct Stats {
     pub wal_bytes: u64,
     /// Entries in memtables.
     pub memtable_entries: u64,
+    /// Approximate bytes the memtables hold, the active and the frozen ones, as the flush
+    /// trigger counts them (range-tombstone fragments included).
+    pub memtable_bytes: u64,
     /// Data blocks fetched (from the block cache or the file) since open, by reads and
     /// compactions: the cost of reads, for tests and tuning. Never decreases.
     pub data_blocks_read: u64,
@@ -91,6 +94,7 @@ impl crate::inner::DbInner {
             }
         }
         let mut memtable_entries = 0;
+        let mut memtable_bytes = 0;
         let mut tombstones_pending: u64 = levels
             .iter()
             .map(|l| l.point_tombstones + l.range_tombstones)
@@ -98,6 +102,7 @@ impl crate::inner::DbInner {
         for set in &sv.memsets {
             for mem in set.tables.values() {
                 memtable_entries += mem.num_entries();
+                memtable_bytes += mem.approximate_bytes() as u64;
                 tombstones_pending += mem.num_point_tombstones() + mem.num_range_tombstones();
             }
         }
@@ -135,6 +140,7 @@ impl crate::inner::DbInner {
             writes: c.writes.load(Ordering::Relaxed),
             wal_bytes,
             memtable_entries,
+            memtable_bytes,
             data_blocks_read: self.tables.blocks_read(),
             open_tables: self.tables.open_tables(),
             levels,

@@ -70,7 +70,7 @@ impl DbInner {
     /// Writes ops as one log record and applies them; returns the first op's sequence number.
     /// Only the leader calls this.
     pub(crate) fn write_ops(&self, ops: &[&BatchOp], sync: bool) -> Result<SeqNo> {
-        let mem = self.make_room()?;
+        let mem = self.room_for(ops)?;
         for op in ops {
             if !mem.tables.contains_key(&op.cf()) {
                 return Err(Error::ColumnFamilyNotFound(format!("id {}", op.cf())));
@@ -109,9 +109,45 @@ impl DbInner {
         Ok(first)
     }
 
-    /// Waits for room in the active memtables, freezing them if full or if background work asked
-    /// for it; returns them. Only the leader calls this.
-    fn make_room(&self) -> Result<Arc<MemSet>> {
+    /// The active memtables once they have room for `ops`. Range deletes over many fragments
+    /// can need far more memory than their log record (each adds a version to every piece it
+    /// covers), so their growth is found before anything is logged, and the memtables are
+    /// switched first when it would carry them past the flush trigger. A batch whose range
+    /// deletes would need more than [`RANGE_DELETE_LIMIT`] times `memtable_size` even in empty
+    /// memtables is refused: it leads alone (see `take_group`), so nobody else's write fails
+    /// with it. Only the leader calls this.
+    fn room_for(&self, ops: &[&BatchOp]) -> Result<Arc<MemSet>> {
+        if !ops.iter().any(|op| op.is_range_delete()) {
+            return self.make_room(0);
+        }
+        let mut need = 0;
+        loop {
+            let mem = self.make_room(need)?;
+            let grow = range_delete_growth(&mem, ops);
+            let fits = mem.approximate_bytes().saturating_add(grow) < self.options.memtable_size;
+            if fits || grow <= need || mem.is_empty() {
+                let limit = self
+                    .options
+                    .memtable_size
+                    .saturating_mul(RANGE_DELETE_LIMIT);
+                if grow > limit {
+                    return Err(Error::invalid(format!(
+                        "this batch's range deletes over each other would hold {grow} bytes of \
+                         fragments in memory, more than {RANGE_DELETE_LIMIT} x memtable_size \
+                         ({limit} bytes): split it into smaller batches or raise memtable_size"
+                    )));
+                }
+                return Ok(mem);
+            }
+            // Judged against memtables that already hold data: ask for empty ones.
+            need = grow;
+        }
+    }
+
+    /// Waits for room in the active memtables (for `need` more bytes, or any room when they are
+    /// empty), freezing them if full or if background work asked for it; returns them. Only the
+    /// leader calls this.
+    fn make_room(&self, need: usize) -> Result<Arc<MemSet>> {
         let mut state = self.lock_state();
         let mut slowed = false;
         loop {
@@ -136,7 +172,10 @@ impl DbInner {
                 state = self.lock_state();
                 continue;
             }
-            if state.mem.approximate_bytes() < self.options.memtable_size {
+            let held = state.mem.approximate_bytes();
+            if held.saturating_add(need) < self.options.memtable_size
+                || (need > 0 && state.mem.is_empty())
+            {
                 return Ok(Arc::clone(&state.mem));
             }
             if !room_to_freeze {
@@ -154,6 +193,26 @@ impl DbInner {
             .wait_timeout(state, std::time::Duration::from_millis(100))
             .map_or_else(|e| e.into_inner().0, |(guard, _)| guard)
     }
+}
+
+/// A batch's range deletes may make the memtables hold at most this many times
+/// `memtable_size` (see `DbInner::room_for`).
+pub(crate) const RANGE_DELETE_LIMIT: usize = 4;
+
+/// The bytes the range deletes among `ops` would add to the memtables of `mem`.
+fn range_delete_growth(mem: &MemSet, ops: &[&BatchOp]) -> usize {
+    mem.tables
+        .iter()
+        .map(|(&cf, table)| {
+            let ranges = ops.iter().filter_map(move |op| match op {
+                BatchOp::DeleteRange {
+                    cf: of, start, end, ..
+                } if *of == cf => Some((start, end)),
+                _ => None,
+            });
+            table.range_tombstone_growth(ranges)
+        })
+        .sum()
 }
 
 impl Leader for DbInner {

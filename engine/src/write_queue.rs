@@ -53,6 +53,9 @@ pub(crate) enum Work<L> {
 struct Pending<L> {
     work: Mutex<Option<Work<L>>>,
     sync: bool,
+    /// A batch holding range deletes: it leads alone, so the memory its fragments may need is
+    /// judged (and, past the limit, refused) for it and nobody else.
+    range_deletes: bool,
     result: Mutex<Option<Result<SeqNo>>>,
 }
 
@@ -223,9 +226,12 @@ impl<L: Leader> WriteQueue<L> {
             self.end_turn(self.lock(), false);
             return result;
         }
+        let range_deletes =
+            matches!(&work, Work::Batch(ops, _) if ops.iter().any(BatchOp::is_range_delete));
         let me = Arc::new(Pending {
             work: Mutex::new(Some(work)),
             sync,
+            range_deletes,
             result: Mutex::new(None),
         });
         queue.waiting.push_back(Arc::clone(&me));
@@ -345,19 +351,23 @@ fn lead<L: Leader>(leader: &L, group: &[Arc<Pending<L>>]) {
 /// within the byte limit (so a group never grows past what one log record may hold: a batch
 /// near that limit always leads alone). An exclusive entry is always served alone, and a sync
 /// write never joins a group whose leader does not sync (so a non-sync leader never pays for a
-/// sync it did not ask for... nor delays it).
+/// sync it did not ask for... nor delays it). A batch holding range deletes is served alone too.
 fn take_group<L>(queue: &VecDeque<Arc<Pending<L>>>) -> Vec<Arc<Pending<L>>> {
     let Some(leader) = queue.front() else {
         return Vec::new();
     };
     let mut group = vec![Arc::clone(leader)];
-    if leader.is_exclusive() {
+    if leader.is_exclusive() || leader.range_deletes {
         return group;
     }
     let mut bytes = leader.bytes();
     for pending in queue.iter().skip(1) {
         bytes += pending.bytes();
-        if pending.is_exclusive() || (pending.sync && !leader.sync) || bytes > MAX_GROUP_BYTES {
+        if pending.is_exclusive()
+            || pending.range_deletes
+            || (pending.sync && !leader.sync)
+            || bytes > MAX_GROUP_BYTES
+        {
             break;
         }
         group.push(Arc::clone(pending));
@@ -411,6 +421,29 @@ mod tests {
         };
         let bytes = op.approximate_bytes();
         Work::Batch(vec![op], bytes)
+    }
+
+    fn queued(range_deletes: bool) -> Arc<Pending<Fake>> {
+        Arc::new(Pending {
+            work: Mutex::new(Some(put())),
+            sync: false,
+            range_deletes,
+            result: Mutex::new(None),
+        })
+    }
+
+    #[test]
+    fn a_batch_with_range_deletes_is_served_alone() {
+        let plain = || queued(false);
+        let ranged = || queued(true);
+        let sizes = |queue: Vec<Arc<Pending<Fake>>>| take_group(&VecDeque::from(queue)).len();
+        assert_eq!(sizes(vec![plain(), plain(), plain()]), 3);
+        assert_eq!(sizes(vec![ranged(), plain(), plain()]), 1, "it leads alone");
+        assert_eq!(
+            sizes(vec![plain(), plain(), ranged(), plain()]),
+            2,
+            "it joins no group"
+        );
     }
 
     #[test]

@@ -167,3 +167,146 @@ fn readers_across_later_range_deletes(flushed: bool) -> cairn::Result<()> {
     assert_eq!(db.iter()?.count(), 0);
     Ok(())
 }
+
+/// Narrow range deletes `[key(2i), key(2i + 1))` for `i < n`, one batch.
+fn narrow_deletes(n: u32) -> WriteBatch {
+    let mut batch = WriteBatch::new();
+    for i in 0..n {
+        batch.delete_range(key(2 * i), key(2 * i + 1));
+    }
+    batch
+}
+
+/// `n` range deletes of the whole span `[key(0), key(end))`, one batch.
+fn wide_deletes(n: u32, end: u32) -> WriteBatch {
+    let mut batch = WriteBatch::new();
+    for _ in 0..n {
+        batch.delete_range(key(0), key(end));
+    }
+    batch
+}
+
+fn put_keys(db: &Db, n: u32) -> cairn::Result<()> {
+    let mut batch = WriteBatch::new();
+    for i in 0..n {
+        batch.put(key(i), "v");
+    }
+    db.write(batch).map(drop)
+}
+
+/// Each wide delete adds a version to every narrow piece it covers. Applied to the memtable
+/// holding the narrow ones, 100 of them would add about 6 MB to a 1 MiB memtable: the write
+/// switches memtables first, so the wide ones land in an empty one.
+#[test]
+fn wide_range_deletes_over_narrow_ones_switch_the_memtable_first() -> cairn::Result<()> {
+    let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+    let size = 1 << 20;
+    let options = Options::default()
+        .memtable_size(size)
+        .level0_triggers(100, 200, 300);
+    let db = Db::open(dir.path(), options)?;
+    put_keys(&db, 4000)?;
+    db.write(narrow_deletes(2000))?;
+    let between = db.snapshot();
+    db.write(wide_deletes(100, 4000))?;
+    let held = db.stats().memtable_bytes;
+    assert!(
+        held <= 2 * size as u64,
+        "the memtables hold {held} bytes, more than twice their size {size}"
+    );
+    // Both sides of the switch read as before it.
+    assert_eq!(db.get(key(0))?, None);
+    assert_eq!(db.get(key(1))?, None);
+    assert_eq!(between.get(key(0))?, None);
+    assert_eq!(between.get(key(1))?.as_deref(), Some(&b"v"[..]));
+    assert_eq!(db.iter()?.count(), 0);
+    assert_eq!(between.iter()?.count(), 2000);
+    Ok(())
+}
+
+/// One batch of 1,000 narrow and 1,000 wide range deletes would hold about 32 MB of fragments
+/// even in an empty memtable: it is refused before anything is logged, and the database goes on.
+#[test]
+fn a_batch_whose_range_deletes_would_pass_the_memory_limit_is_refused() -> cairn::Result<()> {
+    let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+    let options = || Options::default().memtable_size(1 << 20);
+    let db = Db::open(dir.path(), options())?;
+    put_keys(&db, 2000)?;
+    let mut batch = narrow_deletes(1000);
+    for _ in 0..1000 {
+        batch.delete_range(key(0), key(2000));
+    }
+    match db.write(batch) {
+        Err(cairn::Error::InvalidArgument(message)) => {
+            assert!(message.contains("split it"), "{message}");
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    assert!(db.stats().memtable_bytes < 1 << 20);
+    assert_eq!(db.iter()?.count(), 2000);
+    // The same deletes in batches of their own are fine.
+    db.write(narrow_deletes(1000))?;
+    db.write(wide_deletes(1000, 2000))?;
+    assert_eq!(db.iter()?.count(), 0);
+    db.close()?;
+    // Nothing of the refused batch was logged: the reopened database replays the rest only.
+    let db = Db::open(dir.path(), options())?;
+    assert_eq!(db.iter()?.count(), 0);
+    assert_eq!(db.get(key(1))?, None);
+    Ok(())
+}
+
+/// Logs written under a large memtable are replayed under a small one: replay flushes each time
+/// the memtable fills, so 300 wide deletes over 2,000 narrow ones do not multiply into one table
+/// of 2,000 × 300 versions.
+#[test]
+fn replay_flushes_whenever_the_memtable_fills() -> cairn::Result<()> {
+    let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+    let options = |size| {
+        Options::default()
+            .memtable_size(size)
+            .level0_triggers(100, 200, 300)
+    };
+    let db = Db::open(dir.path(), options(64 << 20))?;
+    put_keys(&db, 4000)?;
+    db.write(narrow_deletes(2000))?;
+    for _ in 0..300 {
+        db.delete_range(key(0), key(4000))?;
+    }
+    assert_eq!(db.stats().flushes, 0, "everything stays in one log");
+    db.close()?;
+
+    let db = Db::open(dir.path(), options(1 << 20))?;
+    let l0 = db.stats().levels.first().cloned().unwrap_or_default();
+    assert!(l0.files >= 2, "replay wrote {} table(s)", l0.files);
+    assert!(
+        l0.bytes < 4 << 20,
+        "replay wrote {} bytes of tables for about 1 MB of writes",
+        l0.bytes
+    );
+    assert_eq!(db.iter()?.count(), 0);
+    assert_eq!(db.get(key(1))?, None);
+    Ok(())
+}
+
+/// A read-only open keeps each filled memtable apart, as a writable one flushes it.
+#[test]
+fn read_only_replay_keeps_filled_memtables_apart() -> cairn::Result<()> {
+    let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+    let db = Db::open(dir.path(), Options::default().memtable_size(64 << 20))?;
+    put_keys(&db, 4000)?;
+    db.write(narrow_deletes(2000))?;
+    for _ in 0..300 {
+        db.delete_range(key(0), key(4000))?;
+    }
+    db.close()?;
+    let size = 1 << 20;
+    let db = Db::open_read_only(dir.path(), Options::default().memtable_size(size))?;
+    let held = db.stats().memtable_bytes;
+    assert!(
+        held <= 2 * size as u64,
+        "the replayed memtables hold {held} bytes, more than twice their size {size}"
+    );
+    assert_eq!(db.iter()?.count(), 0);
+    Ok(())
+}

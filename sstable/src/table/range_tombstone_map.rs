@@ -27,9 +27,9 @@ use crate::key::SeqNo;
 /// One piece: its end and the tombstones covering it, oldest first (a memtable's tombstones
 /// arrive in seqno order, so adding one is a push).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Piece {
+struct Piece<V = Vec<TombstoneVersion>> {
     end: Bytes,
-    versions: Vec<TombstoneVersion>,
+    versions: V,
 }
 
 /// The heap a piece holds besides its versions: the `BTreeMap` slot with its start key, the
@@ -37,7 +37,49 @@ struct Piece {
 const PIECE_OVERHEAD: usize = 96;
 const VERSION_BYTES: usize = std::mem::size_of::<TombstoneVersion>();
 
-impl Piece {
+/// What a piece keeps of the tombstones covering it: the versions themselves, or only how many
+/// there are (to tell what an insert would cost without copying any).
+trait Versions: Clone {
+    fn one(version: TombstoneVersion) -> Self;
+    /// Adds `version`; returns whether the list grew.
+    fn add(&mut self, version: TombstoneVersion) -> bool;
+    fn len(&self) -> usize;
+}
+
+impl Versions for Vec<TombstoneVersion> {
+    fn one(version: TombstoneVersion) -> Self {
+        vec![version]
+    }
+
+    fn add(&mut self, version: TombstoneVersion) -> bool {
+        add_version(self, version)
+    }
+
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+}
+
+/// A version count: an upper bound of the list's length (a repeated seqno counts again).
+#[derive(Debug, Clone, Copy)]
+struct Count(usize);
+
+impl Versions for Count {
+    fn one(_: TombstoneVersion) -> Self {
+        Self(1)
+    }
+
+    fn add(&mut self, _: TombstoneVersion) -> bool {
+        self.0 += 1;
+        true
+    }
+
+    fn len(&self) -> usize {
+        self.0
+    }
+}
+
+impl<V: Versions> Piece<V> {
     /// The bytes this piece holds, start key included, for memory accounting.
     fn bytes(&self, start: &Bytes) -> usize {
         PIECE_OVERHEAD + start.len() + self.end.len() + self.versions.len() * VERSION_BYTES
@@ -66,57 +108,52 @@ impl RangeTombstoneMap {
     /// version in every piece it covers), which can be far more than the tombstone's own size
     /// when it spans many pieces: a memtable counts this toward its flush trigger.
     pub fn insert(&mut self, t: &RangeTombstone) -> usize {
-        if t.start >= t.end {
-            return 0;
-        }
-        let mut added = self.split_at(&t.start) + self.split_at(&t.end);
-        let version = TombstoneVersion {
-            seqno: t.seqno,
-            write_time: t.write_time,
-        };
-        let mut gaps = Vec::new();
-        let mut covered_to = t.start.clone();
-        let inside = (Bound::Included(&t.start), Bound::Excluded(&t.end));
-        for (start, piece) in self.pieces.range_mut::<Bytes, _>(inside) {
-            if covered_to < *start {
-                gaps.push((covered_to, start.clone()));
-            }
-            if add_version(&mut piece.versions, version) {
-                added += VERSION_BYTES;
-            }
-            covered_to = piece.end.clone();
-        }
-        if covered_to < t.end {
-            gaps.push((covered_to, t.end.clone()));
-        }
-        for (start, end) in gaps {
-            let piece = Piece {
-                end,
-                versions: vec![version],
-            };
-            added += piece.bytes(&start);
-            self.pieces.insert(start, piece);
-        }
-        added
+        insert_into(&mut self.pieces, t)
     }
 
-    /// Cuts the piece that strictly contains `at` in two at `at`; returns the bytes added.
-    fn split_at(&mut self, at: &Bytes) -> usize {
-        let Some((start, piece)) = self.pieces.range_mut::<Bytes, _>(..at).next_back() else {
+    /// The bytes inserting `ranges`, in order, would add, as [`insert`](Self::insert) counts
+    /// them, without changing the map or copying a version list: a writer asks before it commits
+    /// to a batch whose range deletes over each other could need far more memory than they
+    /// take in the log. Costs what the inserts' piece walks cost, `O(k log k)` for the `k`
+    /// pieces the ranges' span holds.
+    pub fn growth_of<'a>(&self, ranges: impl IntoIterator<Item = (&'a Bytes, &'a Bytes)>) -> usize {
+        let ranges: Vec<(&Bytes, &Bytes)> = ranges.into_iter().filter(|(s, e)| s < e).collect();
+        let (Some(low), Some(high)) = (
+            ranges.iter().map(|(s, _)| *s).min(),
+            ranges.iter().map(|(_, e)| *e).max(),
+        ) else {
             return 0;
         };
-        if piece.end <= *at || *start == *at {
-            return 0;
-        }
-        let right = Piece {
-            end: std::mem::replace(&mut piece.end, at.clone()),
-            versions: piece.versions.clone(),
-        };
-        // The left piece's end is now `at`, a shared handle to the same bytes as the right's
-        // start: count the right piece whole.
-        let added = right.bytes(at);
-        self.pieces.insert(at.clone(), right);
-        added
+        // Only the pieces the span touches can be cut or covered: the one holding its start and
+        // those starting inside it.
+        let first = self
+            .pieces
+            .range::<Bytes, _>(..=low)
+            .next_back()
+            .map_or(low, |(start, _)| start);
+        let mut counts: BTreeMap<Bytes, Piece<Count>> = self
+            .pieces
+            .range::<Bytes, _>((Bound::Included(first), Bound::Excluded(high)))
+            .map(|(start, p)| {
+                let piece = Piece {
+                    end: p.end.clone(),
+                    versions: Count(p.versions.len()),
+                };
+                (start.clone(), piece)
+            })
+            .collect();
+        ranges
+            .into_iter()
+            .map(|(start, end)| {
+                let t = RangeTombstone {
+                    start: start.clone(),
+                    end: end.clone(),
+                    seqno: 0,
+                    write_time: 0,
+                };
+                insert_into(&mut counts, &t)
+            })
+            .sum()
     }
 
     /// The piece containing `user_key`: its start, end and covering tombstones.
@@ -164,6 +201,61 @@ impl RangeTombstoneMap {
         }
         FragmentedRangeTombstones::from_sorted_fragments(fragments)
     }
+}
+
+/// Adds `t` to `pieces`, cutting only the pieces it overlaps; returns the bytes added.
+fn insert_into<V: Versions>(pieces: &mut BTreeMap<Bytes, Piece<V>>, t: &RangeTombstone) -> usize {
+    if t.start >= t.end {
+        return 0;
+    }
+    let mut added = split_at(pieces, &t.start) + split_at(pieces, &t.end);
+    let version = TombstoneVersion {
+        seqno: t.seqno,
+        write_time: t.write_time,
+    };
+    let mut gaps = Vec::new();
+    let mut covered_to = t.start.clone();
+    let inside = (Bound::Included(&t.start), Bound::Excluded(&t.end));
+    for (start, piece) in pieces.range_mut::<Bytes, _>(inside) {
+        if covered_to < *start {
+            gaps.push((covered_to, start.clone()));
+        }
+        if piece.versions.add(version) {
+            added += VERSION_BYTES;
+        }
+        covered_to = piece.end.clone();
+    }
+    if covered_to < t.end {
+        gaps.push((covered_to, t.end.clone()));
+    }
+    for (start, end) in gaps {
+        let piece = Piece {
+            end,
+            versions: V::one(version),
+        };
+        added += piece.bytes(&start);
+        pieces.insert(start, piece);
+    }
+    added
+}
+
+/// Cuts the piece that strictly contains `at` in two at `at`; returns the bytes added.
+fn split_at<V: Versions>(pieces: &mut BTreeMap<Bytes, Piece<V>>, at: &Bytes) -> usize {
+    let Some((start, piece)) = pieces.range_mut::<Bytes, _>(..at).next_back() else {
+        return 0;
+    };
+    if piece.end <= *at || *start == *at {
+        return 0;
+    }
+    let right = Piece {
+        end: std::mem::replace(&mut piece.end, at.clone()),
+        versions: piece.versions.clone(),
+    };
+    // The left piece's end is now `at`, a shared handle to the same bytes as the right's
+    // start: count the right piece whole.
+    let added = right.bytes(at);
+    pieces.insert(at.clone(), right);
+    added
 }
 
 /// Adds `version` to an oldest-first list (a push when it is the newest, as a memtable's are);
@@ -232,6 +324,32 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    proptest! {
+        /// `growth_of` predicts what the inserts add, over a map already holding tombstones:
+        /// exactly when seqnos are distinct, never less when some repeat.
+        #[test]
+        fn growth_of_predicts_what_inserts_add(
+            before in prop::collection::vec((0u8..40, 0u8..12), 0..30),
+            after in prop::collection::vec((0u8..40, 0u8..40), 0..30),
+        ) {
+            let mut map = RangeTombstoneMap::new();
+            for (i, &(start, len)) in before.iter().enumerate() {
+                map.insert(&tombstone(start, len, i as u64 + 1, 0));
+            }
+            let adds: Vec<RangeTombstone> = after
+                .iter()
+                .enumerate()
+                .map(|(i, &(start, len))| tombstone(start, len, 100 + i as u64, 0))
+                .collect();
+            let predicted = map.growth_of(adds.iter().map(|t| (&t.start, &t.end)));
+            let actual: usize = adds.iter().map(|t| map.insert(t)).sum();
+            prop_assert_eq!(predicted, actual);
+            let again = map.growth_of(adds.iter().map(|t| (&t.start, &t.end)));
+            let repeated: usize = adds.iter().map(|t| map.insert(t)).sum();
+            prop_assert!(again >= repeated);
         }
     }
 
