@@ -56,6 +56,7 @@ fn register_font() -> Result<()> {
 fn color(engine: EngineKind) -> RGBColor {
     match engine {
         EngineKind::Cairn => RGBColor(0x1b, 0x9e, 0x77),
+        EngineKind::CairnLz4 => RGBColor(0x66, 0xa6, 0x1e),
         EngineKind::Fjall => RGBColor(0xd9, 0x5f, 0x02),
         EngineKind::Rocksdb => RGBColor(0x75, 0x70, 0xb3),
     }

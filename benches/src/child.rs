@@ -56,22 +56,47 @@ impl Job {
 /// Runs `job` on a new database in `dir` in a child process and returns its rows.
 ///
 /// # Errors
-/// The child could not start, failed (its messages are on stderr), or printed no rows.
-pub fn run(job: Job, dir: &Path) -> Result<Vec<Measurement>> {
-    let output = Command::new(std::env::current_exe()?)
+/// The child could not start, failed (its messages are on stderr), ran past `timeout` (it is
+/// killed), or printed no rows.
+pub fn run(job: Job, dir: &Path, timeout: Duration) -> Result<Vec<Measurement>> {
+    let mut child = Command::new(std::env::current_exe()?)
         .args(std::env::args_os().skip(1))
         .arg("--child-run")
         .arg(job.spec())
         .arg("--child-dir")
         .arg(dir)
         .stdin(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
-        .output()?;
-    if !output.status.success() {
-        return Err(format!("its process ended with {}", output.status).into());
+        .spawn()?;
+    // Read while waiting: a child whose output fills the pipe would never end otherwise.
+    let mut stdout = child.stdout.take().ok_or("its process has no stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut stdout, &mut bytes).map(|_| bytes)
+    });
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if started.elapsed() >= timeout {
+            child.kill()?;
+            child.wait()?;
+            return Err(format!(
+                "its process ran past {} s and was killed",
+                timeout.as_secs()
+            )
+            .into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stdout = reader.join().map_err(|_| "reading its output panicked")??;
+    if !status.success() {
+        return Err(format!("its process ended with {status}").into());
     }
-    let rows: Vec<Printed> = serde_json::from_slice(&output.stdout)
-        .map_err(|e| format!("its process printed no rows: {e}"))?;
+    let rows: Vec<Printed> =
+        serde_json::from_slice(&stdout).map_err(|e| format!("its process printed no rows: {e}"))?;
     if rows.is_empty() {
         return Err("its process printed no rows".into());
     }
@@ -118,18 +143,13 @@ pub fn serve(spec: &str, dir: &Path, settings: &Settings) -> Result<()> {
     let rows = workload::run(job.engine, job.workload, dir, settings, job.round);
     let anon = sampler.stop();
     let peak = status_mb("VmHWM:");
+    // A figure that cannot be read fails the job rather than leave a gap the report would skip.
+    let (Some(peak), Some(anon)) = (peak, anon) else {
+        return Err("could not read VmHWM and RssAnon from /proc/self/status".into());
+    };
     let rows: Vec<Measurement> = rows?
         .into_iter()
-        .map(|m| {
-            let m = match peak {
-                Some(mb) => m.with("peak_rss_mb", mb),
-                None => m,
-            };
-            match anon {
-                Some(mb) => m.with("peak_anon_mb", mb),
-                None => m,
-            }
-        })
+        .map(|m| m.with("peak_rss_mb", peak).with("peak_anon_mb", anon))
         .collect();
     println!("{}", serde_json::to_string(&rows)?);
     Ok(())

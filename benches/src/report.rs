@@ -137,14 +137,24 @@ impl Report {
         self.engines
             .iter()
             .copied()
-            .filter(|&e| e != EngineKind::Cairn)
+            .filter(|&e| !e.is_cairn())
             .collect()
     }
 
     /// Cairn over `peer` on `row`, higher is better: throughput over throughput, or for
     /// `space_after_delete` the peer's fraction over Cairn's.
     fn ratio(&self, row: &str, peer: EngineKind) -> Option<f64> {
-        let cairn = self.summary(row, EngineKind::Cairn)?;
+        self.ratio_of(row, EngineKind::Cairn, peer)
+    }
+
+    /// Cairn on LZ4 over fjall on `row`, when both ran: the same codec side by side.
+    fn lz4_ratio(&self, row: &str) -> Option<f64> {
+        self.ratio_of(row, EngineKind::CairnLz4, EngineKind::Fjall)
+    }
+
+    /// `ours` over `peer` on `row`, as [`ratio`](Self::ratio).
+    fn ratio_of(&self, row: &str, ours: EngineKind, peer: EngineKind) -> Option<f64> {
+        let cairn = self.summary(row, ours)?;
         let other = self.summary(row, peer)?;
         match (cairn.fraction, other.fraction) {
             (Some(c), Some(p)) => Some(if c > 0.0 { p / c } else { f64::INFINITY }),
@@ -201,6 +211,10 @@ impl Report {
         for p in &peers {
             let _ = write!(out, " {:>14}", format!("cairn/{}", p.name()));
         }
+        let lz4_column = self.has_lz4_pair();
+        if lz4_column {
+            let _ = write!(out, " {:>16}", "cairn-lz4/fjall");
+        }
         out.push('\n');
         let mut notes = Vec::new();
         for row in self.rows() {
@@ -218,6 +232,10 @@ impl Report {
                 let r = self.ratio(row, p).map_or_else(|| "-".into(), fmt_ratio);
                 let _ = write!(out, " {r:>14}");
             }
+            if lz4_column {
+                let r = self.lz4_ratio(row).map_or_else(|| "-".into(), fmt_ratio);
+                let _ = write!(out, " {r:>16}");
+            }
             out.push('\n');
         }
         let _ = writeln!(
@@ -234,6 +252,12 @@ impl Report {
                 e.name(),
                 e.compression(&self.settings)
             );
+        }
+        if let Some(bytes) = self.settings.memtable_bytes {
+            let _ = writeln!(out, "cairn memtable: {} MiB (--memtable-mib)", bytes >> 20);
+        }
+        if let Some(n) = self.settings.read_trigger {
+            let _ = writeln!(out, "cairn read trigger: {n} (--cairn-read-trigger)");
         }
         for n in notes {
             let _ = writeln!(out, "note: {n}");
@@ -254,9 +278,10 @@ impl Report {
             "engine", "resident (with mappings)", "anonymous (heap)"
         );
         for &e in &self.engines {
-            let cell = |figure: &str| match self.peak_of(e, figure) {
-                Some((mb, row)) => format!("{mb:.1} MB in {row}"),
-                None => "not measured".to_string(),
+            let cell = |figure: &str| match (self.unmeasured(e, figure), self.peak_of(e, figure)) {
+                (Some(row), _) => format!("not measured in {row}"),
+                (None, Some((mb, row))) => format!("{mb:.1} MB in {row}"),
+                (None, None) => "not measured".to_string(),
             };
             let _ = writeln!(
                 out,
@@ -266,6 +291,15 @@ impl Report {
                 cell("peak_anon_mb")
             );
         }
+    }
+
+    /// A row of `engine` whose sample lacks `figure`: its peak would be a peak of the others.
+    fn unmeasured(&self, engine: EngineKind, figure: &str) -> Option<&'static str> {
+        self.samples
+            .iter()
+            .filter(|s| s.engine == engine)
+            .find(|s| !s.measurement.extra.iter().any(|(k, _)| k == figure))
+            .map(|s| s.measurement.row)
     }
 
     /// The largest `figure` over `engine`'s samples, and its row.
@@ -461,6 +495,11 @@ impl Report {
     }
 
     /// `ratios: fillrandom=1.23 …`: Cairn over the best peer per row (empty without peers).
+    /// True when both Cairn on LZ4 and fjall ran.
+    fn has_lz4_pair(&self) -> bool {
+        self.engines.contains(&EngineKind::CairnLz4) && self.engines.contains(&EngineKind::Fjall)
+    }
+
     pub fn ratios_line(&self) -> String {
         let mut line = String::from("ratios:");
         for row in self.rows() {
@@ -488,6 +527,11 @@ impl Report {
             .into_iter()
             .filter_map(|row| Some((row, self.best_ratio(row)?)))
             .collect();
+        let lz4: BTreeMap<&str, f64> = self
+            .rows()
+            .into_iter()
+            .filter_map(|row| Some((row, self.lz4_ratio(row)?)))
+            .collect();
         let settled: BTreeMap<&str, f64> = self
             .engines
             .iter()
@@ -503,6 +547,7 @@ impl Report {
             "engines": engines,
             "medians": medians,
             "ratios_cairn_over_best_peer": ratios,
+            "ratios_cairn_lz4_over_fjall": lz4,
             "settled_scan_vs_fresh": settled,
             "samples": self.samples,
             "failures": self.failures,
@@ -578,6 +623,86 @@ fn fmt_ratio(r: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn settings() -> Settings {
+        Settings {
+            num: 1000,
+            value_size: 100,
+            reads: 1000,
+            seed: 1,
+            queue_ops: 10,
+            queue_items: 10,
+            queue_cap_secs: 1,
+            idle_secs: 0,
+            keep_dirs: false,
+            uncompressed: false,
+            memtable_bytes: None,
+            read_trigger: None,
+            cairn_compression: crate::engine::cairn::CairnCompression::Default,
+        }
+    }
+
+    fn sample(engine: EngineKind, row: &'static str, ops: u64, rss: Option<f64>) -> Sample {
+        let measurement = Measurement {
+            row,
+            secs: 1.0,
+            ops,
+            fraction: None,
+            fifths: None,
+            extra: Vec::new(),
+            note: None,
+        };
+        Sample {
+            engine,
+            round: 0,
+            measurement: match rss {
+                Some(mb) => measurement.with("peak_rss_mb", mb),
+                None => measurement,
+            },
+        }
+    }
+
+    #[test]
+    fn a_workload_without_its_memory_figure_is_named_not_skipped() {
+        let report = Report {
+            settings: settings(),
+            engines: vec![EngineKind::Cairn],
+            samples: vec![
+                sample(EngineKind::Cairn, "fillrandom", 10, Some(50.0)),
+                sample(EngineKind::Cairn, "readrandom", 10, None),
+            ],
+            failures: Vec::new(),
+        };
+        let text = report.text();
+        assert!(text.contains("not measured in readrandom"), "{text}");
+        assert!(!text.contains("50.0 MB"), "{text}");
+    }
+
+    #[test]
+    fn cairn_on_lz4_stands_beside_fjall_and_is_no_peer() {
+        let report = Report {
+            settings: settings(),
+            engines: vec![EngineKind::Cairn, EngineKind::CairnLz4, EngineKind::Fjall],
+            samples: vec![
+                sample(EngineKind::Cairn, "fillrandom", 300, Some(1.0)),
+                sample(EngineKind::CairnLz4, "fillrandom", 200, Some(1.0)),
+                sample(EngineKind::Fjall, "fillrandom", 100, Some(1.0)),
+            ],
+            failures: Vec::new(),
+        };
+        assert_eq!(report.best_ratio("fillrandom"), Some(3.0));
+        assert_eq!(report.lz4_ratio("fillrandom"), Some(2.0));
+        let text = report.text();
+        assert!(text.contains("cairn-lz4/fjall"), "{text}");
+        assert!(!text.contains("cairn/cairn-lz4"), "{text}");
+        assert_eq!(
+            report
+                .json()
+                .pointer("/ratios_cairn_lz4_over_fjall/fillrandom")
+                .and_then(serde_json::Value::as_f64),
+            Some(2.0)
+        );
+    }
 
     #[test]
     fn median_of_odd_and_even_counts() {

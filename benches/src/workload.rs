@@ -306,7 +306,7 @@ impl Context<'_> {
     fn settle(&self) -> Result<Duration> {
         let start = Instant::now();
         self.engine.wait_idle()?;
-        if self.kind != EngineKind::Cairn {
+        if !self.kind.is_cairn() {
             std::thread::sleep(Duration::from_secs(self.s.idle_secs));
             self.engine.wait_idle()?;
         }

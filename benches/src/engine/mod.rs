@@ -96,6 +96,9 @@ pub trait Engine {
 pub enum EngineKind {
     /// Cairn.
     Cairn,
+    /// Cairn with LZ4 at every level, the codec fjall offers: its column stands beside fjall's.
+    #[serde(rename = "cairn-lz4")]
+    CairnLz4,
     /// fjall 3.
     Fjall,
     /// `RocksDB` through the `rocksdb` crate.
@@ -107,6 +110,7 @@ impl EngineKind {
     pub fn name(self) -> &'static str {
         match self {
             Self::Cairn => "cairn",
+            Self::CairnLz4 => "cairn-lz4",
             Self::Fjall => "fjall",
             Self::Rocksdb => "rocksdb",
         }
@@ -117,6 +121,7 @@ impl EngineKind {
         match self {
             _ if settings.uncompressed => "none",
             Self::Cairn => settings.cairn_compression.describe(),
+            Self::CairnLz4 => cairn::CairnCompression::Lz4.describe(),
             Self::Rocksdb => "lz4 above the bottommost level, zstd in it (as Cairn's default)",
             Self::Fjall => "lz4 (fjall offers no zstd)",
         }
@@ -129,10 +134,18 @@ impl EngineKind {
     pub fn parse(name: &str) -> Result<Self> {
         match name {
             "cairn" => Ok(Self::Cairn),
+            "cairn-lz4" => Ok(Self::CairnLz4),
             "fjall" => Ok(Self::Fjall),
             "rocksdb" => Ok(Self::Rocksdb),
-            other => Err(format!("unknown engine {other:?} (cairn, fjall, rocksdb)").into()),
+            other => {
+                Err(format!("unknown engine {other:?} (cairn, cairn-lz4, fjall, rocksdb)").into())
+            }
         }
+    }
+
+    /// Cairn, whatever its codec.
+    pub fn is_cairn(self) -> bool {
+        matches!(self, Self::Cairn | Self::CairnLz4)
     }
 
     /// Opens a new database of this engine in `dir` with the settings that concern it.
@@ -148,6 +161,16 @@ impl EngineKind {
                     cairn::CairnCompression::None
                 } else {
                     settings.cairn_compression
+                },
+                settings.memtable_bytes,
+                settings.read_trigger,
+            )?)),
+            Self::CairnLz4 => Ok(Box::new(cairn::CairnEngine::open(
+                dir,
+                if uncompressed {
+                    cairn::CairnCompression::None
+                } else {
+                    cairn::CairnCompression::Lz4
                 },
                 settings.memtable_bytes,
                 settings.read_trigger,
