@@ -212,17 +212,22 @@ fn bench_decode(c: &mut Criterion) {
     let mut group = c.benchmark_group("decode");
     group.throughput(Throughput::Elements(READ_ENTRIES));
     group.sample_size(20);
-    for (id, (name, compression)) in (200..).zip([
-        ("raw", Compression::None),
-        ("lz4", Compression::Lz4),
-        ("zstd3", Compression::Zstd(3)),
+    for (id, (name, compression, dictionary)) in (200..).zip([
+        ("raw", Compression::None, 0),
+        ("lz4", Compression::Lz4, 0),
+        ("zstd3", Compression::Zstd(3), 0),
+        ("zstd3_dict16k", Compression::Zstd(3), 16 << 10),
     ]) {
         let path = dir.path().join(format!("decode-{name}.sst"));
         write_table(
             &path,
             &entries,
-            TableOptions::default().compression(compression),
+            TableOptions::default()
+                .compression(compression)
+                .zstd_dictionary_bytes(dictionary),
         );
+        let size = std::fs::metadata(&path).map_or(0, |m| m.len());
+        eprintln!("decode/{name}: table of {size} bytes");
         let table = open(&path, id, None);
         assert_eq!(scan(&mut table.iter()), READ_ENTRIES);
         group.bench_function(name, |b| b.iter(|| scan(&mut table.iter())));

@@ -116,13 +116,25 @@ fn user_keys(model: &[ModelEntry]) -> Vec<Vec<u8>> {
 
 #[test]
 fn every_flipped_byte_is_detected_and_named() -> cairn_sstable::Result<()> {
-    for options in [
-        TableOptions::default(),
-        TableOptions::default()
-            .compression(cairn_sstable::Compression::None)
-            .block_size(128),
+    for (options, dictionary) in [
+        (TableOptions::default(), false),
+        (
+            TableOptions::default()
+                .compression(cairn_sstable::Compression::None)
+                .block_size(128),
+            false,
+        ),
+        // A zstd dictionary: its block, and the blocks compressed with it.
+        (
+            TableOptions::default()
+                .block_size(64)
+                .zstd_dictionary_bytes(256),
+            true,
+        ),
     ] {
         let (good, model) = small_table(options)?;
+        let table = Table::from_bytes(Bytes::copy_from_slice(&good), Path::new(NAME), 1, None)?;
+        assert_eq!(table.properties().zstd_dictionary_bytes > 0, dictionary);
         let keys = user_keys(&model);
         let expected = read_all(&good, &keys)?;
         assert_eq!(expected.forward, model);

@@ -70,12 +70,14 @@ fn options() -> impl Strategy<Value = TableOptions> {
             Just(Compression::Zstd(1)),
             Just(Compression::Zstd(3))
         ],
+        prop_oneof![Just(0usize), Just(256), Just(1024)],
     )
-        .prop_map(|(block, restart, level)| {
+        .prop_map(|(block, restart, level, dictionary)| {
             TableOptions::default()
                 .block_size(block)
                 .restart_interval(restart)
                 .compression(level)
+                .zstd_dictionary_bytes(dictionary)
         })
 }
 

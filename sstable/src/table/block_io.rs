@@ -1,10 +1,14 @@
 //! The on-disk form of a block: contents, a compression type byte, and a CRC32.
 //!
 //! ```text
-//! contents  type: u8 (0 raw, 1 zstd, 2 lz4)  crc32(contents ++ type): u32 LE
+//! contents  type: u8 (0 raw, 1 zstd, 2 lz4, 3 zstd with the table's dictionary)
+//!           crc32(contents ++ type): u32 LE
 //! zstd contents = uncompressed_len: varint  zstd frame
 //! lz4 contents  = uncompressed_len: varint  lz4 block
 //! ```
+//!
+//! A table whose data blocks use a dictionary stores it raw, as a block of its own that the
+//! properties point to; it is digested once when the table opens ([`Dictionary`]).
 //!
 //! Each block records its own codec, so a table may mix them (a block that does not compress
 //! is stored raw) and tables written before a codec existed stay readable.
@@ -23,6 +27,7 @@ pub(crate) const BLOCK_TRAILER_LEN: usize = 5;
 const RAW: u8 = 0;
 const ZSTD: u8 = 1;
 const LZ4: u8 = 2;
+const ZSTD_DICT: u8 = 3;
 /// The most an LZ4 block expands: each length byte of a match adds at most 255 bytes.
 const LZ4_MAX_EXPANSION: usize = 255;
 /// The most a properties block may decompress to: the properties are read first, before the
@@ -62,9 +67,12 @@ pub(crate) enum Raw {
     Copied,
 }
 
-/// Compresses blocks with one codec (and, for zstd, one reusable context).
+/// Compresses blocks with one codec (and, for zstd, one reusable context), and data blocks with
+/// a dictionary once one is set.
 pub(crate) struct BlockEncoder {
     codec: Codec,
+    /// zstd loaded with the table's dictionary, for data blocks.
+    dictionary: Option<Box<zstd::bulk::Compressor<'static>>>,
     scratch: Vec<u8>,
 }
 
@@ -89,8 +97,16 @@ impl BlockEncoder {
         };
         Ok(Self {
             codec,
+            dictionary: None,
             scratch: Vec::new(),
         })
+    }
+
+    /// Compresses the data blocks encoded from now on with zstd at `level` and `dictionary`.
+    pub(crate) fn set_dictionary(&mut self, level: i32, dictionary: &[u8]) -> std::io::Result<()> {
+        let compressor = zstd::bulk::Compressor::with_dictionary(level, dictionary)?;
+        self.dictionary = Some(Box::new(compressor));
+        Ok(())
     }
 
     /// Appends the on-disk form of `raw` to `out`, compressed when that pays; returns the
@@ -99,6 +115,29 @@ impl BlockEncoder {
         match self.compress(raw) {
             Some(kind) => append_block(&self.scratch, kind, out),
             None => append_block(raw, RAW, out),
+        }
+    }
+
+    /// [`encode`](Self::encode) for a data block: with the dictionary, once one is set.
+    pub(crate) fn encode_data(&mut self, raw: &[u8], out: &mut Vec<u8>) -> u64 {
+        let Some(compressor) = self.dictionary.as_mut() else {
+            return self.encode(raw, out);
+        };
+        let bound = zstd::zstd_safe::compress_bound(raw.len());
+        self.scratch.clear();
+        put_varint(&mut self.scratch, raw.len() as u64);
+        let header = self.scratch.len();
+        self.scratch.resize(header + bound, 0);
+        let written = self
+            .scratch
+            .get_mut(header..)
+            .and_then(|dst| compressor.compress_to_buffer(raw, dst).ok());
+        match written {
+            Some(n) if header + n <= raw.len() - raw.len() / 8 => {
+                self.scratch.truncate(header + n);
+                append_block(&self.scratch, ZSTD_DICT, out)
+            }
+            _ => append_block(raw, RAW, out),
         }
     }
 
@@ -141,6 +180,28 @@ fn append_block(contents: &[u8], kind: u8, out: &mut Vec<u8>) -> u64 {
 
 thread_local! {
     static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+    static DICT_DECOMPRESSOR: RefCell<Option<zstd::zstd_safe::DCtx<'static>>> = const { RefCell::new(None) };
+}
+
+/// A table's zstd dictionary, digested once when the table opens and shared by its reads.
+pub(crate) struct Dictionary(zstd::dict::DecoderDictionary<'static>);
+
+impl std::fmt::Debug for Dictionary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dictionary").finish_non_exhaustive()
+    }
+}
+
+impl Dictionary {
+    /// Digests the dictionary `bytes` read at `at`.
+    pub(crate) fn new(bytes: &[u8], at: &Origin) -> Result<Self> {
+        // zstd takes any bytes as a raw-content dictionary; a checksummed block that fails here
+        // is a table written wrong, so it is refused rather than trusted.
+        if bytes.is_empty() {
+            return Err(at.corruption(0, "empty zstd dictionary"));
+        }
+        Ok(Self(zstd::dict::DecoderDictionary::copy(bytes)))
+    }
 }
 
 /// Reads, verifies and decompresses the block at `handle` of `file`. A compressed block may not
@@ -151,6 +212,18 @@ pub(crate) fn read_block(
     origin: &Origin,
     bound: BlockBound,
     raw: Raw,
+) -> Result<Bytes> {
+    read_block_in(file, handle, origin, bound, raw, None)
+}
+
+/// [`read_block`] for a block of a table that may have a dictionary.
+pub(crate) fn read_block_in(
+    file: &Bytes,
+    handle: BlockHandle,
+    origin: &Origin,
+    bound: BlockBound,
+    raw: Raw,
+    dictionary: Option<&Dictionary>,
 ) -> Result<Bytes> {
     let at = Origin::new(origin.file.clone(), handle.offset);
     let (Ok(start), Ok(size)) = (usize::try_from(handle.offset), usize::try_from(handle.size))
@@ -182,6 +255,18 @@ pub(crate) fn read_block(
             "lz4 block in a table that records no block bound (older than lz4)",
         )),
         Some(&LZ4) => decompress_lz4(file.get(start..end).unwrap_or_default(), &at, bound.max_len),
+        Some(&ZSTD_DICT) => match dictionary {
+            Some(dictionary) => decompress_with(
+                file.get(start..end).unwrap_or_default(),
+                &at,
+                bound.max_len,
+                Some(dictionary),
+            ),
+            None => Err(at.corruption(
+                size,
+                "block compressed with a dictionary the table does not record",
+            )),
+        },
         other => Err(at.corruption(size, format!("unknown block type {other:?}"))),
     }
 }
@@ -230,6 +315,15 @@ fn decompress_lz4(contents: &[u8], at: &Origin, max_len: usize) -> Result<Bytes>
 }
 
 fn decompress(contents: &[u8], at: &Origin, max_len: usize) -> Result<Bytes> {
+    decompress_with(contents, at, max_len, None)
+}
+
+fn decompress_with(
+    contents: &[u8],
+    at: &Origin,
+    max_len: usize,
+    dictionary: Option<&Dictionary>,
+) -> Result<Bytes> {
     let (len, frame) = compressed_parts(contents, at, max_len)?;
     let header = contents.len() - frame.len();
     // The writer always records the content size in the frame; a disagreement is damage, and
@@ -240,10 +334,11 @@ fn decompress(contents: &[u8], at: &Origin, max_len: usize) -> Result<Bytes> {
             return Err(at.corruption(header, "zstd frame size disagrees with the block length"));
         }
     }
-    let out = if len <= DIRECT_DECOMPRESS_LIMIT {
-        decompress_direct(frame, len)
-    } else {
-        decompress_streaming(frame, len)
+    let out = match dictionary {
+        Some(d) if len <= DIRECT_DECOMPRESS_LIMIT => decompress_direct_with(frame, len, d),
+        Some(d) => decompress_streaming_with(frame, len, d),
+        None if len <= DIRECT_DECOMPRESS_LIMIT => decompress_direct(frame, len),
+        None => decompress_streaming(frame, len),
     };
     match out {
         Ok(out) if out.len() == len => Ok(Bytes::from(out)),
@@ -270,6 +365,34 @@ fn decompress_direct(frame: &[u8], len: usize) -> std::io::Result<Vec<u8>> {
             None => Err(std::io::Error::other("no decompressor")),
         }
     })
+}
+
+fn decompress_direct_with(
+    frame: &[u8],
+    len: usize,
+    dictionary: &Dictionary,
+) -> std::io::Result<Vec<u8>> {
+    DICT_DECOMPRESSOR.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let dctx = slot.get_or_insert_with(zstd::zstd_safe::DCtx::create);
+        let mut out = Vec::with_capacity(len);
+        dctx.decompress_using_ddict(&mut out, frame, dictionary.0.as_ddict())
+            .map_err(|code| std::io::Error::other(zstd::zstd_safe::get_error_name(code)))?;
+        Ok(out)
+    })
+}
+
+fn decompress_streaming_with(
+    frame: &[u8],
+    len: usize,
+    dictionary: &Dictionary,
+) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::with_capacity(DIRECT_DECOMPRESS_LIMIT);
+    zstd::stream::Decoder::with_prepared_dictionary(frame, &dictionary.0)?
+        .take(len as u64 + 1)
+        .read_to_end(&mut out)?;
+    Ok(out)
 }
 
 fn decompress_streaming(frame: &[u8], len: usize) -> std::io::Result<Vec<u8>> {
@@ -437,6 +560,55 @@ mod tests {
         assert!(
             matches!(&read, Err(crate::Error::Corruption { reason, .. }) if reason.contains("claims")),
             "{read:?}"
+        );
+    }
+
+    #[test]
+    fn a_dictionary_block_reads_back_only_with_its_dictionary() {
+        let samples: Vec<Vec<u8>> = (0..200)
+            .map(|i| {
+                format!("{{\"id\":{i},\"status\":\"active\",\"plan\":\"pro\"}}")
+                    .repeat(8)
+                    .into_bytes()
+            })
+            .collect();
+        let dictionary = zstd::dict::from_samples(&samples, 1024).expect("train");
+        let mut encoder = BlockEncoder::new(Compression::Zstd(3)).expect("codec");
+        encoder.set_dictionary(3, &dictionary).expect("dictionary");
+        let raw = samples.first().cloned().unwrap_or_default();
+        let mut out = Vec::new();
+        let size = encoder.encode_data(&raw, &mut out);
+        assert_eq!(
+            out.get(usize::try_from(size).unwrap_or(0)),
+            Some(&ZSTD_DICT)
+        );
+        let file = Bytes::from(out);
+        let handle = BlockHandle { offset: 0, size };
+        let origin = Origin::new(std::sync::Arc::from(std::path::Path::new("t.sst")), 0);
+        let bound = BlockBound::at_most(raw.len());
+        let at = Origin::new(origin.file.clone(), 0);
+        let digested = Dictionary::new(&dictionary, &at).expect("digest");
+        let read = read_block_in(&file, handle, &origin, bound, Raw::Copied, Some(&digested));
+        assert_eq!(read.expect("read").as_ref(), raw.as_slice());
+        let without = read_block(&file, handle, &origin, bound, Raw::Copied);
+        assert!(
+            matches!(&without, Err(crate::Error::Corruption { reason, .. }) if reason.contains("dictionary")),
+            "{without:?}"
+        );
+        let other = zstd::dict::from_samples(
+            &samples
+                .iter()
+                .map(|s| s.repeat(2))
+                .rev()
+                .collect::<Vec<_>>(),
+            1024,
+        )
+        .expect("train");
+        let wrong = Dictionary::new(&other, &at).expect("digest");
+        let read = read_block_in(&file, handle, &origin, bound, Raw::Copied, Some(&wrong));
+        assert!(
+            read.as_ref().map_or(true, |b| b.as_ref() != raw.as_slice()),
+            "a wrong dictionary gave the block back"
         );
     }
 

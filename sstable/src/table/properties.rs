@@ -56,6 +56,10 @@ pub struct TableProperties {
     /// The largest uncompressed size of any block but the properties block: the bound a reader
     /// holds every decompression to (0: not recorded, a table from before the bound existed).
     pub max_block_bytes: u64,
+    /// Where the table's zstd dictionary block lies (0 bytes: it has none).
+    pub zstd_dictionary_offset: u64,
+    /// The dictionary's length in bytes; 0 when the table has none.
+    pub zstd_dictionary_bytes: u64,
     /// The smallest internal key of a point entry.
     pub smallest_key: Option<Bytes>,
     /// The largest internal key of a point entry.
@@ -153,6 +157,11 @@ impl TableProperties {
             ("smallest_tombstone_seqno", self.smallest_tombstone_seqno),
         ];
         numbers.extend(optional.iter().filter_map(|(n, v)| v.map(|v| (*n, v))));
+        // Only tables with a dictionary name one: the others stay readable by older readers.
+        if self.zstd_dictionary_bytes > 0 {
+            numbers.push(("zstd_dictionary_bytes", self.zstd_dictionary_bytes));
+            numbers.push(("zstd_dictionary_offset", self.zstd_dictionary_offset));
+        }
         let mut entries: Vec<(&str, Vec<u8>)> = numbers
             .into_iter()
             .map(|(name, v)| {
@@ -238,6 +247,8 @@ impl TableProperties {
             b"num_single_deletes" => self.num_single_deletes = v,
             b"oldest_tombstone_time" => self.oldest_tombstone_time = Some(v),
             b"oldest_write_time" => self.oldest_write_time = Some(v),
+            b"zstd_dictionary_bytes" => self.zstd_dictionary_bytes = v,
+            b"zstd_dictionary_offset" => self.zstd_dictionary_offset = v,
             b"raw_key_bytes" => self.raw_key_bytes = v,
             b"raw_value_bytes" => self.raw_value_bytes = v,
             b"smallest_seqno" => self.smallest_seqno = v,

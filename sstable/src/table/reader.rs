@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use cairn_fs::FileSystem;
 
-use super::block_io::{BlockBound, MAX_PROPERTIES_LEN, Raw, read_block};
+use super::block_io::{BlockBound, Dictionary, MAX_PROPERTIES_LEN, Raw, read_block, read_block_in};
 use super::footer::{BlockHandle, Footer};
 use super::iter::TableIter;
 use super::properties::TableProperties;
@@ -34,6 +34,8 @@ struct TableInner {
     origin: Origin,
     /// No block of this table decompresses to more (its recorded `max_block_bytes`).
     max_block_len: BlockBound,
+    /// The zstd dictionary its data blocks were compressed with, digested once.
+    dictionary: Option<Dictionary>,
     data: Bytes,
     index: Block,
     bloom: Bloom,
@@ -107,6 +109,17 @@ impl Table {
         let properties =
             TableProperties::decode(&block(footer.properties, MAX_PROPERTIES_LEN)?, &origin)?;
         let max_block_len = block_bound(&properties);
+        let dictionary = match properties.zstd_dictionary_bytes {
+            0 => None,
+            size => {
+                let handle = BlockHandle {
+                    offset: properties.zstd_dictionary_offset,
+                    size,
+                };
+                let at = Origin::new(origin.file.clone(), handle.offset);
+                Some(Dictionary::new(&read(handle, max_block_len)?, &at)?)
+            }
+        };
         let index = block(footer.index, max_block_len)?;
         let filter_at = Origin::new(origin.file.clone(), footer.filter.offset);
         let bloom = Bloom::new(read(footer.filter, max_block_len)?)
@@ -126,6 +139,7 @@ impl Table {
                 id,
                 origin,
                 max_block_len,
+                dictionary,
                 data,
                 index,
                 bloom,
@@ -231,12 +245,13 @@ impl Table {
         }
         // Copied out of the mapping: a cached block, and a value sliced from it, may outlive
         // the table and must not keep a deleted file on disk.
-        let bytes = read_block(
+        let bytes = read_block_in(
             &inner.data,
             handle,
             &inner.origin,
             inner.max_block_len,
             Raw::Copied,
+            inner.dictionary.as_ref(),
         )?;
         if let Some(cache) = &inner.cache {
             cache.insert(inner.id, handle.offset, bytes.clone());

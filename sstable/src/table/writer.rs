@@ -5,11 +5,11 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use cairn_fs::WritableFile;
 
-use super::TableOptions;
 use super::block_io::BlockEncoder;
 use super::footer::{BlockHandle, Footer};
 use super::properties::{TableProperties, TombstoneWindow};
 use super::range_tombstones::{FragmentedRangeTombstones, RangeTombstone};
+use super::{Compression, DICTIONARY_TRAINING_FACTOR, TableOptions};
 use crate::block::BlockBuilder;
 use crate::bloom::{BloomBuilder, bloom_hash};
 use crate::key::{Kind, MAX_SEQNO, compare_internal_keys, parse_internal_key, user_key};
@@ -55,6 +55,23 @@ pub struct TableWriter {
     window: TombstoneWindow,
     range_tombstones: Vec<RangeTombstone>,
     scratch: Vec<u8>,
+    dictionary: DictionaryState,
+}
+
+/// Where a table stands with its zstd dictionary.
+#[derive(Debug)]
+enum DictionaryState {
+    /// No dictionary: blocks are written as they fill.
+    Off,
+    /// Data blocks held uncompressed (each with its index key) until there are enough to train
+    /// on; their raw bytes.
+    Collecting {
+        level: i32,
+        blocks: Vec<(Vec<u8>, Vec<u8>)>,
+        bytes: usize,
+    },
+    /// Trained (or training failed and blocks go without): the dictionary to store, if any.
+    Settled(Option<Vec<u8>>),
 }
 
 impl TableWriter {
@@ -71,7 +88,6 @@ impl TableWriter {
             file,
             data_block: BlockBuilder::new(options.restart_interval),
             index_block: BlockBuilder::new(1),
-            options,
             encoder,
             out: Vec::new(),
             offset: 0,
@@ -81,6 +97,17 @@ impl TableWriter {
             window: TombstoneWindow::default(),
             range_tombstones: Vec::new(),
             scratch: Vec::new(),
+            dictionary: match options.compression {
+                Compression::Zstd(level) if options.dictionary_bytes > 0 => {
+                    DictionaryState::Collecting {
+                        level,
+                        blocks: Vec::new(),
+                        bytes: 0,
+                    }
+                }
+                _ => DictionaryState::Off,
+            },
+            options,
         })
     }
 
@@ -91,7 +118,11 @@ impl TableWriter {
 
     /// Bytes the table would have if finished now, not counting index, filter and footer.
     pub fn estimated_size(&self) -> u64 {
-        self.offset + self.data_block.estimated_size() as u64
+        let held = match &self.dictionary {
+            DictionaryState::Collecting { bytes, .. } => *bytes as u64,
+            _ => 0,
+        };
+        self.offset + held + self.data_block.estimated_size() as u64
     }
 
     /// Point entries added so far.
@@ -195,6 +226,13 @@ impl TableWriter {
         if !self.data_block.is_empty() {
             self.flush_data_block()?;
         }
+        self.settle_dictionary()?;
+        if let DictionaryState::Settled(Some(dictionary)) = &self.dictionary {
+            let dictionary = dictionary.clone();
+            let handle = self.write_block(&dictionary, false)?;
+            self.properties.zstd_dictionary_offset = handle.offset;
+            self.properties.zstd_dictionary_bytes = handle.size;
+        }
         let range_tombstones =
             FragmentedRangeTombstones::fragment(std::mem::take(&mut self.range_tombstones));
         for piece in range_tombstones.iter_tombstones() {
@@ -240,19 +278,54 @@ impl TableWriter {
         let index_key = self.data_block.last_key().to_vec();
         let raw = self.data_block.finish();
         self.properties.max_block_bytes = self.properties.max_block_bytes.max(raw.len() as u64);
-        let handle = append_block(
-            &mut self.encoder,
-            &mut self.out,
-            &mut self.offset,
-            raw,
-            true,
-        );
+        self.properties.num_data_blocks += 1;
+        if let DictionaryState::Collecting { blocks, bytes, .. } = &mut self.dictionary {
+            *bytes += raw.len();
+            blocks.push((index_key, raw.to_vec()));
+            self.data_block.reset();
+            let enough = self.options.dictionary_bytes * DICTIONARY_TRAINING_FACTOR;
+            return if *bytes >= enough {
+                self.settle_dictionary()
+            } else {
+                Ok(())
+            };
+        }
+        let handle = append_data_block(&mut self.encoder, &mut self.out, &mut self.offset, raw);
+        self.data_block.reset();
+        self.add_index_entry(&index_key, handle);
+        self.flush_if_full()
+    }
+
+    /// Trains the dictionary on the blocks held (if it is still collecting) and writes them
+    /// with it. A failed training (too few or too uniform samples) leaves the table without one.
+    fn settle_dictionary(&mut self) -> Result<()> {
+        let (level, blocks) = match &mut self.dictionary {
+            DictionaryState::Collecting { level, blocks, .. } => (*level, std::mem::take(blocks)),
+            _ => return Ok(()),
+        };
+        let samples: Vec<&[u8]> = blocks.iter().map(|(_, raw)| raw.as_slice()).collect();
+        let trained = zstd::dict::from_samples(&samples, self.options.dictionary_bytes)
+            .ok()
+            .filter(|d| !d.is_empty());
+        if let Some(dictionary) = &trained {
+            self.encoder
+                .set_dictionary(level, dictionary)
+                .map_err(|e| Error::InvalidArgument(format!("zstd dictionary: {e}")))?;
+        }
+        self.dictionary = DictionaryState::Settled(trained);
+        for (index_key, raw) in blocks {
+            let handle =
+                append_data_block(&mut self.encoder, &mut self.out, &mut self.offset, &raw);
+            self.add_index_entry(&index_key, handle);
+            self.flush_if_full()?;
+        }
+        Ok(())
+    }
+
+    fn add_index_entry(&mut self, index_key: &[u8], handle: BlockHandle) {
         self.scratch.clear();
         handle.encode_varint(&mut self.scratch);
-        self.index_block.add(&index_key, &[&self.scratch]);
-        self.data_block.reset();
-        self.properties.num_data_blocks += 1;
-        self.flush_if_full()
+        self.index_block.add(index_key, &[&self.scratch]);
     }
 
     fn write_block(&mut self, raw: &[u8], compress: bool) -> Result<BlockHandle> {
@@ -281,6 +354,24 @@ impl TableWriter {
         }
         Ok(())
     }
+}
+
+/// Encodes the data block `raw` onto `out` at `offset` (with the table's dictionary, once it has
+/// one) and advances `offset` past it.
+fn append_data_block(
+    encoder: &mut BlockEncoder,
+    out: &mut Vec<u8>,
+    offset: &mut u64,
+    raw: &[u8],
+) -> BlockHandle {
+    let before = out.len();
+    let size = encoder.encode_data(raw, out);
+    let handle = BlockHandle {
+        offset: *offset,
+        size,
+    };
+    *offset += (out.len() - before) as u64;
+    handle
 }
 
 /// Encodes `raw` onto `out` at `offset` and advances `offset` past it.

@@ -1,0 +1,133 @@
+//! zstd dictionaries: a table trains one from its first data blocks, stores it, and reads every
+//! block back through it; tables too small to train on, or not on zstd, have none.
+
+mod common;
+
+use std::path::Path;
+
+use bytes::Bytes;
+use cairn_sstable::{Compression, EntryMeta, Kind, Table, TableOptions};
+use common::{ModelEntry, scan_backward, scan_forward};
+
+/// `n` records shaped alike, as a service's rows are: small blocks of them share most bytes
+/// with each other, which a per-block codec cannot see and a dictionary can.
+fn records(n: u64) -> Vec<ModelEntry> {
+    (0..n)
+        .map(|i| {
+            let value = format!(
+                r#"{{"id":{i},"user":"user-{:05}","status":"{}","plan":"{}","region":"eu-west-{}"}}"#,
+                i * 7919 % 100_000,
+                match i % 3 {
+                    0 => "active",
+                    1 => "suspended",
+                    _ => "deleted",
+                },
+                match i % 4 {
+                    0 => "free",
+                    1 => "pro",
+                    2 => "team",
+                    _ => "enterprise",
+                },
+                i % 3
+            );
+            ModelEntry::new(
+                format!("row:{i:08}").as_bytes(),
+                i + 1,
+                Kind::Put,
+                EntryMeta::at(1_700_000_000_000 + i),
+                value.as_bytes(),
+            )
+        })
+        .collect()
+}
+
+fn write(
+    dir: &Path,
+    name: &str,
+    model: &[ModelEntry],
+    options: TableOptions,
+) -> cairn_sstable::Result<Table> {
+    common::write_table(dir, name, 1, model, &[], options)
+}
+
+fn file_size(table: &Table) -> u64 {
+    std::fs::metadata(table.path()).map_or(0, |m| m.len())
+}
+
+fn check_reads(table: &Table, model: &[ModelEntry]) -> cairn_sstable::Result<()> {
+    let mut iter = table.iter();
+    assert!(scan_forward(&mut iter)? == model, "forward scan differs");
+    assert!(scan_backward(&mut iter)? == model, "backward scan differs");
+    for entry in model.iter().step_by(97) {
+        let key = cairn_sstable::parse_internal_key(&entry.key).map(|k| k.user_key);
+        let got = table.get(key.unwrap_or_default(), cairn_sstable::MAX_SEQNO)?;
+        assert_eq!(got.map(|e| e.value), Some(Bytes::from(entry.value.clone())));
+    }
+    Ok(())
+}
+
+#[test]
+fn a_dictionary_shrinks_small_blocks_of_similar_records_and_reads_back() -> cairn_sstable::Result<()>
+{
+    let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+    // 20,000 records of ~100 bytes: about 2 MB, past the 1.6 MB a 16 KiB dictionary trains on,
+    // so blocks are written both from the training buffer and after it.
+    let model = records(20_000);
+    let plain = TableOptions::default().compression(Compression::Zstd(3));
+    let without = write(dir.path(), "plain.sst", &model, plain.clone())?;
+    let with = write(
+        dir.path(),
+        "dict.sst",
+        &model,
+        plain.zstd_dictionary_bytes(16 << 10),
+    )?;
+    assert_eq!(without.properties().zstd_dictionary_bytes, 0);
+    let dictionary = with.properties().zstd_dictionary_bytes;
+    assert!(dictionary > 0 && dictionary <= 16 << 10, "{dictionary}");
+    check_reads(&with, &model)?;
+    check_reads(&without, &model)?;
+    let (small, large) = (file_size(&with), file_size(&without));
+    assert!(
+        small * 10 < large * 9,
+        "with a dictionary {small} bytes, without {large}: expected at least a tenth less"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_table_too_small_to_train_on_has_no_dictionary() -> cairn_sstable::Result<()> {
+    let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+    let model = records(3);
+    let options = TableOptions::default().zstd_dictionary_bytes(16 << 10);
+    let table = write(dir.path(), "tiny.sst", &model, options)?;
+    assert_eq!(table.properties().zstd_dictionary_bytes, 0);
+    check_reads(&table, &model)
+}
+
+#[test]
+fn codecs_other_than_zstd_train_no_dictionary() -> cairn_sstable::Result<()> {
+    let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+    let model = records(20_000);
+    for (name, codec) in [
+        ("lz4.sst", Compression::Lz4),
+        ("raw.sst", Compression::None),
+    ] {
+        let options = TableOptions::default()
+            .compression(codec)
+            .zstd_dictionary_bytes(16 << 10);
+        let table = write(dir.path(), name, &model, options)?;
+        assert_eq!(table.properties().zstd_dictionary_bytes, 0, "{name}");
+        check_reads(&table, &model)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_dictionary_over_the_limit_is_refused() {
+    let options =
+        TableOptions::default().zstd_dictionary_bytes(cairn_sstable::MAX_DICTIONARY_BYTES + 1);
+    assert!(matches!(
+        options.validate(),
+        Err(cairn_sstable::Error::InvalidArgument(_))
+    ));
+}
