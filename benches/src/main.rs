@@ -94,6 +94,9 @@ struct Args {
     /// Cairn only: how it compresses its tables, to compare codecs side by side
     #[arg(long, value_enum, default_value_t)]
     cairn_compression: engine::cairn::CairnCompression,
+    /// Cairn only: KiB of zstd dictionary trained per zstd table [default: 0, none]
+    #[arg(long, default_value_t = 0)]
+    cairn_zstd_dictionary_kib: usize,
     /// Seconds one engine's workload may run before its process is killed and the job counted
     /// as failed (a hung engine must not hang the run)
     #[arg(long, default_value_t = 1800)]
@@ -192,6 +195,7 @@ fn plan(args: &Args) -> Result<(Vec<EngineKind>, Vec<Workload>, Settings)> {
         memtable_bytes: args.memtable_mib.map(|m| m << 20),
         read_trigger: args.cairn_read_trigger,
         cairn_compression: args.cairn_compression,
+        zstd_dictionary_bytes: args.cairn_zstd_dictionary_kib << 10,
     };
     if settings.memtable_bytes.is_some() && engines.iter().any(|e| !e.is_cairn()) {
         return Err("--memtable-mib applies to cairn alone: run it with --engines cairn".into());

@@ -259,6 +259,13 @@ impl Report {
         if let Some(n) = self.settings.read_trigger {
             let _ = writeln!(out, "cairn read trigger: {n} (--cairn-read-trigger)");
         }
+        if self.settings.zstd_dictionary_bytes > 0 {
+            let _ = writeln!(
+                out,
+                "cairn zstd dictionary: {} KiB a table (--cairn-zstd-dictionary-kib)",
+                self.settings.zstd_dictionary_bytes >> 10
+            );
+        }
         for n in notes {
             let _ = writeln!(out, "note: {n}");
         }
@@ -639,6 +646,7 @@ mod tests {
             memtable_bytes: None,
             read_trigger: None,
             cairn_compression: crate::engine::cairn::CairnCompression::Default,
+            zstd_dictionary_bytes: 0,
         }
     }
 

@@ -49,6 +49,8 @@ pub struct Settings {
     pub read_trigger: Option<u64>,
     /// How Cairn compresses its tables (`--uncompressed` overrides it).
     pub cairn_compression: crate::engine::cairn::CairnCompression,
+    /// Bytes of zstd dictionary Cairn trains per zstd table (0: none).
+    pub zstd_dictionary_bytes: usize,
 }
 
 /// A workload of the command line. Some yield several rows: `delete90` yields `delete90`,

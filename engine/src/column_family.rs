@@ -117,7 +117,8 @@ impl ColumnFamily {
     ///
     /// # Errors
     /// `InvalidArgument` if `start > end` (`start == end` deletes nothing); otherwise as
-    /// [`put`](Self::put).
+    /// [`put`](Self::put). (A lone range delete is never refused for memory; a batch of many
+    /// may be, see [`Db::write`](crate::Db::write).)
     pub fn delete_range(&self, start: impl AsRef<[u8]>, end: impl AsRef<[u8]>) -> Result<()> {
         self.db.write_op(BatchOp::DeleteRange {
             cf: self.id,

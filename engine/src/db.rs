@@ -348,8 +348,9 @@ impl Db {
     ///
     /// # Errors
     /// `InvalidArgument` if any write in it is invalid, names a column family of another
-    /// database, or the whole batch is over the log's record limit (nothing is written);
-    /// otherwise as [`ColumnFamily::put`].
+    /// database, the whole batch is over the log's record limit, or its range deletes over each
+    /// other would need more memory than [`Options::memtable_size`] allows them (nothing is
+    /// written); otherwise as [`ColumnFamily::put`].
     pub fn write(&self, batch: WriteBatch) -> Result<SeqNo> {
         self.inner.write(batch, false)
     }

@@ -113,6 +113,21 @@ pub(crate) struct Memtable {
     oldest_tombstone_time: AtomicU64,
 }
 
+/// The bytes adding the range tombstones `ranges`, in order, to a memtable holding `fragments`
+/// would count toward its flush trigger, found without adding them; once past `cap`, some sum
+/// above it (see [`RangeTombstoneMap::growth_of`]).
+pub(crate) fn range_tombstone_growth<'a>(
+    fragments: &RangeTombstoneMap,
+    ranges: impl Iterator<Item = (&'a Bytes, &'a Bytes)> + Clone,
+    cap: usize,
+) -> usize {
+    let raw: usize = ranges
+        .clone()
+        .map(|(start, end)| start.len() + end.len() + ENTRY_OVERHEAD)
+        .sum();
+    raw.saturating_add(fragments.growth_of(ranges, cap.saturating_sub(raw)))
+}
+
 /// The range tombstones as written (for the flush) and fragmented as they arrive (for reads).
 #[derive(Debug, Default)]
 struct RangeTombstones {
@@ -189,16 +204,13 @@ impl Memtable {
     }
 
     /// The bytes adding the range tombstones `ranges`, in order, would count toward the flush
-    /// trigger, found without adding them (see [`RangeTombstoneMap::growth_of`]).
+    /// trigger (see [`range_tombstone_growth`]).
     pub(crate) fn range_tombstone_growth<'a>(
         &self,
         ranges: impl Iterator<Item = (&'a Bytes, &'a Bytes)> + Clone,
+        cap: usize,
     ) -> usize {
-        let raw: usize = ranges
-            .clone()
-            .map(|(start, end)| start.len() + end.len() + ENTRY_OVERHEAD)
-            .sum();
-        raw + self.read_tombstones().fragments.growth_of(ranges)
+        range_tombstone_growth(&self.read_tombstones().fragments, ranges, cap)
     }
 
     /// False if no range tombstone was ever added (without taking the lock).

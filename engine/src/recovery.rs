@@ -1,7 +1,7 @@
 //! Opening a database: lock the directory, read the MANIFEST, replay the logs it has not
 //! absorbed into memtables, flush them to level 0, and start a fresh MANIFEST and log.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -12,12 +12,13 @@ use cairn_wal::{LogReader, LogWriter, RecoveryMode};
 use crate::error::{Error, Result};
 use crate::filename::{self, FileKind, MAX_FILE_NUMBER};
 use crate::inner::{DbInner, OpenedParts};
-use crate::log_record::decode_record;
+use crate::log_record::{BatchOp, decode_record};
 use crate::manifest::{self, ManifestState, ManifestWriter, ReadOnlyFile};
 use crate::memtable::Memtable;
 use crate::options::Options;
 use crate::super_version::MemSet;
 use crate::version_edit::FileMeta;
+use crate::write::range_delete_growth;
 
 /// Opens the database in `dir`.
 pub(crate) fn open(dir: &Path, options: Options) -> Result<DbInner> {
@@ -58,20 +59,28 @@ pub(crate) fn open(dir: &Path, options: Options) -> Result<DbInner> {
         meta.next_file_number = meta.next_file_number.max(n + 1);
     }
 
-    // Each memtable that fills during replay goes to level 0 at once, as a running database
-    // would have flushed it: replay never holds more than one memtable's worth.
+    // Each memtable set replay is done with goes to level 0 at once, as a running database
+    // would have flushed it: replay holds one set at a time, never the logs' product.
     let mut next_file_number = meta.next_file_number;
     let mut written = Vec::new();
-    let recovered = replay_logs(fs.as_ref(), dir, &names, &meta, &options, &mut |full| {
-        written.extend(write_memset(
+    let replayed = replay_logs(fs.as_ref(), dir, &names, &meta, &options, &mut |full| {
+        write_memset(
             fs.as_ref(),
             dir,
             &options,
-            &full,
+            &full.tables,
             &mut next_file_number,
-        )?);
-        Ok(())
-    })?;
+            &mut written,
+        )
+    });
+    let recovered = match replayed {
+        Ok(recovered) => recovered,
+        Err(e) => {
+            // No MANIFEST names them: an open that keeps failing must not pile them up.
+            remove_tables(fs.as_ref(), dir, &written);
+            return Err(e);
+        }
+    };
     meta.next_file_number = next_file_number;
     meta.last_seqno = meta.last_seqno.max(recovered.last_seqno);
     let inner_parts = finish_open(fs.as_ref(), dir, &options, meta, written, &recovered, lock)?;
@@ -103,7 +112,7 @@ pub(crate) fn open_read_only(dir: &Path, options: Options) -> Result<DbInner> {
     let names = fs.list(dir)?;
     // Memtables that fill during replay are kept apart, frozen, as a running database kept
     // them: one memtable holding every log would cut each log's range tombstones by the others'.
-    let mut imm = std::collections::VecDeque::new();
+    let mut imm = VecDeque::new();
     let recovered = replay_logs(fs.as_ref(), dir, &names, &meta, &options, &mut |full| {
         imm.push_back(Arc::new(full));
         Ok(())
@@ -212,8 +221,10 @@ struct Recovered {
     last_seqno: u64,
 }
 
-/// Replays every log at or after the MANIFEST's log number, oldest first. When the memtables
-/// reach `memtable_size` after a record, they go to `full` and replay goes on in new ones.
+/// Replays every log at or after the MANIFEST's log number, oldest first, into memtables as the
+/// running database held them: each log's in its own, and a new set whenever the memtables
+/// reach `memtable_size` or a record's range deletes would carry them past it. Each set that is
+/// done goes to `full`; the last one (empty unless replay stopped at damage) is returned.
 fn replay_logs(
     fs: &dyn FileSystem,
     dir: &Path,
@@ -242,6 +253,15 @@ fn replay_logs(
         .copied();
     let last_log = last_log.as_ref();
     let mut memset = MemSet::new(0, meta.cfs.keys().copied());
+    let mut cut = |memset: &mut MemSet| -> Result<()> {
+        if memset.is_empty() {
+            return Ok(());
+        }
+        full(std::mem::replace(
+            memset,
+            MemSet::new(0, meta.cfs.keys().copied()),
+        ))
+    };
     let mut last_seqno = meta.last_seqno;
     for number in logs {
         let path = filename::log_path(dir, number);
@@ -267,15 +287,25 @@ fn replay_logs(
                 skip_damaged(mode, damage)?;
                 continue;
             }
+            // Range deletes that would carry the memtables past their size go to fresh ones, as
+            // the write path sends them (with this open's size, which may differ from the
+            // writer's).
+            let ops: Vec<&BatchOp> = record.ops.iter().collect();
+            let held = memset.approximate_bytes();
+            let room = options.memtable_size.saturating_sub(held);
+            if ops.iter().any(|op| op.is_range_delete())
+                && range_delete_growth(&ops, room, |cf| memset.tables.get(&cf)) >= room
+            {
+                cut(&mut memset)?;
+            }
             memset.apply(record.first_seqno, record.write_time, record.ops.iter());
             last_seqno = last_seqno.max(record.first_seqno + count.saturating_sub(1));
             if memset.approximate_bytes() >= options.memtable_size {
-                full(std::mem::replace(
-                    &mut memset,
-                    MemSet::new(0, meta.cfs.keys().copied()),
-                ))?;
+                cut(&mut memset)?;
             }
         }
+        // A log held one running memtable set: the next log's writes never met this one's.
+        cut(&mut memset)?;
         if let Some(damage) = reader.stopped_at() {
             if mode == RecoveryMode::PointInTime {
                 // Nothing after the first damage is replayed, in any log.
@@ -308,26 +338,38 @@ fn skip_damaged(mode: RecoveryMode, damage: Error) -> Result<()> {
     Ok(())
 }
 
-/// Writes each family's memtable in `memset` that holds anything as a level-0 table numbered
-/// from `next_file_number`; returns them.
+/// Writes each family's memtable in `tables` that holds anything as a level-0 table numbered
+/// from `next_file_number`, adding each to `written` as soon as it is (so a failure part way
+/// leaves `written` naming every table on disk).
 fn write_memset(
     fs: &dyn FileSystem,
     dir: &Path,
     options: &Options,
-    memset: &MemSet,
+    tables: &BTreeMap<u32, Arc<Memtable>>,
     next_file_number: &mut u64,
-) -> Result<Vec<(u32, FileMeta)>> {
-    let mut files = Vec::new();
-    for (cf, mem) in &memset.tables {
+    written: &mut Vec<(u32, FileMeta)>,
+) -> Result<()> {
+    for (cf, mem) in tables {
         if mem.is_empty() {
             continue;
         }
         let number = *next_file_number;
         *next_file_number += 1;
         let file = crate::flush::write_table(fs, dir, &options.table_options_for(0), mem, number)?;
-        files.push((*cf, file));
+        written.push((*cf, file));
     }
-    Ok(files)
+    Ok(())
+}
+
+/// Removes tables an open wrote and will not record (best effort: what is left is an orphan
+/// the next successful open deletes).
+fn remove_tables(fs: &dyn FileSystem, dir: &Path, written: &[(u32, FileMeta)]) {
+    for (_, file) in written {
+        let path = filename::table_path(dir, file.number);
+        if let Err(e) = fs.remove(&path) {
+            tracing::warn!(file = %path.display(), error = %e, "could not remove a table of a failed open");
+        }
+    }
 }
 
 /// Flushes the last recovered memtables, records them and the tables `written` during replay
@@ -342,17 +384,17 @@ fn finish_open(
     lock: cairn_fs::FileLock,
 ) -> Result<OpenedParts> {
     let mut edit = crate::version_edit::VersionEdit::default();
-    let memset = MemSet {
-        log_number: 0,
-        tables: recovered.memtables.clone(),
-    };
-    written.extend(write_memset(
+    if let Err(e) = write_memset(
         fs,
         dir,
         options,
-        &memset,
+        &recovered.memtables,
         &mut meta.next_file_number,
-    )?);
+        &mut written,
+    ) {
+        remove_tables(fs, dir, &written);
+        return Err(e);
+    }
     edit.new_files
         .extend(written.into_iter().map(|(cf, file)| (cf, 0, file)));
     let log_number = meta.next_file_number;
@@ -379,7 +421,7 @@ fn finish_open(
         manifest,
         meta,
         mem,
-        imm: std::collections::VecDeque::new(),
+        imm: VecDeque::new(),
         wal,
     })
 }

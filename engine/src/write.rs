@@ -2,19 +2,21 @@
 //!
 //! The leader (see `write_queue`) finds room in the active memtables — waiting while level 0 is
 //! too full or too many memtables wait for their flush, freezing the memtables (see
-//! `memtable_switch`) when they are full or when background work asked for it — gives the group
+//! `memtable_switch`) when they are full, when background work asked for it, or when a batch's
+//! range deletes would carry them past their size (`room_for`) — gives the group
 //! consecutive sequence numbers, writes it as one log record (fsynced if any writer asked),
 //! inserts it into the memtables, and publishes the new last sequence number.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 
-use cairn_sstable::{MAX_SEQNO, SeqNo};
+use cairn_sstable::{MAX_SEQNO, RangeTombstoneMap, SeqNo};
 
 use crate::batch::WriteBatch;
 use crate::error::{Error, Result, StopCause};
 use crate::inner::{DbInner, DbState};
 use crate::log_record::{self, BatchOp, encode_record};
+use crate::memtable::{Memtable, range_tombstone_growth};
 use crate::super_version::MemSet;
 use crate::write_queue::{Exclusive, Leader, Work};
 
@@ -111,37 +113,37 @@ impl DbInner {
 
     /// The active memtables once they have room for `ops`. Range deletes over many fragments
     /// can need far more memory than their log record (each adds a version to every piece it
-    /// covers), so their growth is found before anything is logged, and the memtables are
-    /// switched first when it would carry them past the flush trigger. A batch whose range
-    /// deletes would need more than [`RANGE_DELETE_LIMIT`] times `memtable_size` even in empty
-    /// memtables is refused: it leads alone (see `take_group`), so nobody else's write fails
-    /// with it. Only the leader calls this.
+    /// covers), so their growth is found before anything is logged:
+    /// - a batch whose range deletes would need more than [`range_delete_limit`] even in empty
+    ///   memtables is refused with `InvalidArgument`, before anything else happens; it leads
+    ///   alone (see `take_group`), so nobody else's write fails with it;
+    /// - otherwise, when the growth would carry the memtables past the flush trigger, they are
+    ///   switched first, so the batch lands in empty ones.
+    ///
+    /// Only the leader calls this.
     fn room_for(&self, ops: &[&BatchOp]) -> Result<Arc<MemSet>> {
         if !ops.iter().any(|op| op.is_range_delete()) {
             return self.make_room(0);
         }
-        let mut need = 0;
-        loop {
-            let mem = self.make_room(need)?;
-            let grow = range_delete_growth(&mem, ops);
-            let fits = mem.approximate_bytes().saturating_add(grow) < self.options.memtable_size;
-            if fits || grow <= need || mem.is_empty() {
-                let limit = self
-                    .options
-                    .memtable_size
-                    .saturating_mul(RANGE_DELETE_LIMIT);
-                if grow > limit {
-                    return Err(Error::invalid(format!(
-                        "this batch's range deletes over each other would hold {grow} bytes of \
-                         fragments in memory, more than {RANGE_DELETE_LIMIT} x memtable_size \
-                         ({limit} bytes): split it into smaller batches or raise memtable_size"
-                    )));
-                }
-                return Ok(mem);
-            }
-            // Judged against memtables that already hold data: ask for empty ones.
-            need = grow;
+        let size = self.options.memtable_size;
+        let limit = range_delete_limit(size, ops);
+        let alone = range_delete_growth(ops, limit, |_| None);
+        if alone > limit {
+            return Err(Error::invalid(format!(
+                "this batch's range deletes over each other would hold more than {limit} bytes \
+                 of fragments in memory (over {RANGE_DELETE_LIMIT} x memtable_size and \
+                 {RANGE_DELETE_LIMIT_RAW} x their own size): split it into smaller batches or \
+                 raise memtable_size"
+            )));
         }
+        let mem = self.make_room(0)?;
+        let held = mem.approximate_bytes();
+        let grow = range_delete_growth(ops, size.saturating_sub(held), |cf| mem.tables.get(&cf));
+        if held.saturating_add(grow) < size || mem.is_empty() {
+            return Ok(mem);
+        }
+        // Judged against memtables that already hold data: ask for empty ones.
+        self.make_room(size)
     }
 
     /// Waits for room in the active memtables (for `need` more bytes, or any room when they are
@@ -195,24 +197,55 @@ impl DbInner {
     }
 }
 
-/// A batch's range deletes may make the memtables hold at most this many times
-/// `memtable_size` (see `DbInner::room_for`).
-pub(crate) const RANGE_DELETE_LIMIT: usize = 4;
+/// A batch's range deletes may make empty memtables hold this many times `memtable_size`…
+const RANGE_DELETE_LIMIT: usize = 4;
+/// …or this many times the bytes the range deletes themselves take, whichever is more: so
+/// disjoint range deletes, whose cost is linear, are never refused.
+const RANGE_DELETE_LIMIT_RAW: usize = 8;
 
-/// The bytes the range deletes among `ops` would add to the memtables of `mem`.
-fn range_delete_growth(mem: &MemSet, ops: &[&BatchOp]) -> usize {
-    mem.tables
+/// The most a batch's range deletes may add to empty memtables (see `DbInner::room_for`).
+fn range_delete_limit(memtable_size: usize, ops: &[&BatchOp]) -> usize {
+    let raw: usize = ops
         .iter()
-        .map(|(&cf, table)| {
-            let ranges = ops.iter().filter_map(move |op| match op {
-                BatchOp::DeleteRange {
-                    cf: of, start, end, ..
-                } if *of == cf => Some((start, end)),
-                _ => None,
-            });
-            table.range_tombstone_growth(ranges)
-        })
-        .sum()
+        .filter(|op| op.is_range_delete())
+        .map(|op| op.approximate_bytes())
+        .sum();
+    memtable_size
+        .saturating_mul(RANGE_DELETE_LIMIT)
+        .max(raw.saturating_mul(RANGE_DELETE_LIMIT_RAW))
+}
+
+/// The bytes the range deletes among `ops` would add to the memtables `memtable(cf)` gives for
+/// each family (empty ones where it gives none); past `cap`, some sum above it.
+pub(crate) fn range_delete_growth<'a>(
+    ops: &[&BatchOp],
+    cap: usize,
+    memtable: impl Fn(u32) -> Option<&'a Arc<Memtable>>,
+) -> usize {
+    let cfs: std::collections::BTreeSet<u32> = ops
+        .iter()
+        .filter(|op| op.is_range_delete())
+        .map(|op| op.cf())
+        .collect();
+    let empty = RangeTombstoneMap::new();
+    let mut sum = 0usize;
+    for cf in cfs {
+        let ranges = ops.iter().filter_map(move |op| match op {
+            BatchOp::DeleteRange {
+                cf: of, start, end, ..
+            } if *of == cf => Some((start, end)),
+            _ => None,
+        });
+        let left = cap.saturating_sub(sum);
+        sum = sum.saturating_add(match memtable(cf) {
+            Some(table) => table.range_tombstone_growth(ranges, left),
+            None => range_tombstone_growth(&empty, ranges, left),
+        });
+        if sum > cap {
+            break;
+        }
+    }
+    sum
 }
 
 impl Leader for DbInner {

@@ -1,7 +1,10 @@
 //! Range deletes cost one tombstone: a scan over a deleted range seeks past it instead of
 //! stepping over every covered key.
 
+use std::sync::Arc;
+
 use cairn::{Db, Options, WriteBatch};
+use cairn_fs::{FaultyFs, OpKind};
 
 fn key(i: u32) -> String {
     format!("key{i:08}")
@@ -243,16 +246,61 @@ fn a_batch_whose_range_deletes_would_pass_the_memory_limit_is_refused() -> cairn
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
     assert!(db.stats().memtable_bytes < 1 << 20);
+    assert_eq!(db.stats().flushes, 0, "refused before any memtable switch");
+    assert_eq!(db.iter()?.count(), 2000);
+    db.close()?;
+    // Nothing of the refused batch was logged: the reopened database has every key.
+    let db = Db::open(dir.path(), options())?;
     assert_eq!(db.iter()?.count(), 2000);
     // The same deletes in batches of their own are fine.
     db.write(narrow_deletes(1000))?;
     db.write(wide_deletes(1000, 2000))?;
     assert_eq!(db.iter()?.count(), 0);
-    db.close()?;
-    // Nothing of the refused batch was logged: the reopened database replays the rest only.
-    let db = Db::open(dir.path(), options())?;
+    Ok(())
+}
+
+/// Disjoint range deletes cost what their size says: many in one batch are never refused, even
+/// with the smallest memtable.
+#[test]
+fn a_batch_of_disjoint_range_deletes_is_accepted_at_any_memtable_size() -> cairn::Result<()> {
+    let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+    let db = Db::open(dir.path(), Options::default().memtable_size(4096))?;
+    put_keys(&db, 400)?;
+    db.write(narrow_deletes(200))?;
+    assert_eq!(db.iter()?.count(), 200);
+    Ok(())
+}
+
+/// The writer sent wide range deletes to a memtable (and log) of their own; replay keeps them
+/// apart even where its memtable size would let one set hold both.
+#[test]
+fn replay_keeps_each_log_apart_as_the_writer_did() -> cairn::Result<()> {
+    let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+    let fs = FaultyFs::new(7);
+    let options = |size| {
+        Options::default()
+            .file_system(Arc::new(fs.clone()))
+            .memtable_size(size)
+            .level0_triggers(100, 200, 300)
+    };
+    let db = Db::open(dir.path(), options(1 << 20))?;
+    put_keys(&db, 4000)?;
+    db.write(narrow_deletes(2000))?;
+    // The frozen memtable's flush fails, so both logs are there to replay.
+    fs.inject_errors_matching(OpKind::Create, 1, ".sst.tmp");
+    db.write(wide_deletes(100, 4000))?;
+    drop(db.close()); // the failed flush's error
+    fs.clear_errors();
+
+    let db = Db::open(dir.path(), options(64 << 20))?;
+    let l0 = db.stats().levels.first().cloned().unwrap_or_default();
+    assert!(l0.files >= 2, "replay wrote {} table(s)", l0.files);
+    assert!(
+        l0.bytes < 2 << 20,
+        "replay wrote {} bytes of tables: the logs' tombstones multiplied",
+        l0.bytes
+    );
     assert_eq!(db.iter()?.count(), 0);
-    assert_eq!(db.get(key(1))?, None);
     Ok(())
 }
 
@@ -308,5 +356,73 @@ fn read_only_replay_keeps_filled_memtables_apart() -> cairn::Result<()> {
         "the replayed memtables hold {held} bytes, more than twice their size {size}"
     );
     assert_eq!(db.iter()?.count(), 0);
+    Ok(())
+}
+
+fn tables_in(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut names: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| Some(e.ok()?.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "sst"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// An open that fails part way through replay (here at a torn last log, under
+/// `AbsoluteConsistency`) removes the tables it wrote for the logs before: retries must not pile
+/// them up.
+#[test]
+fn a_failed_open_removes_the_tables_its_replay_wrote() -> cairn::Result<()> {
+    let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+    let fs = FaultyFs::new(11);
+    let options = Options::default()
+        .file_system(Arc::new(fs.clone()))
+        .memtable_size(1 << 20);
+    let db = Db::open(dir.path(), options.clone())?;
+    put_keys(&db, 4000)?;
+    db.write(narrow_deletes(2000))?;
+    fs.inject_errors_matching(OpKind::Create, 1, ".sst.tmp");
+    db.write(wide_deletes(100, 4000))?;
+    drop(db.close());
+    fs.clear_errors();
+    let newest_log = std::fs::read_dir(dir.path())
+        .map_err(cairn_fs::Error::from)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .max()
+        .ok_or_else(|| cairn::Error::InvalidArgument("no log".into()))?;
+    let len = std::fs::metadata(&newest_log)
+        .map_err(cairn_fs::Error::from)?
+        .len();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&newest_log)
+        .map_err(cairn_fs::Error::from)?;
+    file.set_len(len.saturating_sub(3))
+        .map_err(cairn_fs::Error::from)?;
+    drop(file);
+
+    let before = tables_in(dir.path());
+    for _ in 0..3 {
+        let strict = options
+            .clone()
+            .recovery_mode(cairn::RecoveryMode::AbsoluteConsistency);
+        assert!(
+            Db::open(dir.path(), strict).is_err(),
+            "the torn log must fail this open"
+        );
+        assert_eq!(
+            tables_in(dir.path()),
+            before,
+            "a failed open left tables behind"
+        );
+    }
+    // The default mode reads up to the torn tail.
+    let db = Db::open(dir.path(), options)?;
+    assert_eq!(db.get(key(0))?, None);
     Ok(())
 }

@@ -72,8 +72,11 @@ impl CairnEngine {
         compression: CairnCompression,
         memtable_bytes: Option<usize>,
         read_trigger: Option<u64>,
+        zstd_dictionary_bytes: usize,
     ) -> Result<Self> {
-        let table = TableOptions::default().bloom_bits_per_key(BLOOM_BITS_PER_KEY);
+        let table = TableOptions::default()
+            .bloom_bits_per_key(BLOOM_BITS_PER_KEY)
+            .zstd_dictionary_bytes(zstd_dictionary_bytes);
         let mut options = Options::default()
             .block_cache_bytes(CACHE_BYTES)
             .table_options(table)

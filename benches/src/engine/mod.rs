@@ -164,6 +164,7 @@ impl EngineKind {
                 },
                 settings.memtable_bytes,
                 settings.read_trigger,
+                settings.zstd_dictionary_bytes,
             )?)),
             Self::CairnLz4 => Ok(Box::new(cairn::CairnEngine::open(
                 dir,
@@ -174,6 +175,7 @@ impl EngineKind {
                 },
                 settings.memtable_bytes,
                 settings.read_trigger,
+                settings.zstd_dictionary_bytes,
             )?)),
             #[cfg(feature = "fjall")]
             Self::Fjall => Ok(Box::new(fjall::FjallEngine::open(dir, uncompressed)?)),

@@ -112,11 +112,16 @@ impl RangeTombstoneMap {
     }
 
     /// The bytes inserting `ranges`, in order, would add, as [`insert`](Self::insert) counts
-    /// them, without changing the map or copying a version list: a writer asks before it commits
-    /// to a batch whose range deletes over each other could need far more memory than they
-    /// take in the log. Costs what the inserts' piece walks cost, `O(k log k)` for the `k`
-    /// pieces the ranges' span holds.
-    pub fn growth_of<'a>(&self, ranges: impl IntoIterator<Item = (&'a Bytes, &'a Bytes)>) -> usize {
+    /// them, without changing the map or copying a version list; once the sum passes `cap` the
+    /// walk stops and a sum above `cap` is returned. A writer asks before it commits to a batch
+    /// whose range deletes over each other could need far more memory than they take in the
+    /// log. Costs what the inserts' piece walks cost, bounded by `cap`: `O(k log k)` to copy the
+    /// `k` pieces the ranges' span holds, then about one step per [`VERSION_BYTES`] counted.
+    pub fn growth_of<'a>(
+        &self,
+        ranges: impl IntoIterator<Item = (&'a Bytes, &'a Bytes)>,
+        cap: usize,
+    ) -> usize {
         let ranges: Vec<(&Bytes, &Bytes)> = ranges.into_iter().filter(|(s, e)| s < e).collect();
         let (Some(low), Some(high)) = (
             ranges.iter().map(|(s, _)| *s).min(),
@@ -142,18 +147,20 @@ impl RangeTombstoneMap {
                 (start.clone(), piece)
             })
             .collect();
-        ranges
-            .into_iter()
-            .map(|(start, end)| {
-                let t = RangeTombstone {
-                    start: start.clone(),
-                    end: end.clone(),
-                    seqno: 0,
-                    write_time: 0,
-                };
-                insert_into(&mut counts, &t)
-            })
-            .sum()
+        let mut sum = 0usize;
+        for (start, end) in ranges {
+            if sum > cap {
+                break;
+            }
+            let t = RangeTombstone {
+                start: start.clone(),
+                end: end.clone(),
+                seqno: 0,
+                write_time: 0,
+            };
+            sum = sum.saturating_add(insert_into(&mut counts, &t));
+        }
+        sum
     }
 
     /// The piece containing `user_key`: its start, end and covering tombstones.
@@ -344,10 +351,12 @@ mod tests {
                 .enumerate()
                 .map(|(i, &(start, len))| tombstone(start, len, 100 + i as u64, 0))
                 .collect();
-            let predicted = map.growth_of(adds.iter().map(|t| (&t.start, &t.end)));
+            let predicted = map.growth_of(adds.iter().map(|t| (&t.start, &t.end)), usize::MAX);
+            let capped = map.growth_of(adds.iter().map(|t| (&t.start, &t.end)), predicted / 2);
             let actual: usize = adds.iter().map(|t| map.insert(t)).sum();
             prop_assert_eq!(predicted, actual);
-            let again = map.growth_of(adds.iter().map(|t| (&t.start, &t.end)));
+            prop_assert!(capped > predicted / 2 || capped == predicted);
+            let again = map.growth_of(adds.iter().map(|t| (&t.start, &t.end)), usize::MAX);
             let repeated: usize = adds.iter().map(|t| map.insert(t)).sum();
             prop_assert!(again >= repeated);
         }
