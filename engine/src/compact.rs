@@ -236,10 +236,19 @@ impl DbInner {
         let Ok(cf_options) = sv.cf_options(running.cf) else {
             return Ok(None);
         };
+        // Opened by their records, so each table's keys are held to its recorded bounds.
+        let files: std::collections::HashMap<u64, &Arc<FileMeta>> = sv
+            .version
+            .cf(running.cf)
+            .map(|v| v.all_files().map(|(_, f)| (f.number, f)).collect())
+            .unwrap_or_default();
         let inputs = running
             .pick
             .all_inputs()
-            .map(|n| self.tables.get(n))
+            .map(|n| match files.get(&n) {
+                Some(file) => self.tables.table(file),
+                None => self.tables.get(n),
+            })
             .collect::<Result<Vec<_>>>()?;
         let snapshots = self.snapshots.list();
         let below = Below {

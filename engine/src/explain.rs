@@ -227,7 +227,7 @@ impl Judge<'_> {
             || self
                 .db
                 .tables
-                .get(file.number)
+                .table(file)
                 .map_or(true, |t| t.may_contain(start))
     }
 }

@@ -55,8 +55,7 @@ impl LevelIter {
         };
         if self.at != at || self.current.is_none() {
             self.current = None;
-            let table = self.tables.open_table(file.number)?;
-            check_bounds(&table, file)?;
+            let table = self.tables.open_file(file)?;
             self.current = Some(table.iter());
             self.at = at;
         }
@@ -194,51 +193,6 @@ impl InternalIterator for LevelIter {
     }
 }
 
-/// `Corruption` if `table` holds point entries or range tombstones outside the bounds the
-/// MANIFEST records for it (they are computed from the same keys when it is written): a level
-/// walked in file order would hand keys out of order, and a tombstone lookup that trusts the
-/// bounds would miss a cover or apply one where it does not belong.
-fn check_bounds(table: &Table, file: &FileMeta) -> cairn_sstable::Result<()> {
-    let props = table.properties();
-    let fragments = table.range_tombstones().fragments();
-    let below = props
-        .smallest_key
-        .as_ref()
-        .is_some_and(|k| user_key(k) < file.smallest.as_ref())
-        || fragments
-            .first()
-            .is_some_and(|f| f.start.as_ref() < file.smallest.as_ref());
-    let above = props
-        .largest_key
-        .as_ref()
-        .is_some_and(|k| user_key(k) > file.largest.as_ref())
-        || fragments
-            .last()
-            .is_some_and(|f| f.end.as_ref() > file.largest.as_ref());
-    if below || above {
-        return Err(cairn_sstable::Error::Corruption {
-            file: table.path().to_path_buf(),
-            offset: 0,
-            reason: format!(
-                "table keys [{:?}, {:?}] lie outside the bounds the MANIFEST records, [{:?}, {:?}]",
-                props
-                    .smallest_key
-                    .as_deref()
-                    .map(user_key)
-                    .map(String::from_utf8_lossy),
-                props
-                    .largest_key
-                    .as_deref()
-                    .map(user_key)
-                    .map(String::from_utf8_lossy),
-                String::from_utf8_lossy(&file.smallest),
-                String::from_utf8_lossy(&file.largest),
-            ),
-        });
-    }
-    Ok(())
-}
-
 /// A table of a level that holds range tombstones, opened when a lookup first needs it.
 #[derive(Debug)]
 struct TombstoneTable {
@@ -293,8 +247,7 @@ impl LevelTombstones {
         if let Some(table) = entry.table.get() {
             return Ok(table);
         }
-        let table = self.cache.open_table(entry.file.number)?;
-        check_bounds(&table, &entry.file)?;
+        let table = self.cache.open_file(&entry.file)?;
         Ok(entry.table.get_or_init(|| table))
     }
 
@@ -325,52 +278,5 @@ impl LevelTombstones {
             newest = newest.max(tombstones.covering_seqno(key, snapshot));
         }
         Ok(newest)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use cairn_fs::{FileSystem, RealFs};
-    use cairn_sstable::{EntryMeta, Kind, TableOptions, TableWriter, internal_key};
-
-    use super::*;
-    use crate::version_set::file_meta;
-
-    /// A table holding point key `n` and the range tombstone `[m, p)`, and its MANIFEST record.
-    fn table_with_a_tombstone(dir: &std::path::Path) -> (Table, FileMeta) {
-        let fs = RealFs;
-        let path = dir.join("000001.sst");
-        let mut writer =
-            TableWriter::new(fs.create(&path).expect("create"), TableOptions::default())
-                .expect("writer");
-        writer
-            .add(&internal_key(b"n", 1, Kind::Put), EntryMeta::at(0), b"v")
-            .expect("add");
-        writer
-            .add_range_tombstone(b"m", b"p", 2, 0)
-            .expect("tombstone");
-        let summary = writer.finish().expect("finish");
-        let table = Table::open(&fs, &path, 1, None).expect("open");
-        (table, file_meta(1, &summary))
-    }
-
-    #[test]
-    fn a_table_whose_tombstones_lie_outside_its_recorded_bounds_is_corruption() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (table, file) = table_with_a_tombstone(dir.path());
-        assert_eq!(file.smallest.as_ref(), b"m");
-        assert_eq!(file.largest.as_ref(), b"p");
-        check_bounds(&table, &file).expect("its own record");
-        // A record that holds the point key but not the whole tombstone, either side.
-        for (smallest, largest) in [(&b"n"[..], &b"p"[..]), (&b"m"[..], &b"o"[..])] {
-            let mut wrong = file.clone();
-            wrong.smallest = Bytes::copy_from_slice(smallest);
-            wrong.largest = Bytes::copy_from_slice(largest);
-            let checked = check_bounds(&table, &wrong);
-            assert!(
-                matches!(&checked, Err(cairn_sstable::Error::Corruption { reason, .. }) if reason.contains("outside")),
-                "[{smallest:?}, {largest:?}]: {checked:?}"
-            );
-        }
     }
 }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cairn_fs::FileSystem;
-use cairn_sstable::{BlockCache, Table, WeakTable};
+use cairn_sstable::{BlockCache, Table, WeakTable, key::user_key};
 
 use crate::error::Result;
 use crate::filename;
@@ -66,13 +66,26 @@ impl TableCache {
         self.open.len()
     }
 
-    /// The table numbered `number`, opening it if the cache does not hold it.
+    /// The table numbered `number`, opening it if the cache does not hold it, with no bounds to
+    /// hold it to: for callers without its record. Reads of a version use
+    /// [`table`](Self::table).
     pub(crate) fn get(&self, number: u64) -> Result<Table> {
         Ok(self.open_table(number)?)
     }
 
-    /// [`get`](Self::get) with the table layer's error, for cursors that speak it.
-    pub(crate) fn open_table(&self, number: u64) -> cairn_sstable::Result<Table> {
+    /// [`get`](Self::get) with the table layer's error.
+    fn open_table(&self, number: u64) -> cairn_sstable::Result<Table> {
+        self.open_checked(number, None)
+    }
+
+    /// The table `file` records, opening it if the cache does not hold it; when this opens it,
+    /// its keys are held to `file`'s bounds ([`check_bounds`]), once. The table layer's error,
+    /// for iterators that speak it.
+    pub(crate) fn open_file(&self, file: &FileMeta) -> cairn_sstable::Result<Table> {
+        self.open_checked(file.number, Some(file))
+    }
+
+    fn open_checked(&self, number: u64, file: Option<&FileMeta>) -> cairn_sstable::Result<Table> {
         self.open
             .get_or_insert_with(&number, || -> cairn_sstable::Result<Table> {
                 let table = Table::open(
@@ -82,6 +95,9 @@ impl TableCache {
                     self.blocks.clone(),
                 )?
                 .with_shared_counter(Arc::clone(&self.blocks_read));
+                if let Some(file) = file {
+                    check_bounds(&table, file)?;
+                }
                 let mut alive = self.lock_alive();
                 alive.retain(|_, weak| weak.is_alive());
                 alive.insert(number, table.downgrade());
@@ -89,9 +105,9 @@ impl TableCache {
             })
     }
 
-    /// The table `file` records.
+    /// The table `file` records (see [`open_file`](Self::open_file)).
     pub(crate) fn table(&self, file: &FileMeta) -> Result<Table> {
-        self.get(file.number)
+        Ok(self.open_file(file)?)
     }
 
     /// Forgets a table that was deleted. Readers still holding it keep their mapping.
@@ -114,5 +130,99 @@ impl TableCache {
         self.alive
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// `Corruption` if `table` holds point entries or range tombstones outside the bounds the
+/// MANIFEST records for it (they are computed from the same keys when it is written): a level
+/// walked in file order would hand keys out of order, and a tombstone lookup that trusts the
+/// bounds would miss a cover or apply one where it does not belong.
+pub(crate) fn check_bounds(table: &Table, file: &FileMeta) -> cairn_sstable::Result<()> {
+    let props = table.properties();
+    let fragments = table.range_tombstones().fragments();
+    let below = props
+        .smallest_key
+        .as_ref()
+        .is_some_and(|k| user_key(k) < file.smallest.as_ref())
+        || fragments
+            .first()
+            .is_some_and(|f| f.start.as_ref() < file.smallest.as_ref());
+    let above = props
+        .largest_key
+        .as_ref()
+        .is_some_and(|k| user_key(k) > file.largest.as_ref())
+        || fragments
+            .last()
+            .is_some_and(|f| f.end.as_ref() > file.largest.as_ref());
+    if below || above {
+        return Err(cairn_sstable::Error::Corruption {
+            file: table.path().to_path_buf(),
+            offset: 0,
+            reason: format!(
+                "table keys [{:?}, {:?}] lie outside the bounds the MANIFEST records, [{:?}, {:?}]",
+                props
+                    .smallest_key
+                    .as_deref()
+                    .map(user_key)
+                    .map(String::from_utf8_lossy),
+                props
+                    .largest_key
+                    .as_deref()
+                    .map(user_key)
+                    .map(String::from_utf8_lossy),
+                String::from_utf8_lossy(&file.smallest),
+                String::from_utf8_lossy(&file.largest),
+            ),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use cairn_fs::{FileSystem, RealFs};
+    use cairn_sstable::{EntryMeta, Kind, TableOptions, TableWriter, internal_key};
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::version_set::file_meta;
+
+    /// A table holding point key `n` and the range tombstone `[m, p)`, and its MANIFEST record.
+    fn table_with_a_tombstone(dir: &std::path::Path) -> (Table, FileMeta) {
+        let fs = RealFs;
+        let path = dir.join("000001.sst");
+        let mut writer =
+            TableWriter::new(fs.create(&path).expect("create"), TableOptions::default())
+                .expect("writer");
+        writer
+            .add(&internal_key(b"n", 1, Kind::Put), EntryMeta::at(0), b"v")
+            .expect("add");
+        writer
+            .add_range_tombstone(b"m", b"p", 2, 0)
+            .expect("tombstone");
+        let summary = writer.finish().expect("finish");
+        let table = Table::open(&fs, &path, 1, None).expect("open");
+        (table, file_meta(1, &summary))
+    }
+
+    #[test]
+    fn a_table_whose_tombstones_lie_outside_its_recorded_bounds_is_corruption() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (table, file) = table_with_a_tombstone(dir.path());
+        assert_eq!(file.smallest.as_ref(), b"m");
+        assert_eq!(file.largest.as_ref(), b"p");
+        check_bounds(&table, &file).expect("its own record");
+        // A record that holds the point key but not the whole tombstone, either side.
+        for (smallest, largest) in [(&b"n"[..], &b"p"[..]), (&b"m"[..], &b"o"[..])] {
+            let mut wrong = file.clone();
+            wrong.smallest = Bytes::copy_from_slice(smallest);
+            wrong.largest = Bytes::copy_from_slice(largest);
+            let checked = check_bounds(&table, &wrong);
+            assert!(
+                matches!(&checked, Err(cairn_sstable::Error::Corruption { reason, .. }) if reason.contains("outside")),
+                "[{smallest:?}, {largest:?}]: {checked:?}"
+            );
+        }
     }
 }
