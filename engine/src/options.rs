@@ -159,8 +159,8 @@ impl Options {
     /// Bytes a memtable holds before it is frozen and flushed (default 64 MiB, at least 4 KiB).
     /// Range-delete fragments count: a write whose range deletes would carry the memtables past
     /// it goes to fresh ones, and a batch whose range deletes over each other would need more
-    /// than four times this (and more than eight times their own size) even there is refused
-    /// with `InvalidArgument`.
+    /// than four times this (and four times what they would cost were they disjoint) even there
+    /// is refused with `InvalidArgument`.
     #[must_use]
     pub fn memtable_size(mut self, bytes: usize) -> Self {
         self.memtable_size = bytes.max(4096);

@@ -83,7 +83,7 @@ pub(crate) fn open(dir: &Path, options: Options) -> Result<DbInner> {
     };
     meta.next_file_number = next_file_number;
     meta.last_seqno = meta.last_seqno.max(recovered.last_seqno);
-    let inner_parts = finish_open(fs.as_ref(), dir, &options, meta, written, &recovered, lock)?;
+    let inner_parts = finish_open(fs.as_ref(), dir, meta, written, lock)?;
     let inner = DbInner::new(dir.to_path_buf(), options, inner_parts, false);
     inner.delete_obsolete_files();
     Ok(inner)
@@ -122,10 +122,7 @@ pub(crate) fn open_read_only(dir: &Path, options: Options) -> Result<DbInner> {
         Some(FileKind::Manifest(n)) => n,
         _ => 0,
     };
-    let mem = Arc::new(MemSet {
-        log_number: meta.log_number,
-        tables: recovered.memtables,
-    });
+    let mem = Arc::new(MemSet::new(meta.log_number, meta.cfs.keys().copied()));
     let parts = OpenedParts {
         lock: Some(lock),
         manifest: ManifestWriter::read_only(dir.join(&name), number),
@@ -215,16 +212,15 @@ fn file_number(name: &str) -> Option<u64> {
     }
 }
 
-/// Memtables rebuilt from the logs.
+/// What replay learned besides the memtables it handed on: the newest sequence number.
 struct Recovered {
-    memtables: BTreeMap<u32, Arc<Memtable>>,
     last_seqno: u64,
 }
 
 /// Replays every log at or after the MANIFEST's log number, oldest first, into memtables as the
 /// running database held them: each log's in its own, and a new set whenever the memtables
-/// reach `memtable_size` or a record's range deletes would carry them past it. Each set that is
-/// done goes to `full`; the last one (empty unless replay stopped at damage) is returned.
+/// reach `memtable_size` or a record's range deletes would carry them past it. Every set that
+/// holds anything goes to `full`, oldest first.
 fn replay_logs(
     fs: &dyn FileSystem,
     dir: &Path,
@@ -322,10 +318,7 @@ fn replay_logs(
             }
         }
     }
-    Ok(Recovered {
-        memtables: memset.tables,
-        last_seqno,
-    })
+    Ok(Recovered { last_seqno })
 }
 
 /// A damaged log record: skipped with a warning in `SkipCorrupted` mode, else the error that
@@ -372,29 +365,15 @@ fn remove_tables(fs: &dyn FileSystem, dir: &Path, written: &[(u32, FileMeta)]) {
     }
 }
 
-/// Flushes the last recovered memtables, records them and the tables `written` during replay
-/// in a fresh MANIFEST, and opens a new log.
+/// Records the tables `written` during replay in a fresh MANIFEST and opens a new log.
 fn finish_open(
     fs: &dyn FileSystem,
     dir: &Path,
-    options: &Options,
     mut meta: ManifestState,
-    mut written: Vec<(u32, FileMeta)>,
-    recovered: &Recovered,
+    written: Vec<(u32, FileMeta)>,
     lock: cairn_fs::FileLock,
 ) -> Result<OpenedParts> {
     let mut edit = crate::version_edit::VersionEdit::default();
-    if let Err(e) = write_memset(
-        fs,
-        dir,
-        options,
-        &recovered.memtables,
-        &mut meta.next_file_number,
-        &mut written,
-    ) {
-        remove_tables(fs, dir, &written);
-        return Err(e);
-    }
     edit.new_files
         .extend(written.into_iter().map(|(cf, file)| (cf, 0, file)));
     let log_number = meta.next_file_number;

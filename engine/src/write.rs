@@ -127,12 +127,17 @@ impl DbInner {
         }
         let size = self.options.memtable_size;
         let limit = range_delete_limit(size, ops);
-        let alone = range_delete_growth(ops, limit, |_| None);
-        if alone > limit {
+        // One range delete alone costs what a disjoint one does: it is never refused.
+        let several = ops
+            .iter()
+            .filter(|op| op.is_range_delete())
+            .nth(1)
+            .is_some();
+        if several && range_delete_growth(ops, limit, |_| None) > limit {
             return Err(Error::invalid(format!(
                 "this batch's range deletes over each other would hold more than {limit} bytes \
-                 of fragments in memory (over {RANGE_DELETE_LIMIT} x memtable_size and \
-                 {RANGE_DELETE_LIMIT_RAW} x their own size): split it into smaller batches or \
+                 of fragments in memory ({RANGE_DELETE_LIMIT} x the larger of memtable_size and \
+                 what they would cost were they disjoint): split it into smaller batches or \
                  raise memtable_size"
             )));
         }
@@ -197,22 +202,27 @@ impl DbInner {
     }
 }
 
-/// A batch's range deletes may make empty memtables hold this many times `memtable_size`…
+/// A batch's range deletes may make empty memtables hold this many times `memtable_size`, or
+/// this many times what they would cost were they disjoint, whichever is more: so disjoint range
+/// deletes, whose cost is linear, are never refused, whatever their keys' length.
 const RANGE_DELETE_LIMIT: usize = 4;
-/// …or this many times the bytes the range deletes themselves take, whichever is more: so
-/// disjoint range deletes, whose cost is linear, are never refused.
-const RANGE_DELETE_LIMIT_RAW: usize = 8;
+
+/// What one disjoint range delete costs a memtable at most, besides twice its keys: its raw
+/// copy's bookkeeping and one fragment's (64 + 96 + a 16-byte version, rounded up).
+const RANGE_DELETE_LINEAR_OVERHEAD: usize = 256;
 
 /// The most a batch's range deletes may add to empty memtables (see `DbInner::room_for`).
 fn range_delete_limit(memtable_size: usize, ops: &[&BatchOp]) -> usize {
-    let raw: usize = ops
+    let linear: usize = ops
         .iter()
-        .filter(|op| op.is_range_delete())
-        .map(|op| op.approximate_bytes())
-        .sum();
-    memtable_size
-        .saturating_mul(RANGE_DELETE_LIMIT)
-        .max(raw.saturating_mul(RANGE_DELETE_LIMIT_RAW))
+        .map(|op| match op {
+            BatchOp::DeleteRange { start, end, .. } => {
+                2 * (start.len() + end.len()) + RANGE_DELETE_LINEAR_OVERHEAD
+            }
+            _ => 0,
+        })
+        .fold(0, usize::saturating_add);
+    memtable_size.max(linear).saturating_mul(RANGE_DELETE_LIMIT)
 }
 
 /// The bytes the range deletes among `ops` would add to the memtables `memtable(cf)` gives for

@@ -235,6 +235,7 @@ fn a_batch_whose_range_deletes_would_pass_the_memory_limit_is_refused() -> cairn
     let options = || Options::default().memtable_size(1 << 20);
     let db = Db::open(dir.path(), options())?;
     put_keys(&db, 2000)?;
+    let log_before = newest_log(dir.path());
     let mut batch = narrow_deletes(1000);
     for _ in 0..1000 {
         batch.delete_range(key(0), key(2000));
@@ -246,7 +247,11 @@ fn a_batch_whose_range_deletes_would_pass_the_memory_limit_is_refused() -> cairn
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
     assert!(db.stats().memtable_bytes < 1 << 20);
-    assert_eq!(db.stats().flushes, 0, "refused before any memtable switch");
+    assert_eq!(
+        newest_log(dir.path()),
+        log_before,
+        "refused before any memtable switch (a switch starts a new log)"
+    );
     assert_eq!(db.iter()?.count(), 2000);
     db.close()?;
     // Nothing of the refused batch was logged: the reopened database has every key.
@@ -267,6 +272,15 @@ fn a_batch_of_disjoint_range_deletes_is_accepted_at_any_memtable_size() -> cairn
     let db = Db::open(dir.path(), Options::default().memtable_size(4096))?;
     put_keys(&db, 400)?;
     db.write(narrow_deletes(200))?;
+    assert_eq!(db.iter()?.count(), 200);
+    // Short keys: the overheads weigh most.
+    let short = |i: u64| i.to_be_bytes();
+    let mut batch = WriteBatch::new();
+    for i in 0..200 {
+        batch.put(short(2 * i), "v");
+        batch.delete_range(short(2 * i), short(2 * i + 1));
+    }
+    db.write(batch)?;
     assert_eq!(db.iter()?.count(), 200);
     Ok(())
 }
@@ -337,6 +351,35 @@ fn replay_flushes_whenever_the_memtable_fills() -> cairn::Result<()> {
     Ok(())
 }
 
+/// One record of wide range deletes that fitted the writer's large memtable is replayed under a
+/// small one: it goes to a fresh memtable before it is applied, not onto the narrow pieces.
+#[test]
+fn replay_sends_a_record_that_would_overflow_to_a_fresh_memtable() -> cairn::Result<()> {
+    let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+    let options = |size| {
+        Options::default()
+            .memtable_size(size)
+            .level0_triggers(100, 200, 300)
+    };
+    let db = Db::open(dir.path(), options(64 << 20))?;
+    put_keys(&db, 4000)?;
+    db.write(narrow_deletes(2000))?;
+    db.write(wide_deletes(100, 4000))?;
+    assert_eq!(db.stats().flushes, 0, "everything stays in one log");
+    db.close()?;
+
+    let db = Db::open(dir.path(), options(1 << 20))?;
+    let l0 = db.stats().levels.first().cloned().unwrap_or_default();
+    assert!(l0.files >= 2, "replay wrote {} table(s)", l0.files);
+    assert!(
+        l0.bytes < 2 << 20,
+        "replay wrote {} bytes of tables: the record landed on the narrow pieces",
+        l0.bytes
+    );
+    assert_eq!(db.iter()?.count(), 0);
+    Ok(())
+}
+
 /// A read-only open keeps each filled memtable apart, as a writable one flushes it.
 #[test]
 fn read_only_replay_keeps_filled_memtables_apart() -> cairn::Result<()> {
@@ -357,6 +400,15 @@ fn read_only_replay_keeps_filled_memtables_apart() -> cairn::Result<()> {
     );
     assert_eq!(db.iter()?.count(), 0);
     Ok(())
+}
+
+/// The newest log file in `dir`.
+fn newest_log(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .max()
 }
 
 fn tables_in(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
@@ -389,12 +441,8 @@ fn a_failed_open_removes_the_tables_its_replay_wrote() -> cairn::Result<()> {
     db.write(wide_deletes(100, 4000))?;
     drop(db.close());
     fs.clear_errors();
-    let newest_log = std::fs::read_dir(dir.path())
-        .map_err(cairn_fs::Error::from)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "log"))
-        .max()
-        .ok_or_else(|| cairn::Error::InvalidArgument("no log".into()))?;
+    let newest_log =
+        newest_log(dir.path()).ok_or_else(|| cairn::Error::InvalidArgument("no log".into()))?;
     let len = std::fs::metadata(&newest_log)
         .map_err(cairn_fs::Error::from)?
         .len();

@@ -64,6 +64,6 @@ pub use table::range_tombstones::{
     Fragment, FragmentedRangeTombstones, RangeTombstone, TombstoneVersion,
 };
 pub use table::{
-    Compression, FORMAT_VERSION, MAX_BLOCK_SIZE, MAX_DICTIONARY_BYTES, Table, TableIter,
-    TableOptions, TableSummary, TableWriter, WeakTable,
+    Compression, FORMAT_VERSION, MAX_BLOCK_SIZE, MAX_DICTIONARY_BYTES, MIN_DICTIONARY_BYTES, Table,
+    TableIter, TableOptions, TableSummary, TableWriter, WeakTable,
 };

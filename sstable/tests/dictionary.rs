@@ -123,11 +123,59 @@ fn codecs_other_than_zstd_train_no_dictionary() -> cairn_sstable::Result<()> {
 }
 
 #[test]
-fn a_dictionary_over_the_limit_is_refused() {
-    let options =
-        TableOptions::default().zstd_dictionary_bytes(cairn_sstable::MAX_DICTIONARY_BYTES + 1);
-    assert!(matches!(
-        options.validate(),
-        Err(cairn_sstable::Error::InvalidArgument(_))
-    ));
+fn a_dictionary_size_out_of_bounds_is_refused() {
+    for bytes in [
+        1,
+        cairn_sstable::MIN_DICTIONARY_BYTES - 1,
+        cairn_sstable::MAX_DICTIONARY_BYTES + 1,
+    ] {
+        let options = TableOptions::default().zstd_dictionary_bytes(bytes);
+        assert!(
+            matches!(
+                options.validate(),
+                Err(cairn_sstable::Error::InvalidArgument(_))
+            ),
+            "{bytes}"
+        );
+    }
+    for bytes in [0, cairn_sstable::MIN_DICTIONARY_BYTES] {
+        let options = TableOptions::default().zstd_dictionary_bytes(bytes);
+        assert!(options.validate().is_ok(), "{bytes}");
+    }
+}
+
+/// A dictionary block whose checksum holds but whose zstd header carries damaged entropy tables
+/// (what crafted bytes, or a bit flipped before the checksum was taken, give) is `Corruption` at
+/// open, never a panic.
+#[test]
+fn a_dictionary_zstd_refuses_is_corruption_at_open() -> cairn_sstable::Result<()> {
+    let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+    let model = records(20_000);
+    let options = TableOptions::default().zstd_dictionary_bytes(16 << 10);
+    let table = write(dir.path(), "dict.sst", &model, options)?;
+    let props = table.properties().clone();
+    let path = table.path().to_path_buf();
+    drop(table);
+    let mut bytes = std::fs::read(&path).map_err(cairn_fs::Error::from)?;
+    let start = usize::try_from(props.zstd_dictionary_offset).unwrap_or(usize::MAX);
+    let size = usize::try_from(props.zstd_dictionary_bytes).unwrap_or(0);
+    let block = bytes
+        .get_mut(start..start + size)
+        .ok_or_else(|| cairn_sstable::Error::InvalidArgument("no dictionary block".into()))?;
+    // zstd's dictionary magic, an id, then entropy tables of garbage.
+    block.fill(0xa5);
+    if let Some(head) = block.get_mut(..8) {
+        head.copy_from_slice(&[0x37, 0xa4, 0x30, 0xec, 1, 0, 0, 0]);
+    }
+    let crc = crc32fast::hash(bytes.get(start..=start + size).unwrap_or_default());
+    if let Some(trailer) = bytes.get_mut(start + size + 1..start + size + 5) {
+        trailer.copy_from_slice(&crc.to_le_bytes());
+    }
+    match Table::from_bytes(Bytes::from(bytes), &path, 1, None) {
+        Err(cairn_sstable::Error::Corruption { reason, .. }) => {
+            assert!(reason.contains("dictionary"), "{reason}");
+        }
+        other => panic!("expected Corruption, got {:?}", other.map(|_| "a table")),
+    }
+    Ok(())
 }

@@ -17,8 +17,8 @@ use std::cell::RefCell;
 
 use bytes::Bytes;
 
-use super::Compression;
 use super::footer::BlockHandle;
+use super::{Compression, MAX_DICTIONARY_BYTES};
 use crate::coding::{Cursor, get_u32, put_varint};
 use crate::error::{Origin, Result};
 
@@ -39,21 +39,25 @@ pub(crate) const MAX_PROPERTIES_LEN: BlockBound = BlockBound::at_most(1 << 20);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct BlockBound {
     max_len: usize,
-    /// LZ4 came after tables recorded their bound, so a table without one cannot hold an LZ4
-    /// block; refusing them keeps the loose fixed bound from sizing an LZ4 buffer.
-    lz4: bool,
+    /// The table records its bound. LZ4 and dictionaries came after tables did, so a table
+    /// without one cannot hold such a block; refusing them keeps the loose fixed bound from
+    /// sizing their buffers.
+    recorded: bool,
 }
 
 impl BlockBound {
     /// The fixed bound of tables written before the bound was recorded.
     pub(crate) const UNRECORDED: Self = Self {
         max_len: 1 << 31,
-        lz4: false,
+        recorded: false,
     };
 
     /// No block decompresses to more than `max_len` bytes.
     pub(crate) const fn at_most(max_len: usize) -> Self {
-        Self { max_len, lz4: true }
+        Self {
+            max_len,
+            recorded: true,
+        }
     }
 }
 
@@ -119,9 +123,11 @@ impl BlockEncoder {
     }
 
     /// [`encode`](Self::encode) for a data block: with the dictionary, once one is set.
+    /// Blocks over the direct-decompression limit (a huge value) go without it.
     pub(crate) fn encode_data(&mut self, raw: &[u8], out: &mut Vec<u8>) -> u64 {
-        let Some(compressor) = self.dictionary.as_mut() else {
-            return self.encode(raw, out);
+        let compressor = match self.dictionary.as_mut() {
+            Some(compressor) if raw.len() <= DIRECT_DECOMPRESS_LIMIT => compressor,
+            _ => return self.encode(raw, out),
         };
         let bound = zstd::zstd_safe::compress_bound(raw.len());
         self.scratch.clear();
@@ -184,7 +190,7 @@ thread_local! {
 }
 
 /// A table's zstd dictionary, digested once when the table opens and shared by its reads.
-pub(crate) struct Dictionary(zstd::dict::DecoderDictionary<'static>);
+pub(crate) struct Dictionary(zstd::zstd_safe::DDict<'static>);
 
 impl std::fmt::Debug for Dictionary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -193,14 +199,35 @@ impl std::fmt::Debug for Dictionary {
 }
 
 impl Dictionary {
-    /// Digests the dictionary `bytes` read at `at`.
-    pub(crate) fn new(bytes: &[u8], at: &Origin) -> Result<Self> {
-        // zstd takes any bytes as a raw-content dictionary; a checksummed block that fails here
-        // is a table written wrong, so it is refused rather than trusted.
-        if bytes.is_empty() {
-            return Err(at.corruption(0, "empty zstd dictionary"));
+    /// Reads and digests the dictionary block at `handle` of `file`: a raw block of at most
+    /// [`MAX_DICTIONARY_BYTES`] that zstd accepts, else `Corruption`.
+    pub(crate) fn read(file: &Bytes, handle: BlockHandle, origin: &Origin) -> Result<Self> {
+        let at = Origin::new(origin.file.clone(), handle.offset);
+        if handle.size == 0 || handle.size > MAX_DICTIONARY_BYTES as u64 {
+            return Err(at.corruption(
+                0,
+                format!(
+                    "zstd dictionary of {} bytes is outside 1..={MAX_DICTIONARY_BYTES}",
+                    handle.size
+                ),
+            ));
         }
-        Ok(Self(zstd::dict::DecoderDictionary::copy(bytes)))
+        let bytes = read_block(file, handle, origin, BlockBound::UNRECORDED, Raw::Borrowed)?;
+        let kind = usize::try_from(handle.offset.saturating_add(handle.size))
+            .ok()
+            .and_then(|end| file.get(end));
+        if kind != Some(&RAW) {
+            return Err(at.corruption(0, "zstd dictionary block is not stored raw"));
+        }
+        Self::digest(&bytes, &at)
+    }
+
+    /// Digests dictionary `bytes` read at `at`; `Corruption` if zstd refuses them (a dictionary
+    /// header with damaged entropy tables).
+    pub(crate) fn digest(bytes: &[u8], at: &Origin) -> Result<Self> {
+        zstd::zstd_safe::DDict::try_create(bytes)
+            .map(Self)
+            .ok_or_else(|| at.corruption(0, "zstd refuses the table's dictionary"))
     }
 }
 
@@ -250,11 +277,15 @@ pub(crate) fn read_block_in(
         )),
         Some(&RAW) => Ok(file.slice(start..end)),
         Some(&ZSTD) => decompress(file.get(start..end).unwrap_or_default(), &at, bound.max_len),
-        Some(&LZ4) if !bound.lz4 => Err(at.corruption(
+        Some(&LZ4) if !bound.recorded => Err(at.corruption(
             size,
             "lz4 block in a table that records no block bound (older than lz4)",
         )),
         Some(&LZ4) => decompress_lz4(file.get(start..end).unwrap_or_default(), &at, bound.max_len),
+        Some(&ZSTD_DICT) if !bound.recorded => Err(at.corruption(
+            size,
+            "dictionary block in a table that records no block bound",
+        )),
         Some(&ZSTD_DICT) => match dictionary {
             Some(dictionary) => decompress_with(
                 file.get(start..end).unwrap_or_default(),
@@ -335,8 +366,14 @@ fn decompress_with(
         }
     }
     let out = match dictionary {
-        Some(d) if len <= DIRECT_DECOMPRESS_LIMIT => decompress_direct_with(frame, len, d),
-        Some(d) => decompress_streaming_with(frame, len, d),
+        // The writer uses its dictionary only for blocks up to the direct limit.
+        Some(_) if len > DIRECT_DECOMPRESS_LIMIT => {
+            return Err(at.corruption(
+                header,
+                format!("dictionary block claims {len} bytes, over {DIRECT_DECOMPRESS_LIMIT}"),
+            ));
+        }
+        Some(d) => decompress_direct_with(frame, len, d),
         None if len <= DIRECT_DECOMPRESS_LIMIT => decompress_direct(frame, len),
         None => decompress_streaming(frame, len),
     };
@@ -376,23 +413,10 @@ fn decompress_direct_with(
         let mut slot = cell.borrow_mut();
         let dctx = slot.get_or_insert_with(zstd::zstd_safe::DCtx::create);
         let mut out = Vec::with_capacity(len);
-        dctx.decompress_using_ddict(&mut out, frame, dictionary.0.as_ddict())
+        dctx.decompress_using_ddict(&mut out, frame, &dictionary.0)
             .map_err(|code| std::io::Error::other(zstd::zstd_safe::get_error_name(code)))?;
         Ok(out)
     })
-}
-
-fn decompress_streaming_with(
-    frame: &[u8],
-    len: usize,
-    dictionary: &Dictionary,
-) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut out = Vec::with_capacity(DIRECT_DECOMPRESS_LIMIT);
-    zstd::stream::Decoder::with_prepared_dictionary(frame, &dictionary.0)?
-        .take(len as u64 + 1)
-        .read_to_end(&mut out)?;
-    Ok(out)
 }
 
 fn decompress_streaming(frame: &[u8], len: usize) -> std::io::Result<Vec<u8>> {
@@ -587,7 +611,7 @@ mod tests {
         let origin = Origin::new(std::sync::Arc::from(std::path::Path::new("t.sst")), 0);
         let bound = BlockBound::at_most(raw.len());
         let at = Origin::new(origin.file.clone(), 0);
-        let digested = Dictionary::new(&dictionary, &at).expect("digest");
+        let digested = Dictionary::digest(&dictionary, &at).expect("digest");
         let read = read_block_in(&file, handle, &origin, bound, Raw::Copied, Some(&digested));
         assert_eq!(read.expect("read").as_ref(), raw.as_slice());
         let without = read_block(&file, handle, &origin, bound, Raw::Copied);
@@ -604,7 +628,7 @@ mod tests {
             1024,
         )
         .expect("train");
-        let wrong = Dictionary::new(&other, &at).expect("digest");
+        let wrong = Dictionary::digest(&other, &at).expect("digest");
         let read = read_block_in(&file, handle, &origin, bound, Raw::Copied, Some(&wrong));
         assert!(
             read.as_ref().map_or(true, |b| b.as_ref() != raw.as_slice()),

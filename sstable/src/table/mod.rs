@@ -65,10 +65,22 @@ pub const MAX_BLOCK_SIZE: usize = 64 << 20;
 /// The largest [`TableOptions::zstd_dictionary_bytes`] accepted (1 MiB).
 pub const MAX_DICTIONARY_BYTES: usize = 1 << 20;
 
+/// The smallest non-zero [`TableOptions::zstd_dictionary_bytes`] accepted: zstd trains none
+/// smaller.
+pub const MIN_DICTIONARY_BYTES: usize = 256;
+
 /// A table's dictionary is trained on its first data blocks, up to this many times the
-/// dictionary's size of them (RocksDB's advice for `zstd_max_train_bytes`): they are held
-/// uncompressed until then.
-pub(crate) const DICTIONARY_TRAINING_FACTOR: usize = 100;
+/// dictionary's size of them (RocksDB's advice for `zstd_max_train_bytes`)…
+const DICTIONARY_TRAINING_FACTOR: usize = 100;
+/// …and at most this many bytes of them: they are held uncompressed until then.
+const MAX_DICTIONARY_TRAINING_BYTES: usize = 16 << 20;
+
+/// The bytes of data blocks a table holds back to train a dictionary of `dictionary_bytes`.
+pub(crate) fn dictionary_training_bytes(dictionary_bytes: usize) -> usize {
+    dictionary_bytes
+        .saturating_mul(DICTIONARY_TRAINING_FACTOR)
+        .min(MAX_DICTIONARY_TRAINING_BYTES)
+}
 
 impl TableOptions {
     /// Target size of an uncompressed data block in bytes (default 4096, at most
@@ -84,7 +96,7 @@ impl TableOptions {
     ///
     /// # Errors
     /// `InvalidArgument` if the block size is 0 or over [`MAX_BLOCK_SIZE`], or the dictionary
-    /// size over [`MAX_DICTIONARY_BYTES`].
+    /// size is neither 0 nor within [`MIN_DICTIONARY_BYTES`]`..=`[`MAX_DICTIONARY_BYTES`].
     pub fn validate(&self) -> crate::Result<()> {
         if self.block_size == 0 || self.block_size > MAX_BLOCK_SIZE {
             return Err(crate::Error::InvalidArgument(format!(
@@ -92,9 +104,11 @@ impl TableOptions {
                 self.block_size
             )));
         }
-        if self.dictionary_bytes > MAX_DICTIONARY_BYTES {
+        if self.dictionary_bytes != 0
+            && !(MIN_DICTIONARY_BYTES..=MAX_DICTIONARY_BYTES).contains(&self.dictionary_bytes)
+        {
             return Err(crate::Error::InvalidArgument(format!(
-                "zstd dictionary of {} bytes is over {MAX_DICTIONARY_BYTES}",
+                "zstd dictionary of {} bytes is outside {MIN_DICTIONARY_BYTES}..={MAX_DICTIONARY_BYTES}",
                 self.dictionary_bytes
             )));
         }
@@ -102,7 +116,8 @@ impl TableOptions {
     }
 
     /// With zstd, trains a dictionary of at most `bytes` for each table from its first data
-    /// blocks (up to 100 times `bytes` of them, held uncompressed until then) and compresses
+    /// blocks (up to 100 times `bytes` of them and at most 16 MiB, held uncompressed until
+    /// then) and compresses
     /// its data blocks with it, as RocksDB's `max_dict_bytes` does; the dictionary is stored in
     /// the table and digested once when it opens. 0 (the default) trains none; other codecs
     /// ignore it. Small blocks of similar records gain most; RocksDB suggests 16 KiB.

@@ -116,8 +116,7 @@ impl Table {
                     offset: properties.zstd_dictionary_offset,
                     size,
                 };
-                let at = Origin::new(origin.file.clone(), handle.offset);
-                Some(Dictionary::new(&read(handle, max_block_len)?, &at)?)
+                Some(Dictionary::read(&data, handle, &origin)?)
             }
         };
         let index = block(footer.index, max_block_len)?;

@@ -9,7 +9,7 @@ use super::block_io::BlockEncoder;
 use super::footer::{BlockHandle, Footer};
 use super::properties::{TableProperties, TombstoneWindow};
 use super::range_tombstones::{FragmentedRangeTombstones, RangeTombstone};
-use super::{Compression, DICTIONARY_TRAINING_FACTOR, TableOptions};
+use super::{Compression, TableOptions, dictionary_training_bytes};
 use crate::block::BlockBuilder;
 use crate::bloom::{BloomBuilder, bloom_hash};
 use crate::key::{Kind, MAX_SEQNO, compare_internal_keys, parse_internal_key, user_key};
@@ -283,7 +283,7 @@ impl TableWriter {
             *bytes += raw.len();
             blocks.push((index_key, raw.to_vec()));
             self.data_block.reset();
-            let enough = self.options.dictionary_bytes * DICTIONARY_TRAINING_FACTOR;
+            let enough = dictionary_training_bytes(self.options.dictionary_bytes);
             return if *bytes >= enough {
                 self.settle_dictionary()
             } else {
