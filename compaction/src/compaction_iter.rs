@@ -168,6 +168,26 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
         })
     }
 
+    /// [`new`](Self::new) from the inputs' range tombstones as stored, fragmented with only the
+    /// versions the rules can choose between in each snapshot stripe
+    /// ([`FragmentedRangeTombstones::fragment_in_stripes`]): what is left out counts as dropped,
+    /// as the rules would have dropped it, and memory stays bounded when many wide tombstones
+    /// lie over many narrow ones.
+    ///
+    /// # Errors
+    /// `Corruption` or `Io` if the input cannot be read.
+    pub fn from_raw_tombstones(
+        input: I,
+        range_tombstones: Vec<RangeTombstone>,
+        ctx: GcContext<'a>,
+    ) -> Result<Self> {
+        let (fragments, left_out) =
+            FragmentedRangeTombstones::fragment_in_stripes(range_tombstones, |s| ctx.stripe(s));
+        let mut iter = Self::new(input, fragments, ctx)?;
+        iter.drops.range += left_out;
+        Ok(iter)
+    }
+
     /// Entries dropped so far, by rule.
     pub fn drops(&self) -> &DropCounts {
         &self.drops

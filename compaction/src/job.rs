@@ -97,11 +97,8 @@ pub fn run(spec: JobSpec<'_>, outputs: &mut dyn OutputFiles) -> Result<JobOutput
         .flat_map(|t| t.range_tombstones().iter_tombstones())
         .collect();
     let children: Vec<TableIter> = inputs.iter().map(Table::iter).collect();
-    let mut iter = CompactionIter::new(
-        MergingIter::new(children),
-        FragmentedRangeTombstones::fragment(all_tombstones),
-        ctx,
-    )?;
+    let mut iter =
+        CompactionIter::from_raw_tombstones(MergingIter::new(children), all_tombstones, ctx)?;
     let survivors = iter.surviving_range_tombstones();
     let mut writer = Writer {
         outputs,

@@ -628,3 +628,87 @@ fn single_delete_over_a_range_deleted_put_is_no_misuse() {
         "put@3 was deleted by the range tombstone at 5"
     );
 }
+
+// --- range tombstones thinned to what each stripe can still choose ---
+
+/// One compaction's outputs: entries, surviving range-tombstone pieces (with write times), drop
+/// counts and the next time a rewrite is worth it.
+type Outcome = (
+    Vec<Survivor>,
+    Vec<(String, SeqNo, u64)>,
+    DropCounts,
+    Option<u64>,
+);
+
+fn outcome(mut iter: CompactionIter<'_, VecIter>) -> Outcome {
+    let mut out = Vec::new();
+    while let Some(e) = iter.next_entry().expect("next") {
+        let k = parse_internal_key(&e.key).expect("valid output key");
+        out.push((
+            String::from_utf8_lossy(k.user_key).into_owned(),
+            k.seqno,
+            k.kind,
+        ));
+    }
+    let ranges = iter
+        .surviving_range_tombstones()
+        .iter_tombstones()
+        .map(|t| {
+            let range = format!(
+                "{}..{}",
+                String::from_utf8_lossy(&t.start),
+                String::from_utf8_lossy(&t.end)
+            );
+            (range, t.seqno, t.write_time)
+        })
+        .collect();
+    (out, ranges, *iter.drops(), iter.next_change())
+}
+
+proptest::proptest! {
+    /// Fragmenting a compaction's range tombstones with only the versions each snapshot stripe
+    /// can still choose between changes nothing it outputs, drops, counts or schedules, also
+    /// with deletion times that step back.
+    #[test]
+    fn thinning_range_tombstones_by_stripe_changes_no_outcome(
+        ops in proptest::collection::vec((0u8..2, 0u8..6, 1u8..6, 0u64..100), 0..40),
+        snapshot_bits in 0u64..(1 << 20),
+        now in 0u64..200,
+        grace in 0u64..100,
+        max_versions in 1u32..3,
+        everything_below in proptest::bool::ANY,
+    ) {
+        let key = |i: u8| char::from(b'a' + i).to_string();
+        let mut input = Vec::new();
+        let mut ranges = Vec::new();
+        for (i, &(kind, at, len, time)) in ops.iter().enumerate() {
+            let seqno = i as SeqNo + 1;
+            if kind == 0 {
+                input.push(put(&key(at), seqno, time));
+            } else {
+                ranges.push(rt(&key(at), &key(at.saturating_add(len)), seqno, time));
+            }
+        }
+        let snapshots: Vec<SeqNo> = (1..=40).filter(|s| snapshot_bits & (1 << (s % 20)) != 0 && s % 3 == 0).collect();
+        let below: &dyn BelowOracle = if everything_below { &EverythingBelow } else { &NothingBelow };
+        let setup = Setup { snapshots: &snapshots, now, grace, max_versions, below, ..Setup::default() };
+        let ctx = || GcContext {
+            snapshots: setup.snapshots,
+            now: setup.now,
+            grace_ms: setup.grace,
+            max_versions: setup.max_versions,
+            cf_ttl_ms: setup.ttl,
+            below: setup.below,
+            filter: None,
+        };
+        let whole = CompactionIter::new(
+            VecIter::new(input.clone()),
+            FragmentedRangeTombstones::fragment(ranges.clone()),
+            ctx(),
+        )
+        .expect("start");
+        let thinned = CompactionIter::from_raw_tombstones(VecIter::new(input), ranges, ctx())
+            .expect("start");
+        proptest::prop_assert_eq!(outcome(whole), outcome(thinned));
+    }
+}

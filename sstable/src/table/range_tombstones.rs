@@ -74,6 +74,52 @@ impl FragmentedRangeTombstones {
     /// Fragments any number of possibly overlapping tombstones. Empty ranges (`start >= end`)
     /// delete nothing and are dropped.
     pub fn fragment(tombstones: impl IntoIterator<Item = RangeTombstone>) -> Self {
+        Self::fragment_thinned(tombstones, |_| {})
+    }
+
+    /// [`fragment`](Self::fragment) for a compaction whose snapshots cut seqnos into stripes
+    /// (`stripe_of`). In each fragment, of the tombstones sharing a stripe only those the
+    /// compaction rules can still choose between are kept: the newest, and an older one only if
+    /// it was deleted later than every newer one of its stripe (clocks may step back, and a later
+    /// deletion time keeps a tombstone longer). The rules keep at most the first of a stripe,
+    /// newest first, that has a reason to stay, which is always one of these; every reader of a
+    /// stripe sees its newest. The fragments' bounds are those `fragment` gives. Returns how
+    /// many versions were left out (each one the rules would have dropped). Without this, `w`
+    /// wide tombstones over `n` narrow ones held `n × w` versions in memory at once.
+    pub fn fragment_in_stripes(
+        tombstones: impl IntoIterator<Item = RangeTombstone>,
+        stripe_of: impl Fn(SeqNo) -> usize,
+    ) -> (Self, u64) {
+        let mut left_out = 0u64;
+        let fragments = Self::fragment_thinned(tombstones, |versions| {
+            let before = versions.len();
+            let mut last: Option<(usize, u64)> = None;
+            versions.retain(|v| {
+                let stripe = stripe_of(v.seqno);
+                match last {
+                    Some((s, latest)) if s == stripe && v.write_time <= latest => false,
+                    Some((s, latest)) if s == stripe => {
+                        last = Some((s, v.write_time.max(latest)));
+                        true
+                    }
+                    _ => {
+                        last = Some((stripe, v.write_time));
+                        true
+                    }
+                }
+            });
+            left_out += (before - versions.len()) as u64;
+        });
+        (fragments, left_out)
+    }
+
+    /// Fragments `tombstones`, letting `thin` drop versions of each fragment (newest first)
+    /// before it is stored. Neighbours merge when their whole version lists are equal, so the
+    /// bounds do not depend on `thin`.
+    fn fragment_thinned(
+        tombstones: impl IntoIterator<Item = RangeTombstone>,
+        mut thin: impl FnMut(&mut Vec<TombstoneVersion>),
+    ) -> Self {
         let mut input: Vec<RangeTombstone> =
             tombstones.into_iter().filter(|t| t.start < t.end).collect();
         input.sort_by(|a, b| a.start.cmp(&b.start));
@@ -84,6 +130,8 @@ impl FragmentedRangeTombstones {
         bounds.sort();
         bounds.dedup();
         let mut fragments: Vec<Fragment> = Vec::new();
+        // The whole version list of the last fragment, to merge by.
+        let mut last_whole: Vec<TombstoneVersion> = Vec::new();
         let mut active: Vec<&RangeTombstone> = Vec::new();
         let mut pending = input.iter().peekable();
         for pair in bounds.windows(2) {
@@ -104,7 +152,21 @@ impl FragmentedRangeTombstones {
                 .collect();
             versions.sort_by(|a, b| b.seqno.cmp(&a.seqno).then(b.write_time.cmp(&a.write_time)));
             versions.dedup_by_key(|v| v.seqno);
-            push_merging(&mut fragments, lo.clone(), hi.clone(), versions);
+            if let Some(last) = fragments.last_mut()
+                && last.end == *lo
+                && last_whole == versions
+            {
+                last.end = hi.clone();
+                continue;
+            }
+            let mut kept = versions.clone();
+            thin(&mut kept);
+            last_whole = versions;
+            fragments.push(Fragment {
+                start: lo.clone(),
+                end: hi.clone(),
+                versions: kept,
+            });
         }
         Self { fragments }
     }
@@ -284,6 +346,39 @@ fn check_fragments(fragments: &[Fragment]) -> std::result::Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 100 wide tombstones over 2,000 narrow ones: every fragment lists all 100 (200,000
+    /// versions in all); thinned by stripe with no snapshot, one each, on the same bounds.
+    #[test]
+    fn thinning_by_stripe_keeps_one_version_a_fragment_without_snapshots() {
+        let key = |i: u32| Bytes::from(format!("k{i:05}"));
+        let narrow = (0..2000u32).map(|i| RangeTombstone {
+            start: key(2 * i),
+            end: key(2 * i + 1),
+            seqno: u64::from(i) + 1,
+            write_time: u64::from(i),
+        });
+        let wide = (0..100u32).map(|i| RangeTombstone {
+            start: key(0),
+            end: key(4000),
+            seqno: 10_000 + u64::from(i),
+            write_time: 10_000 + u64::from(i),
+        });
+        let all: Vec<RangeTombstone> = narrow.chain(wide).collect();
+        let whole = FragmentedRangeTombstones::fragment(all.clone());
+        let (thinned, left_out) = FragmentedRangeTombstones::fragment_in_stripes(all, |_| 0);
+        let versions = |f: &FragmentedRangeTombstones| -> usize {
+            f.fragments().iter().map(|f| f.versions.len()).sum()
+        };
+        assert_eq!(whole.fragments().len(), thinned.fragments().len());
+        assert!(versions(&whole) >= 200_000);
+        assert_eq!(versions(&thinned), thinned.fragments().len());
+        assert_eq!(left_out, (versions(&whole) - versions(&thinned)) as u64);
+        for (w, t) in whole.fragments().iter().zip(thinned.fragments()) {
+            assert_eq!((&w.start, &w.end), (&t.start, &t.end));
+            assert_eq!(w.versions.first(), t.versions.first());
+        }
+    }
 
     fn rt(start: &'static str, end: &'static str, seqno: SeqNo) -> RangeTombstone {
         RangeTombstone {
