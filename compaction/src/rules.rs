@@ -63,8 +63,9 @@
 //! **range tombstone** — a point version covered by a range tombstone newer than it *in the same
 //! stripe* is dropped (a snapshot between them still reads it). A range tombstone itself is dropped
 //! under the obsolete-tombstone conditions, with "nothing below the output level overlaps its
-//! range" for "bottommost"; an older tombstone piece in the same stripe as a newer one over the
-//! same fragment is redundant and dropped.
+//! range" for "bottommost"; over one fragment, at most one piece of a stripe is kept: the newest
+//! with a reason to stay (an older one only when every newer one may go, which takes a later
+//! deletion time, as clocks may step back), and the others are redundant and dropped.
 //!
 //! **expired** — a put whose TTL is over (`now >= write_time + min(cf_ttl, cell_ttl)`). With
 //! `max_versions > 1` it is dropped: older versions are meant to show through. With
@@ -131,6 +132,12 @@ impl TombstoneRules {
     /// kept, or `None` if it may be dropped. The conditions are weighed in this order —
     /// snapshot, grace, data below — and `data_below` (the costly one) is asked only when the
     /// first two let the tombstone go; it returns what it found below, if anything.
+    ///
+    /// Within one snapshot stripe and one range, a reason only grows with the deletion time (the
+    /// snapshot condition is the same for every seqno of a stripe, and a later deletion ends its
+    /// grace later). Compaction relies on it to hold only the pieces it can choose between
+    /// (`FragmentedRangeTombstones::fragment_in_stripes`): a condition that favoured an older
+    /// seqno or an earlier deletion would have to change that too.
     pub fn keep_reason<B>(
         &self,
         seqno: SeqNo,

@@ -74,51 +74,55 @@ impl FragmentedRangeTombstones {
     /// Fragments any number of possibly overlapping tombstones. Empty ranges (`start >= end`)
     /// delete nothing and are dropped.
     pub fn fragment(tombstones: impl IntoIterator<Item = RangeTombstone>) -> Self {
-        Self::fragment_thinned(tombstones, |_| {})
+        Self::fragment_thinned(tombstones, None::<fn(&[TombstoneVersion]) -> Vec<_>>)
     }
 
     /// [`fragment`](Self::fragment) for a compaction whose snapshots cut seqnos into stripes
-    /// (`stripe_of`). In each fragment, of the tombstones sharing a stripe only those the
-    /// compaction rules can still choose between are kept: the newest, and an older one only if
-    /// it was deleted later than every newer one of its stripe (clocks may step back, and a later
-    /// deletion time keeps a tombstone longer). The rules keep at most the first of a stripe,
-    /// newest first, that has a reason to stay, which is always one of these; every reader of a
-    /// stripe sees its newest. The fragments' bounds are those `fragment` gives. Returns how
-    /// many versions were left out (each one the rules would have dropped). Without this, `w`
-    /// wide tombstones over `n` narrow ones held `n × w` versions in memory at once.
+    /// (`stripe_of`), holding in memory only what the compaction rules can tell apart. In each
+    /// fragment, of the tombstones sharing a stripe only these are kept: the newest, and an older
+    /// one only if it was deleted later than every newer one of its stripe (clocks may step
+    /// back). The rules keep at most the first of a stripe, newest first, with a reason to stay,
+    /// and within a stripe a reason only grows with seqno and deletion time (see
+    /// `cairn_compaction::rules`), so the one they keep is always among these. The fragments'
+    /// bounds are those `fragment` gives. Returns how many versions were left out (each one the
+    /// rules would have dropped). Without this, `w` wide tombstones over `n` narrow ones held
+    /// `n × w` versions at once.
+    ///
+    /// For a compaction's eyes only: at a seqno that is not one of its snapshots,
+    /// [`covering_seqno`](Self::covering_seqno) may miss a tombstone that was left out.
     pub fn fragment_in_stripes(
         tombstones: impl IntoIterator<Item = RangeTombstone>,
         stripe_of: impl Fn(SeqNo) -> usize,
     ) -> (Self, u64) {
         let mut left_out = 0u64;
-        let fragments = Self::fragment_thinned(tombstones, |versions| {
-            let before = versions.len();
-            let mut last: Option<(usize, u64)> = None;
-            versions.retain(|v| {
-                let stripe = stripe_of(v.seqno);
-                match last {
-                    Some((s, latest)) if s == stripe && v.write_time <= latest => false,
-                    Some((s, latest)) if s == stripe => {
-                        last = Some((s, v.write_time.max(latest)));
-                        true
-                    }
-                    _ => {
-                        last = Some((stripe, v.write_time));
-                        true
-                    }
+        let fragments = Self::fragment_thinned(
+            tombstones,
+            Some(|versions: &[TombstoneVersion]| {
+                let mut kept: Vec<TombstoneVersion> = Vec::new();
+                let mut last: Option<(usize, u64)> = None;
+                for v in versions {
+                    let stripe = stripe_of(v.seqno);
+                    last = match last {
+                        Some((s, latest)) if s == stripe && v.write_time <= latest => continue,
+                        Some((s, latest)) if s == stripe => Some((s, latest.max(v.write_time))),
+                        _ => Some((stripe, v.write_time)),
+                    };
+                    kept.push(*v);
                 }
-            });
-            left_out += (before - versions.len()) as u64;
-        });
+                left_out += (versions.len() - kept.len()) as u64;
+                kept.shrink_to_fit();
+                kept
+            }),
+        );
         (fragments, left_out)
     }
 
-    /// Fragments `tombstones`, letting `thin` drop versions of each fragment (newest first)
-    /// before it is stored. Neighbours merge when their whole version lists are equal, so the
-    /// bounds do not depend on `thin`.
+    /// Fragments `tombstones`; with `thin`, each fragment stores only what `thin` keeps of its
+    /// versions (newest first), in a list of its own size. Neighbours merge when their whole
+    /// version lists are equal, so the bounds do not depend on `thin`.
     fn fragment_thinned(
         tombstones: impl IntoIterator<Item = RangeTombstone>,
-        mut thin: impl FnMut(&mut Vec<TombstoneVersion>),
+        mut thin: Option<impl FnMut(&[TombstoneVersion]) -> Vec<TombstoneVersion>>,
     ) -> Self {
         let mut input: Vec<RangeTombstone> =
             tombstones.into_iter().filter(|t| t.start < t.end).collect();
@@ -130,7 +134,7 @@ impl FragmentedRangeTombstones {
         bounds.sort();
         bounds.dedup();
         let mut fragments: Vec<Fragment> = Vec::new();
-        // The whole version list of the last fragment, to merge by.
+        // With `thin`: the last fragment's whole version list, to merge by.
         let mut last_whole: Vec<TombstoneVersion> = Vec::new();
         let mut active: Vec<&RangeTombstone> = Vec::new();
         let mut pending = input.iter().peekable();
@@ -152,6 +156,10 @@ impl FragmentedRangeTombstones {
                 .collect();
             versions.sort_by(|a, b| b.seqno.cmp(&a.seqno).then(b.write_time.cmp(&a.write_time)));
             versions.dedup_by_key(|v| v.seqno);
+            let Some(thin) = thin.as_mut() else {
+                push_merging(&mut fragments, lo.clone(), hi.clone(), versions);
+                continue;
+            };
             if let Some(last) = fragments.last_mut()
                 && last.end == *lo
                 && last_whole == versions
@@ -159,14 +167,12 @@ impl FragmentedRangeTombstones {
                 last.end = hi.clone();
                 continue;
             }
-            let mut kept = versions.clone();
-            thin(&mut kept);
-            last_whole = versions;
             fragments.push(Fragment {
                 start: lo.clone(),
                 end: hi.clone(),
-                versions: kept,
+                versions: thin(&versions),
             });
+            last_whole = versions;
         }
         Self { fragments }
     }
@@ -370,6 +376,13 @@ mod tests {
         let versions = |f: &FragmentedRangeTombstones| -> usize {
             f.fragments().iter().map(|f| f.versions.len()).sum()
         };
+        // What the lists hold in memory, not only what they show.
+        let capacity: usize = thinned
+            .fragments()
+            .iter()
+            .map(|f| f.versions.capacity())
+            .sum();
+        assert_eq!(capacity, thinned.fragments().len());
         assert_eq!(whole.fragments().len(), thinned.fragments().len());
         assert!(versions(&whole) >= 200_000);
         assert_eq!(versions(&thinned), thinned.fragments().len());
