@@ -510,6 +510,11 @@ impl Context<'_> {
         /// Live keys after each run.
         const GAP: u64 = 10;
         self.filled()?;
+        // Held by a snapshot taken before the deletes, the runs stay in every engine's tables,
+        // as a long reader would keep them: without it the peers compacted them away at 1M
+        // keys, and the seeks no longer met them.
+        let engine = self.engine;
+        let held = engine.hold_snapshot()?;
         let num = self.s.num;
         let mut runs = Vec::new();
         let mut first = 0;
@@ -544,6 +549,7 @@ impl Context<'_> {
             done += 1;
         }
         let mut m = Measurement::timed("seek_deleted_runs", start.elapsed(), done);
+        drop(held);
         if done < self.s.reads {
             m.note = Some(format!(
                 "stopped at the {} s cap after {done} of {} seeks",

@@ -161,6 +161,10 @@ impl Engine for CairnEngine {
         Ok(self.db.wait_for_background_work()?)
     }
 
+    fn hold_snapshot(&self) -> Result<Box<dyn super::Held + '_>> {
+        Ok(Box::new(self.db.snapshot()))
+    }
+
     fn close(self: Box<Self>) -> Result<()> {
         Ok(self.db.close()?)
     }

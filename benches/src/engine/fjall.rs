@@ -115,6 +115,10 @@ impl Engine for FjallEngine {
         Ok(())
     }
 
+    fn hold_snapshot(&self) -> Result<Box<dyn super::Held + '_>> {
+        Ok(Box::new(self.db.snapshot()))
+    }
+
     fn close(self: Box<Self>) -> Result<()> {
         self.db.persist(fjall::PersistMode::SyncAll)?;
         drop(self.keyspace);

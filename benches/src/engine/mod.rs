@@ -83,12 +83,24 @@ pub trait Engine {
     /// The engine's error.
     fn wait_idle(&self) -> Result<()>;
 
+    /// Takes a snapshot and holds it until the returned guard is dropped: what it sees, and the
+    /// tombstones written after it, stay in the engine's tables meanwhile.
+    ///
+    /// # Errors
+    /// The engine's error.
+    fn hold_snapshot(&self) -> Result<Box<dyn Held + '_>>;
+
     /// Closes the database.
     ///
     /// # Errors
     /// The engine's error.
     fn close(self: Box<Self>) -> Result<()>;
 }
+
+/// Something held until dropped (a snapshot guard).
+pub trait Held {}
+
+impl<T> Held for T {}
 
 /// An engine the bench knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]

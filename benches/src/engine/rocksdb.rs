@@ -113,6 +113,10 @@ impl Engine for RocksDbEngine {
             .wait_for_compact(&WaitForCompactOptions::default())?)
     }
 
+    fn hold_snapshot(&self) -> Result<Box<dyn super::Held + '_>> {
+        Ok(Box::new(self.db.snapshot()))
+    }
+
     fn close(self: Box<Self>) -> Result<()> {
         self.db.flush_wal(true)?;
         Ok(())
