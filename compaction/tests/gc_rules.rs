@@ -148,7 +148,17 @@ fn compaction<'a>(
     input: Vec<(Vec<u8>, EntryMeta, Bytes)>,
     ranges: Vec<RangeTombstone>,
 ) -> CompactionIter<'a, VecIter> {
-    let ctx = GcContext {
+    CompactionIter::new(
+        VecIter::new(input),
+        FragmentedRangeTombstones::fragment(ranges),
+        context(setup),
+    )
+    .expect("start")
+}
+
+/// The rules' context for `setup`.
+fn context<'a>(setup: &Setup<'a>) -> GcContext<'a> {
+    GcContext {
         snapshots: setup.snapshots,
         now: setup.now,
         grace_ms: setup.grace,
@@ -156,13 +166,7 @@ fn compaction<'a>(
         cf_ttl_ms: setup.ttl,
         below: setup.below,
         filter: setup.filter.map(|f| (f, "default")),
-    };
-    CompactionIter::new(
-        VecIter::new(input),
-        FragmentedRangeTombstones::fragment(ranges),
-        ctx,
-    )
-    .expect("start")
+    }
 }
 
 fn run(
@@ -170,31 +174,12 @@ fn run(
     input: Vec<(Vec<u8>, EntryMeta, Bytes)>,
     ranges: Vec<RangeTombstone>,
 ) -> (Vec<Survivor>, Vec<(String, SeqNo)>, DropCounts) {
-    let mut iter = compaction(setup, input, ranges);
-    let mut out = Vec::new();
-    while let Some(e) = iter.next_entry().expect("next") {
-        let k = parse_internal_key(&e.key).expect("valid output key");
-        out.push((
-            String::from_utf8_lossy(k.user_key).into_owned(),
-            k.seqno,
-            k.kind,
-        ));
-    }
-    let ranges = iter
-        .surviving_range_tombstones()
-        .iter_tombstones()
-        .map(|t| {
-            (
-                format!(
-                    "{}..{}",
-                    String::from_utf8_lossy(&t.start),
-                    String::from_utf8_lossy(&t.end)
-                ),
-                t.seqno,
-            )
-        })
+    let (out, ranges, drops, _) = outcome(compaction(setup, input, ranges));
+    let ranges = ranges
+        .into_iter()
+        .map(|(range, seqno, _)| (range, seqno))
         .collect();
-    (out, ranges, *iter.drops())
+    (out, ranges, drops)
 }
 
 fn rt(start: &str, end: &str, seqno: SeqNo, time: u64) -> RangeTombstone {
@@ -665,6 +650,18 @@ fn outcome(mut iter: CompactionIter<'_, VecIter>) -> Outcome {
     (out, ranges, *iter.drops(), iter.next_change())
 }
 
+/// One compaction's outcome with its range tombstones fragmented whole, and thinned by stripe.
+fn whole_and_thinned(
+    setup: &Setup<'_>,
+    input: Vec<(Vec<u8>, EntryMeta, Bytes)>,
+    ranges: Vec<RangeTombstone>,
+) -> (Outcome, Outcome) {
+    let whole = outcome(compaction(setup, input.clone(), ranges.clone()));
+    let thinned = CompactionIter::from_raw_tombstones(VecIter::new(input), ranges, context(setup))
+        .expect("start");
+    (whole, outcome(thinned))
+}
+
 /// Two range tombstones in one stripe over the same keys, the newer deleted earlier (a clock
 /// that stepped back): once the newer's grace is over and the older's is not, the older is the
 /// one kept, thinned or not.
@@ -678,26 +675,7 @@ fn an_older_tombstone_deleted_later_outlasts_a_newer_one_thinned_or_not() {
     let ranges = vec![rt("a", "c", 5, 90), rt("a", "c", 7, 10)];
     let input = vec![put("b", 3, 0)];
     let expected = vec![("a..c".to_string(), 5, 90)];
-    let ctx = || GcContext {
-        snapshots: setup.snapshots,
-        now: setup.now,
-        grace_ms: setup.grace,
-        max_versions: setup.max_versions,
-        cf_ttl_ms: setup.ttl,
-        below: setup.below,
-        filter: None,
-    };
-    let whole = outcome(
-        CompactionIter::new(
-            VecIter::new(input.clone()),
-            FragmentedRangeTombstones::fragment(ranges.clone()),
-            ctx(),
-        )
-        .expect("start"),
-    );
-    let thinned = outcome(
-        CompactionIter::from_raw_tombstones(VecIter::new(input), ranges, ctx()).expect("start"),
-    );
+    let (whole, thinned) = whole_and_thinned(&setup, input, ranges);
     assert_eq!(whole.1, expected);
     assert_eq!(thinned, whole);
 }
@@ -733,23 +711,7 @@ proptest::proptest! {
         snapshots.dedup();
         let below: &dyn BelowOracle = if everything_below { &EverythingBelow } else { &NothingBelow };
         let setup = Setup { snapshots: &snapshots, now, grace, max_versions, below, ..Setup::default() };
-        let ctx = || GcContext {
-            snapshots: setup.snapshots,
-            now: setup.now,
-            grace_ms: setup.grace,
-            max_versions: setup.max_versions,
-            cf_ttl_ms: setup.ttl,
-            below: setup.below,
-            filter: None,
-        };
-        let whole = CompactionIter::new(
-            VecIter::new(input.clone()),
-            FragmentedRangeTombstones::fragment(ranges.clone()),
-            ctx(),
-        )
-        .expect("start");
-        let thinned = CompactionIter::from_raw_tombstones(VecIter::new(input), ranges, ctx())
-            .expect("start");
-        proptest::prop_assert_eq!(outcome(whole), outcome(thinned));
+        let (whole, thinned) = whole_and_thinned(&setup, input, ranges);
+        proptest::prop_assert_eq!(whole, thinned);
     }
 }

@@ -18,7 +18,7 @@ use crate::memtable::Memtable;
 use crate::options::Options;
 use crate::super_version::MemSet;
 use crate::version_edit::FileMeta;
-use crate::write::range_delete_growth;
+use crate::write::range_deletes_overflow;
 
 /// Opens the database in `dir`.
 pub(crate) fn open(dir: &Path, options: Options) -> Result<DbInner> {
@@ -286,13 +286,11 @@ fn replay_logs(
             // Range deletes that would carry the memtables past their size go to fresh ones, as
             // the write path sends them (with this open's size, which may differ from the
             // writer's).
-            let ops: Vec<&BatchOp> = record.ops.iter().collect();
-            let held = memset.approximate_bytes();
-            let room = options.memtable_size.saturating_sub(held);
-            if ops.iter().any(|op| op.is_range_delete())
-                && range_delete_growth(&ops, room, |cf| memset.tables.get(&cf)) >= room
-            {
-                cut(&mut memset)?;
+            if record.ops.iter().any(BatchOp::is_range_delete) {
+                let ops: Vec<&BatchOp> = record.ops.iter().collect();
+                if range_deletes_overflow(&memset, &ops, options.memtable_size) {
+                    cut(&mut memset)?;
+                }
             }
             memset.apply(record.first_seqno, record.write_time, record.ops.iter());
             last_seqno = last_seqno.max(record.first_seqno + count.saturating_sub(1));

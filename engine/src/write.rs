@@ -142,9 +142,7 @@ impl DbInner {
             )));
         }
         let mem = self.make_room(0)?;
-        let held = mem.approximate_bytes();
-        let grow = range_delete_growth(ops, size.saturating_sub(held), |cf| mem.tables.get(&cf));
-        if held.saturating_add(grow) < size || mem.is_empty() {
+        if mem.is_empty() || !range_deletes_overflow(&mem, ops, size) {
             return Ok(mem);
         }
         // Judged against memtables that already hold data: ask for empty ones.
@@ -225,9 +223,16 @@ fn range_delete_limit(memtable_size: usize, ops: &[&BatchOp]) -> usize {
     memtable_size.max(linear).saturating_mul(RANGE_DELETE_LIMIT)
 }
 
+/// True if the range deletes among `ops` would carry the memtables of `mem` to `memtable_size`
+/// or past it: the write path then switches to fresh memtables first, and replay does as it did.
+pub(crate) fn range_deletes_overflow(mem: &MemSet, ops: &[&BatchOp], memtable_size: usize) -> bool {
+    let room = memtable_size.saturating_sub(mem.approximate_bytes());
+    range_delete_growth(ops, room, |cf| mem.tables.get(&cf)) >= room
+}
+
 /// The bytes the range deletes among `ops` would add to the memtables `memtable(cf)` gives for
 /// each family (empty ones where it gives none); past `cap`, some sum above it.
-pub(crate) fn range_delete_growth<'a>(
+fn range_delete_growth<'a>(
     ops: &[&BatchOp],
     cap: usize,
     memtable: impl Fn(u32) -> Option<&'a Arc<Memtable>>,

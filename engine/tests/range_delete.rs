@@ -312,12 +312,7 @@ fn a_batch_of_disjoint_range_deletes_is_accepted_at_any_memtable_size() -> cairn
 fn replay_keeps_each_log_apart_as_the_writer_did() -> cairn::Result<()> {
     let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
     let fs = FaultyFs::new(7);
-    let options = |size| {
-        Options::default()
-            .file_system(Arc::new(fs.clone()))
-            .memtable_size(size)
-            .level0_triggers(100, 200, 300)
-    };
+    let options = |size| replay_options(size).file_system(Arc::new(fs.clone()));
     let db = Db::open(dir.path(), options(1 << 20))?;
     put_keys(&db, 4000)?;
     db.write(narrow_deletes(2000))?;
@@ -338,8 +333,7 @@ fn replay_keeps_each_log_apart_as_the_writer_did() -> cairn::Result<()> {
 #[test]
 fn replay_flushes_whenever_the_memtable_fills() -> cairn::Result<()> {
     let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
-    let options = replay_options;
-    let db = Db::open(dir.path(), options(64 << 20))?;
+    let db = Db::open(dir.path(), replay_options(64 << 20))?;
     put_keys(&db, 4000)?;
     db.write(narrow_deletes(2000))?;
     for _ in 0..300 {
@@ -348,7 +342,7 @@ fn replay_flushes_whenever_the_memtable_fills() -> cairn::Result<()> {
     assert_eq!(db.stats().flushes, 0, "everything stays in one log");
     db.close()?;
 
-    let db = Db::open(dir.path(), options(1 << 20))?;
+    let db = Db::open(dir.path(), replay_options(1 << 20))?;
     assert_replayed_apart(&db, "more than one memtable's worth at a time")?;
     assert_eq!(db.get(key(1))?, None);
     Ok(())
@@ -359,15 +353,14 @@ fn replay_flushes_whenever_the_memtable_fills() -> cairn::Result<()> {
 #[test]
 fn replay_sends_a_record_that_would_overflow_to_a_fresh_memtable() -> cairn::Result<()> {
     let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
-    let options = replay_options;
-    let db = Db::open(dir.path(), options(64 << 20))?;
+    let db = Db::open(dir.path(), replay_options(64 << 20))?;
     put_keys(&db, 4000)?;
     db.write(narrow_deletes(2000))?;
     db.write(wide_deletes(100, 4000))?;
     assert_eq!(db.stats().flushes, 0, "everything stays in one log");
     db.close()?;
 
-    let db = Db::open(dir.path(), options(1 << 20))?;
+    let db = Db::open(dir.path(), replay_options(1 << 20))?;
     assert_replayed_apart(&db, "the record landed on the narrow pieces")?;
     Ok(())
 }
