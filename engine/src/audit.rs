@@ -307,16 +307,16 @@ mod tests {
         let db = crate::Db::open(dir.path(), crate::Options::default())?;
         db.put("k", "v")?;
         db.flush()?;
-        let number = db
+        let file = db
             .inner
             .super_version()
             .version
-            .live_files()
-            .into_iter()
-            .next()
+            .cf(0)
+            .and_then(|v| v.all_files().next().map(|(_, f)| std::sync::Arc::clone(f)))
             .ok_or_else(|| crate::Error::invalid("no table"))?;
+        let number = file.number;
         // Something holds the table while compaction replaces it and the sweep deletes it.
-        let held = db.inner.tables.get(number)?;
+        let held = db.inner.tables.table(&file)?;
         db.put("k", "newer")?;
         db.compact_range::<&str>(..)?;
         db.wait_for_background_work()?;

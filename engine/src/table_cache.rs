@@ -66,26 +66,11 @@ impl TableCache {
         self.open.len()
     }
 
-    /// The table numbered `number`, opening it if the cache does not hold it, with no bounds to
-    /// hold it to: for callers without its record. Reads of a version use
-    /// [`table`](Self::table).
-    pub(crate) fn get(&self, number: u64) -> Result<Table> {
-        Ok(self.open_table(number)?)
-    }
-
-    /// [`get`](Self::get) with the table layer's error.
-    fn open_table(&self, number: u64) -> cairn_sstable::Result<Table> {
-        self.open_checked(number, None)
-    }
-
     /// The table `file` records, opening it if the cache does not hold it; when this opens it,
     /// its keys are held to `file`'s bounds ([`check_bounds`]), once. The table layer's error,
     /// for iterators that speak it.
     pub(crate) fn open_file(&self, file: &FileMeta) -> cairn_sstable::Result<Table> {
-        self.open_checked(file.number, Some(file))
-    }
-
-    fn open_checked(&self, number: u64, file: Option<&FileMeta>) -> cairn_sstable::Result<Table> {
+        let number = file.number;
         self.open
             .get_or_insert_with(&number, || -> cairn_sstable::Result<Table> {
                 let table = Table::open(
@@ -95,9 +80,7 @@ impl TableCache {
                     self.blocks.clone(),
                 )?
                 .with_shared_counter(Arc::clone(&self.blocks_read));
-                if let Some(file) = file {
-                    check_bounds(&table, file)?;
-                }
+                check_bounds(&table, file)?;
                 let mut alive = self.lock_alive();
                 alive.retain(|_, weak| weak.is_alive());
                 alive.insert(number, table.downgrade());

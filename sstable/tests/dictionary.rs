@@ -179,3 +179,37 @@ fn a_dictionary_zstd_refuses_is_corruption_at_open() -> cairn_sstable::Result<()
     }
     Ok(())
 }
+
+/// A dictionary block typed as zstd-compressed is refused by its type byte before anything is
+/// decompressed: a crafted table cannot make open inflate a frame of up to 2 GiB only to be told
+/// the dictionary had to be raw.
+#[test]
+fn a_dictionary_block_not_stored_raw_is_refused_before_decompressing() -> cairn_sstable::Result<()>
+{
+    let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+    let model = records(20_000);
+    let options = TableOptions::default().zstd_dictionary_bytes(16 << 10);
+    let table = write(dir.path(), "dict.sst", &model, options)?;
+    let props = table.properties().clone();
+    let path = table.path().to_path_buf();
+    drop(table);
+    let mut bytes = std::fs::read(&path).map_err(cairn_fs::Error::from)?;
+    let start = usize::try_from(props.zstd_dictionary_offset).unwrap_or(usize::MAX);
+    let size = usize::try_from(props.zstd_dictionary_bytes).unwrap_or(0);
+    // The dictionary's bytes stay; only the type byte claims zstd (1), with a checksum to match,
+    // so decompressing would be attempted (and fail on bytes that are no zstd frame).
+    if let Some(kind) = bytes.get_mut(start + size) {
+        *kind = 1;
+    }
+    let crc = crc32fast::hash(bytes.get(start..=start + size).unwrap_or_default());
+    if let Some(trailer) = bytes.get_mut(start + size + 1..start + size + 5) {
+        trailer.copy_from_slice(&crc.to_le_bytes());
+    }
+    match Table::from_bytes(Bytes::from(bytes), &path, 1, None) {
+        Err(cairn_sstable::Error::Corruption { reason, .. }) => {
+            assert!(reason.contains("not stored raw"), "{reason}");
+        }
+        other => panic!("expected Corruption, got {:?}", other.map(|_| "a table")),
+    }
+    Ok(())
+}

@@ -212,13 +212,15 @@ impl Dictionary {
                 ),
             ));
         }
-        let bytes = read_block(file, handle, origin, BlockBound::UNRECORDED, Raw::Borrowed)?;
+        // The type byte is checked before the block is read, so a block claiming a codec is
+        // refused without being inflated (its checksum is verified by `read_block` below).
         let kind = usize::try_from(handle.offset.saturating_add(handle.size))
             .ok()
             .and_then(|end| file.get(end));
         if kind != Some(&RAW) {
             return Err(at.corruption(0, "zstd dictionary block is not stored raw"));
         }
+        let bytes = read_block(file, handle, origin, BlockBound::UNRECORDED, Raw::Borrowed)?;
         Self::digest(&bytes, &at)
     }
 
