@@ -120,7 +120,17 @@ impl TableCache {
 /// MANIFEST records for it (they are computed from the same keys when it is written): a level
 /// walked in file order would hand keys out of order, and a tombstone lookup that trusts the
 /// bounds would miss a cover or apply one where it does not belong.
+///
+/// The counts and seqno span the record copies from the table's properties must match too: a
+/// read skips a table whose record says it holds no range tombstone, so a file swapped for one
+/// within the same bounds that holds some would otherwise hide nothing it should.
 pub(crate) fn check_bounds(table: &Table, file: &FileMeta) -> cairn_sstable::Result<()> {
+    check_key_range(table, file)?;
+    check_counts(table, file)
+}
+
+/// The key half of [`check_bounds`].
+fn check_key_range(table: &Table, file: &FileMeta) -> cairn_sstable::Result<()> {
     let props = table.properties();
     let fragments = table.range_tombstones().fragments();
     let below = props
@@ -161,6 +171,34 @@ pub(crate) fn check_bounds(table: &Table, file: &FileMeta) -> cairn_sstable::Res
     Ok(())
 }
 
+/// The count half of [`check_bounds`].
+fn check_counts(table: &Table, file: &FileMeta) -> cairn_sstable::Result<()> {
+    let props = table.properties();
+    let on_disk = (
+        props.num_entries,
+        props.num_range_tombstones,
+        props.smallest_seqno,
+        props.largest_seqno,
+    );
+    let recorded = (
+        file.num_entries,
+        file.num_range_tombstones,
+        file.smallest_seqno,
+        file.largest_seqno,
+    );
+    if on_disk != recorded {
+        return Err(cairn_sstable::Error::Corruption {
+            file: table.path().to_path_buf(),
+            offset: 0,
+            reason: format!(
+                "table holds (entries, range tombstones, smallest seqno, largest seqno) \
+                 {on_disk:?}, the MANIFEST records {recorded:?}"
+            ),
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use cairn_fs::{FileSystem, RealFs};
@@ -187,6 +225,29 @@ mod tests {
         let summary = writer.finish().expect("finish");
         let table = Table::open(&fs, &path, 1, None).expect("open");
         (table, file_meta(1, &summary))
+    }
+
+    /// A record whose counts or seqno span differ from the table's (a file swapped for another
+    /// within the same bounds) is `Corruption`, each field alone.
+    #[test]
+    fn a_table_whose_counts_differ_from_its_record_is_corruption() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (table, file) = table_with_a_tombstone(dir.path());
+        let changes: [fn(&mut FileMeta); 4] = [
+            |f| f.num_range_tombstones = 0,
+            |f| f.num_entries += 1,
+            |f| f.smallest_seqno = 0,
+            |f| f.largest_seqno += 1,
+        ];
+        for (i, change) in changes.iter().enumerate() {
+            let mut wrong = file.clone();
+            change(&mut wrong);
+            let checked = check_bounds(&table, &wrong);
+            assert!(
+                matches!(&checked, Err(cairn_sstable::Error::Corruption { reason, .. }) if reason.contains("MANIFEST records")),
+                "change {i}: {checked:?}"
+            );
+        }
     }
 
     #[test]

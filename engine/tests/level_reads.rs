@@ -224,6 +224,119 @@ fn a_table_outside_its_recorded_bounds_is_corruption_not_keys_out_of_order() {
         }
     }
     assert!(corrupt > 0, "no read met the swapped tables");
+
+    // The audit still reads every table's bytes: it is the tool that shows what a damaged
+    // database holds, so a table refused to reads is searched uncached.
+    for i in (0..4_000).step_by(500) {
+        let traces = db.audit_key(key(i)).expect("audit of a swapped database");
+        assert!(
+            traces
+                .iter()
+                .any(|t| matches!(t.location, cairn::Location::Table { .. })),
+            "key {i}: {traces:?}"
+        );
+    }
+    // Compaction opens its inputs by their records too: it refuses, and installs nothing.
+    match db.compact_range::<&str>(..) {
+        Err(cairn::Error::Corruption { reason, .. }) => {
+            assert!(reason.contains("outside the bounds"), "{reason}");
+        }
+        other => panic!("expected Corruption from compaction, got {other:?}"),
+    }
+}
+
+/// Two level-0 tables swapped on disk: each is searched by the bounds its record gives, so a
+/// point read of a key of one would look in the other and report it missing. It is
+/// `Corruption` instead, for a point read and a scan.
+#[test]
+fn a_swapped_level0_table_is_corruption_not_a_missing_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = || {
+        Options::default()
+            .compression(cairn::Compression::None)
+            .level0_triggers(100, 200, 300)
+    };
+    {
+        let db = Db::open(dir.path(), options()).expect("open");
+        // Eight flushes of 100 fixed-width keys each, seqnos of two varint bytes after the
+        // first: tables of one size, which the open's size check lets trade places.
+        for flush in 0..8 {
+            for i in flush * 100..(flush + 1) * 100 {
+                db.put(key(i), format!("{i:06}{}", "x".repeat(40)))
+                    .expect("put");
+            }
+            db.flush().expect("flush");
+        }
+        assert_eq!(files_per_level(&db).first(), Some(&8), "all in level 0");
+        db.close().expect("close");
+    }
+    let mut by_size: BTreeMap<u64, Vec<std::path::PathBuf>> = BTreeMap::new();
+    for entry in std::fs::read_dir(dir.path()).expect("read dir") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "sst") {
+            let size = std::fs::metadata(&path).expect("metadata").len();
+            by_size.entry(size).or_default().push(path);
+        }
+    }
+    let mut same = by_size.into_values().max_by_key(Vec::len).expect("tables");
+    same.sort();
+    let (Some(first), Some(last)) = (same.first(), same.last().filter(|_| same.len() > 1)) else {
+        panic!("no two tables of one size: {same:?}");
+    };
+    let a = std::fs::read(first).expect("read");
+    let b = std::fs::read(last).expect("read");
+    std::fs::write(first, b).expect("write");
+    std::fs::write(last, a).expect("write");
+
+    let db = Db::open(dir.path(), options()).expect("reopen");
+    let mut corrupt = 0;
+    for i in 0..800 {
+        match db.get(key(i)) {
+            Ok(Some(value)) => assert!(value.starts_with(format!("{i:06}").as_bytes())),
+            Ok(None) => panic!("key {i} read as missing from a swapped level-0 table"),
+            Err(cairn::Error::Corruption { .. }) => corrupt += 1,
+            Err(e) => panic!("key {i}: {e}"),
+        }
+    }
+    assert!(corrupt > 0, "no read met the swapped tables");
+    let scanned: Result<Vec<_>, _> = db.iter().expect("iter").collect();
+    assert!(
+        matches!(scanned, Err(cairn::Error::Corruption { .. })),
+        "a scan over swapped level-0 tables: {:?}",
+        scanned.map(|entries| entries.len())
+    );
+}
+
+/// A table that holds only a range tombstone takes its bounds from the tombstone alone: every
+/// path that checks a table against its record accepts it.
+#[test]
+fn a_table_of_only_a_range_tombstone_passes_every_check() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = || small_tables().level0_triggers(100, 200, 300);
+    {
+        let db = Db::open(dir.path(), options()).expect("open");
+        for i in 0..200 {
+            db.put(key(i), value(i, 0)).expect("put");
+        }
+        db.flush().expect("flush");
+        db.delete_range(key(50), key(150)).expect("delete range");
+        db.flush().expect("flush");
+        db.close().expect("close");
+    }
+    let db = Db::open(dir.path(), options()).expect("reopen");
+    assert_eq!(db.get(key(100)).expect("get"), None);
+    assert!(db.get(key(10)).expect("get").is_some());
+    let live: Result<Vec<_>, _> = db.iter().expect("iter").collect();
+    assert_eq!(live.expect("scan").len(), 100);
+    let explained = db.explain_tombstones::<&str>(..).expect("explain");
+    assert!(
+        explained.iter().any(|e| e.end.is_some()),
+        "the range tombstone is explained: {explained:?}"
+    );
+    db.compact_range::<&str>(..).expect("compact");
+    db.wait_for_background_work().expect("settle");
+    let live: Result<Vec<_>, _> = db.iter().expect("iter").collect();
+    assert_eq!(live.expect("scan after compaction").len(), 100);
 }
 
 /// Range tombstones cut into every table of a level (kept by their grace period) do not make
