@@ -549,6 +549,29 @@ impl Context<'_> {
             done += 1;
         }
         let mut m = Measurement::timed("seek_deleted_runs", start.elapsed(), done);
+        // Fail closed: the seeks must have landed on the live key after each run (the count
+        // alone would pass an engine that resurrected a deleted key) ...
+        for &(run, len) in targets.iter().take(1_000) {
+            let want = (run + len < num).then(|| key(run + len).to_vec());
+            if self.engine.key_at_or_after(&key(run))? != want {
+                return Err(format!(
+                    "seek_deleted_runs: a seek to {run} did not land on the live key after its \
+                     run of {len}"
+                )
+                .into());
+            }
+        }
+        // ... and if the snapshot no longer reads the deleted keys, the engine did not keep
+        // the runs, and the seeks measured something else.
+        for &(run, _) in &runs {
+            if !held.sees(&key(run))? {
+                return Err(format!(
+                    "seek_deleted_runs: the held snapshot no longer reads key {run}, deleted after \
+                     it was taken: the runs were not kept, so the seeks did not meet them"
+                )
+                .into());
+            }
+        }
         drop(held);
         if done < self.s.reads {
             m.note = Some(format!(

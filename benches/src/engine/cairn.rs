@@ -134,6 +134,12 @@ impl Engine for CairnEngine {
         Ok(read)
     }
 
+    fn key_at_or_after(&self, start: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut cursor = self.db.cursor()?;
+        cursor.seek(start)?;
+        Ok(cursor.key().map(<[u8]>::to_vec))
+    }
+
     fn scan(&self) -> Result<u64> {
         let mut cursor = self.db.cursor()?;
         cursor.seek_to_first()?;
@@ -167,5 +173,11 @@ impl Engine for CairnEngine {
 
     fn close(self: Box<Self>) -> Result<()> {
         Ok(self.db.close()?)
+    }
+}
+
+impl super::Held for cairn::Snapshot {
+    fn sees(&self, key: &[u8]) -> Result<bool> {
+        Ok(self.get(key)?.is_some())
     }
 }

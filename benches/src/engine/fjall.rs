@@ -82,6 +82,13 @@ impl Engine for FjallEngine {
         Ok(read)
     }
 
+    fn key_at_or_after(&self, start: &[u8]) -> Result<Option<Vec<u8>>> {
+        match self.keyspace.range(start..).next() {
+            Some(guard) => Ok(Some(guard.key()?.to_vec())),
+            None => Ok(None),
+        }
+    }
+
     fn scan(&self) -> Result<u64> {
         let mut read = 0;
         for guard in self.keyspace.iter() {
@@ -116,7 +123,10 @@ impl Engine for FjallEngine {
     }
 
     fn hold_snapshot(&self) -> Result<Box<dyn super::Held + '_>> {
-        Ok(Box::new(self.db.snapshot()))
+        Ok(Box::new(FjallSnapshot {
+            snapshot: self.db.snapshot(),
+            keyspace: self.keyspace.clone(),
+        }))
     }
 
     fn close(self: Box<Self>) -> Result<()> {
@@ -124,5 +134,17 @@ impl Engine for FjallEngine {
         drop(self.keyspace);
         drop(self.db);
         Ok(())
+    }
+}
+
+/// A fjall snapshot with the keyspace it reads.
+struct FjallSnapshot {
+    snapshot: fjall::Snapshot,
+    keyspace: Keyspace,
+}
+
+impl super::Held for FjallSnapshot {
+    fn sees(&self, key: &[u8]) -> Result<bool> {
+        Ok(fjall::Readable::get(&self.snapshot, &self.keyspace, key)?.is_some())
     }
 }

@@ -59,6 +59,13 @@ pub trait Engine {
     /// The engine's error.
     fn seek(&self, start: &[u8], n: usize) -> Result<usize>;
 
+    /// The first key at or after `start`, copied out: for a workload to check what its timed
+    /// seeks landed on.
+    ///
+    /// # Errors
+    /// The engine's error.
+    fn key_at_or_after(&self, start: &[u8]) -> Result<Option<Vec<u8>>>;
+
     /// Reads every live entry, keys and values, in order; returns how many.
     ///
     /// # Errors
@@ -97,10 +104,14 @@ pub trait Engine {
     fn close(self: Box<Self>) -> Result<()>;
 }
 
-/// Something held until dropped (a snapshot guard).
-pub trait Held {}
-
-impl<T> Held for T {}
+/// A snapshot held until dropped.
+pub trait Held {
+    /// True if the snapshot still reads `key`: a workload checks that what it holds is kept.
+    ///
+    /// # Errors
+    /// The engine's error.
+    fn sees(&self, key: &[u8]) -> Result<bool>;
+}
 
 /// An engine the bench knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]

@@ -82,6 +82,14 @@ impl Engine for RocksDbEngine {
         Ok(read)
     }
 
+    fn key_at_or_after(&self, start: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut iter = self.db.raw_iterator();
+        iter.seek(start);
+        let key = iter.key().map(<[u8]>::to_vec);
+        iter.status()?;
+        Ok(key)
+    }
+
     fn scan(&self) -> Result<u64> {
         let mut iter = self.db.raw_iterator();
         iter.seek_to_first();
@@ -120,5 +128,11 @@ impl Engine for RocksDbEngine {
     fn close(self: Box<Self>) -> Result<()> {
         self.db.flush_wal(true)?;
         Ok(())
+    }
+}
+
+impl super::Held for rocksdb::SnapshotWithThreadMode<'_, DB> {
+    fn sees(&self, key: &[u8]) -> Result<bool> {
+        Ok(self.get(key)?.is_some())
     }
 }
