@@ -143,7 +143,8 @@ impl DbInner {
                     Ok(table) => table,
                     // A table that disagrees with its record (swapped, say) is refused to reads,
                     // but its bytes are on disk all the same: the audit reads them uncached.
-                    Err(Error::Corruption { .. }) => {
+                    Err(Error::Corruption { reason, .. }) => {
+                        tracing::warn!(table = file.number, %reason, "audit reads a table refused to reads and compaction");
                         let path = filename::table_path(&self.dir, file.number);
                         Table::open(self.fs.as_ref(), &path, file.number, None)?
                     }

@@ -226,7 +226,7 @@ impl DbInner {
         self.lock_state().meta.cfs.contains_key(&cf)
     }
 
-    /// Runs the job; `None` if the column family or one of the inputs is gone.
+    /// Runs the job; `None` if the column family is gone.
     fn compaction_job(
         &self,
         running: &Running,
@@ -242,18 +242,17 @@ impl DbInner {
             .cf(running.cf)
             .map(|v| v.all_files().map(|(_, f)| (f.number, f)).collect())
             .unwrap_or_default();
-        // An input the version no longer records cannot be held to its bounds: the job is
-        // abandoned (nothing is written) rather than run over a table opened unchecked. Picked
-        // inputs are marked as compacting, so no other job removes them; this is a guard.
+        // An input the version no longer records cannot be held to its bounds. Picked inputs
+        // are marked as compacting, so no other job removes them: a missing one is a broken
+        // invariant, refused before anything is written.
         let mut inputs = Vec::new();
         for n in running.pick.all_inputs() {
             let Some(file) = files.get(&n) else {
-                tracing::error!(
-                    cf = running.cf,
-                    table = n,
-                    "compaction input missing from the version; job abandoned"
-                );
-                return Ok(None);
+                return Err(Error::Corruption {
+                    file: filename::table_path(&self.dir, n),
+                    offset: 0,
+                    reason: "a compaction input is missing from the current version".into(),
+                });
             };
             inputs.push(self.tables.table(file)?);
         }

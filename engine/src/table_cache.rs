@@ -17,6 +17,7 @@ use cairn_sstable::{BlockCache, Table, WeakTable, key::user_key};
 use crate::error::Result;
 use crate::filename;
 use crate::version_edit::FileMeta;
+use crate::version_set::record_of;
 
 /// Maps file numbers to open tables.
 pub(crate) struct TableCache {
@@ -171,28 +172,23 @@ fn check_key_range(table: &Table, file: &FileMeta) -> cairn_sstable::Result<()> 
     Ok(())
 }
 
-/// The count half of [`check_bounds`].
+/// The rest of [`check_bounds`]: the record, rebuilt from the table, equals the MANIFEST's
+/// (counts, seqno span, tombstone times, expiry, size), so nothing a read or a pick trusts from
+/// the record can differ from the file.
 fn check_counts(table: &Table, file: &FileMeta) -> cairn_sstable::Result<()> {
-    let props = table.properties();
-    let on_disk = (
-        props.num_entries,
-        props.num_range_tombstones,
-        props.smallest_seqno,
-        props.largest_seqno,
+    let on_disk = record_of(
+        file.number,
+        table.file_size(),
+        table.properties(),
+        table.range_tombstones(),
     );
-    let recorded = (
-        file.num_entries,
-        file.num_range_tombstones,
-        file.smallest_seqno,
-        file.largest_seqno,
-    );
-    if on_disk != recorded {
+    if on_disk != *file {
         return Err(cairn_sstable::Error::Corruption {
             file: table.path().to_path_buf(),
             offset: 0,
             reason: format!(
-                "table holds (entries, range tombstones, smallest seqno, largest seqno) \
-                 {on_disk:?}, the MANIFEST records {recorded:?}"
+                "table differs from the record the MANIFEST keeps for it: holds {on_disk:?}, \
+                 the MANIFEST records {file:?}"
             ),
         });
     }
@@ -233,11 +229,15 @@ mod tests {
     fn a_table_whose_counts_differ_from_its_record_is_corruption() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (table, file) = table_with_a_tombstone(dir.path());
-        let changes: [fn(&mut FileMeta); 4] = [
+        let changes: [fn(&mut FileMeta); 8] = [
             |f| f.num_range_tombstones = 0,
             |f| f.num_entries += 1,
             |f| f.smallest_seqno = 0,
             |f| f.largest_seqno += 1,
+            |f| f.num_point_tombstones += 1,
+            |f| f.oldest_tombstone_time = None,
+            |f| f.earliest_expiry = Some(1),
+            |f| f.file_size += 1,
         ];
         for (i, change) in changes.iter().enumerate() {
             let mut wrong = file.clone();

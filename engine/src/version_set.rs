@@ -255,7 +255,23 @@ impl DbState {
 
 /// The version's record of a table just written.
 pub(crate) fn file_meta(number: u64, summary: &TableSummary) -> FileMeta {
-    let props = &summary.properties;
+    record_of(
+        number,
+        summary.file_size,
+        &summary.properties,
+        &summary.range_tombstones,
+    )
+}
+
+/// The MANIFEST record of table `number`, built from what its file holds: every field is a copy
+/// of, or follows from, its properties and range tombstones, so an open table can be held to
+/// its record whole ([`check_bounds`](crate::table_cache::check_bounds)).
+pub(crate) fn record_of(
+    number: u64,
+    file_size: u64,
+    props: &cairn_sstable::TableProperties,
+    range_tombstones: &cairn_sstable::FragmentedRangeTombstones,
+) -> FileMeta {
     let point_smallest = props
         .smallest_key
         .as_ref()
@@ -264,7 +280,7 @@ pub(crate) fn file_meta(number: u64, summary: &TableSummary) -> FileMeta {
         .largest_key
         .as_ref()
         .map(|k| cairn_sstable::key::user_key(k).to_vec());
-    let fragments = summary.range_tombstones.fragments();
+    let fragments = range_tombstones.fragments();
     let range_smallest = fragments.first().map(|f| f.start.to_vec());
     let range_largest = fragments.last().map(|f| f.end.to_vec());
     let smallest = [point_smallest, range_smallest]
@@ -277,9 +293,12 @@ pub(crate) fn file_meta(number: u64, summary: &TableSummary) -> FileMeta {
         .flatten()
         .max()
         .unwrap_or_default();
+    // The MANIFEST stores an optional time one up (0 is "none"), so the largest it holds is one
+    // below the largest u64: a saturated expiry is recorded as that, here and when read back.
+    let storable = |v: Option<u64>| v.map(|t| t.min(u64::MAX - 1));
     FileMeta {
         number,
-        file_size: summary.file_size,
+        file_size,
         smallest: Bytes::from(smallest),
         largest: Bytes::from(largest),
         smallest_seqno: props.smallest_seqno,
@@ -287,11 +306,11 @@ pub(crate) fn file_meta(number: u64, summary: &TableSummary) -> FileMeta {
         num_entries: props.num_entries,
         num_point_tombstones: props.num_point_tombstones(),
         num_range_tombstones: props.num_range_tombstones,
-        oldest_tombstone_time: props.oldest_tombstone_time,
-        smallest_tombstone_seqno: props.smallest_tombstone_seqno,
+        oldest_tombstone_time: storable(props.oldest_tombstone_time),
+        smallest_tombstone_seqno: storable(props.smallest_tombstone_seqno),
         max_tombstones_in_window: props.max_tombstones_in_window,
-        earliest_expiry: props.earliest_expiry,
-        oldest_write_time: props.oldest_write_time,
+        earliest_expiry: storable(props.earliest_expiry),
+        oldest_write_time: storable(props.oldest_write_time),
     }
 }
 

@@ -227,7 +227,15 @@ fn a_table_outside_its_recorded_bounds_is_corruption_not_keys_out_of_order() {
 
     // The audit still reads every table's bytes: it is the tool that shows what a damaged
     // database holds, so a table refused to reads is searched uncached.
-    for i in (0..4_000).step_by(500) {
+    let number = |path: &std::path::Path| -> u64 {
+        path.file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.parse().ok())
+            .expect("a table number")
+    };
+    let swapped = [number(first), number(last)];
+    let mut in_swapped = 0;
+    for i in (0..4_000).step_by(25) {
         let traces = db.audit_key(key(i)).expect("audit of a swapped database");
         assert!(
             traces
@@ -235,14 +243,27 @@ fn a_table_outside_its_recorded_bounds_is_corruption_not_keys_out_of_order() {
                 .any(|t| matches!(t.location, cairn::Location::Table { .. })),
             "key {i}: {traces:?}"
         );
+        in_swapped += traces
+            .iter()
+            .filter(|t| {
+                matches!(t.location, cairn::Location::Table { number, .. } if swapped.contains(&number))
+            })
+            .count();
     }
+    assert!(in_swapped > 0, "the audit never read the swapped tables");
     // Compaction opens its inputs by their records too: it refuses, and installs nothing.
+    let before = files_per_level(&db);
     match db.compact_range::<&str>(..) {
         Err(cairn::Error::Corruption { reason, .. }) => {
             assert!(reason.contains("outside the bounds"), "{reason}");
         }
         other => panic!("expected Corruption from compaction, got {other:?}"),
     }
+    assert_eq!(
+        files_per_level(&db),
+        before,
+        "a refused compaction changed the levels"
+    );
 }
 
 /// Two level-0 tables swapped on disk: each is searched by the bounds its record gives, so a
@@ -378,4 +399,22 @@ fn a_seek_opens_only_the_tombstone_tables_it_reaches() {
     assert_eq!(first.as_deref(), Some(key(2_010).as_bytes()));
     let opened = db.stats().open_tables - before;
     assert!(opened <= 3, "a seek opened {opened} tables");
+}
+
+/// A record's optional times are stored one up (0 is "none"), so an expiry saturated at the
+/// largest time reads back one less: the check of a table against its record must not call
+/// that corruption, before or after a reopen.
+#[test]
+fn a_table_whose_expiry_saturates_reads_after_a_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let db = Db::open(dir.path(), Options::default()).expect("open");
+        db.put_with_ttl("forever", "v", std::time::Duration::MAX)
+            .expect("put");
+        db.flush().expect("flush");
+        assert!(db.get("forever").expect("get before reopen").is_some());
+        db.close().expect("close");
+    }
+    let db = Db::open(dir.path(), Options::default()).expect("reopen");
+    assert!(db.get("forever").expect("get after reopen").is_some());
 }
