@@ -15,6 +15,7 @@ pub(crate) struct Counters {
     pub(crate) stalls: AtomicU64,
     pub(crate) slowdowns: AtomicU64,
     pub(crate) read_triggers: AtomicU64,
+    pub(crate) runs_recorded: AtomicU64,
     pub(crate) table_bytes_written: AtomicU64,
     pub(crate) compactions: AtomicU64,
     pub(crate) compaction_bytes_read: AtomicU64,

@@ -23,15 +23,28 @@ use cairn_sstable::{
 };
 
 use crate::clock::Clock;
+use crate::converted_runs::MIN_STEPPED;
 use crate::error::Result;
-use crate::iterator::{Read, ReadTrigger, SourceIter, above_lower, below_upper};
+use crate::iterator::{Read, ReadTrigger, RunSink, SourceIter, above_lower, below_upper};
 use crate::read::{Resolver, Visibility};
 
-/// What a walk judges entries by: the scan's visibility, the clock for expiry, and the range.
+/// What a walk judges entries by: the scan's visibility, the clock for expiry, and the range;
+/// and where it records the runs of deleted keys it steps over.
 pub(crate) struct Rules<'a> {
     pub(crate) vis: &'a Visibility,
     pub(crate) clock: &'a dyn Clock,
     pub(crate) range: &'a (Bound<Bytes>, Bound<Bytes>),
+    pub(crate) runs: RunSink<'a>,
+}
+
+/// A run of deleted keys a forward walk is stepping over, from `start` (inclusive).
+struct Run {
+    start: Vec<u8>,
+    /// Keys whose newest visible version is a `Delete`, stepped over so far.
+    deleted: u64,
+    /// The sources' hidden entries and recorded runs skipped when the run began.
+    hidden: u64,
+    skipped_runs: u64,
 }
 
 /// Where the current entry's value is.
@@ -52,6 +65,8 @@ pub(crate) struct Walk {
     held: Held,
     /// A key's versions gathered going backward, oldest first (reused).
     versions: Vec<(Kind, EntryMeta, Bytes)>,
+    /// The run of deleted keys behind the position, going forward.
+    run: Option<Run>,
 }
 
 impl Walk {
@@ -63,6 +78,7 @@ impl Walk {
             key: Vec::new(),
             held: Held::Merged,
             versions: Vec::new(),
+            run: None,
         }
     }
 
@@ -103,6 +119,41 @@ impl Walk {
         self.merged.children().iter().map(SourceIter::hidden).sum()
     }
 
+    fn skipped_runs(&self) -> u64 {
+        self.merged
+            .children()
+            .iter()
+            .map(SourceIter::skipped_runs)
+            .sum()
+    }
+
+    /// Starts a run of deleted keys at `start`, before the stream moves past it.
+    fn begin_run(&mut self, start: Vec<u8>) {
+        self.run = Some(Run {
+            start,
+            deleted: 0,
+            hidden: self.hidden(),
+            skipped_runs: self.skipped_runs(),
+        });
+    }
+
+    /// The walk reached the live key it stops on: records the run behind it if the walk
+    /// stepped over enough deletes, or skipped a run recorded before (the new one replaces it).
+    /// The deletes of the runs it skipped count toward the read trigger.
+    fn end_run(&mut self, rules: &Rules<'_>, trigger: &mut ReadTrigger) {
+        let Some(run) = self.run.take() else {
+            return;
+        };
+        let stepped = run.deleted + self.hidden().saturating_sub(run.hidden);
+        let skipped = self.skipped_runs() > run.skipped_runs;
+        if skipped {
+            trigger.cover(&run.start, rules.runs.deleted_within(&run.start, &self.key));
+        }
+        if stepped >= MIN_STEPPED || (stepped > 0 && skipped) {
+            rules.runs.record(&run.start, &self.key, stepped);
+        }
+    }
+
     /// Positions forward at the first live key at or after `start` (a lower bound of the range
     /// if `None`).
     pub(crate) fn seek(
@@ -117,7 +168,9 @@ impl Walk {
             Bound::Unbounded => None,
         };
         self.valid = false;
-        match start.max(lower) {
+        let start = start.max(lower);
+        self.begin_run(start.unwrap_or_default().to_vec());
+        match start {
             Some(k) => self.merged.seek(&seek_key(k, MAX_SEQNO))?,
             None => self.merged.seek_to_first()?,
         }
@@ -145,6 +198,7 @@ impl Walk {
             (Bound::Unbounded, None) => None,
         };
         self.valid = false;
+        self.run = None;
         match target {
             Some(target) => self.merged.seek_for_prev(&target)?,
             None => self.merged.seek_to_last()?,
@@ -163,6 +217,11 @@ impl Walk {
         if !self.valid {
             return Ok(());
         }
+        // The run starts just after the current key: at the key with a zero byte appended.
+        let mut start = Vec::with_capacity(self.key.len() + 1);
+        start.extend_from_slice(&self.key);
+        start.push(0);
+        self.begin_run(start);
         if !self.forward {
             self.merged.seek(&seek_key(&self.key, MAX_SEQNO))?;
             self.forward = true;
@@ -181,6 +240,7 @@ impl Walk {
         if !self.valid {
             return Ok(());
         }
+        self.run = None;
         if self.forward {
             // Every version of the key sorts after (key, MAX_SEQNO): this lands on the key
             // before it.
@@ -215,8 +275,10 @@ impl Walk {
             self.key.clear();
             self.key.extend_from_slice(key);
             let mut resolver = Resolver::new(rules.vis, rules.clock);
+            let mut newest = None;
             let (live, deleted) = loop {
                 let kind = parse_internal_key(self.merged.key()).map_or(Kind::Delete, |k| k.kind);
+                newest.get_or_insert(kind);
                 if let ControlFlow::Break(live) = resolver.offer(kind, self.merged.meta()) {
                     break (live, kind.is_tombstone());
                 }
@@ -226,11 +288,21 @@ impl Walk {
                 }
             };
             trigger.deleted_keys += u64::from(deleted);
+            let stops = live && above_lower(rules.range, &self.key);
+            if stops {
+                self.end_run(rules, trigger);
+            }
             trigger.note(&self.key, || self.hidden() + other.map_or(0, Walk::hidden));
-            if live && above_lower(rules.range, &self.key) {
+            if stops {
                 self.held = Held::Merged;
                 self.valid = true;
                 return Ok(());
+            }
+            // Only a key whose newest visible version is a `Delete` stays deleted for every
+            // later reader (see `converted_runs`); any other breaks the run.
+            match (&mut self.run, newest) {
+                (Some(run), Some(Kind::Delete)) => run.deleted += 1,
+                _ => self.run = None,
             }
             self.skip_key()?;
         }

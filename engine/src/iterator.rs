@@ -8,6 +8,10 @@
 //! tombstone's range is older than it (newer data always lies above older data), so the source
 //! seeks past the tombstone's end instead of stepping over the covered keys. The merged stream
 //! then only needs the per-key rules: tombstones, version limits and TTL.
+//!
+//! Runs of deleted keys a read stepped over are recorded in the newest memtable
+//! ([`converted_runs`](crate::converted_runs)), and later reads seek past them the same way, in
+//! that memtable and every older source.
 
 use std::ops::Bound;
 use std::sync::Arc;
@@ -18,6 +22,7 @@ use cairn_sstable::{
 };
 
 use crate::clock::Clock;
+use crate::converted_runs::RunMap;
 use crate::cursor::{Rules, Walk};
 use crate::error::{Error, Result};
 use crate::level_iter::{LevelIter, LevelTombstones};
@@ -79,8 +84,13 @@ pub(crate) struct SourceIter {
     newer: Arc<Vec<Tombstones>>,
     /// Entries stepped over one by one because a range tombstone of this source hid them.
     hidden: u64,
-    /// Nothing to hide: no range tombstone here or in a newer source, and no entry newer than
-    /// the snapshot. Steps then skip the checks.
+    /// Recorded runs of deleted keys this source may seek past: those of its own memtable and
+    /// of every newer one.
+    runs: Arc<Vec<Arc<RunMap>>>,
+    /// How many times this source sought past a recorded run.
+    skipped_runs: u64,
+    /// Nothing to hide: no range tombstone or recorded run here or in a newer source, and no
+    /// entry newer than the snapshot. Steps then skip the checks.
     plain: bool,
 }
 
@@ -88,6 +98,19 @@ impl SourceIter {
     /// Entries stepped over one by one because a range tombstone of this source hid them.
     pub(crate) fn hidden(&self) -> u64 {
         self.hidden
+    }
+
+    /// How many times this source sought past a recorded run of deleted keys.
+    pub(crate) fn skipped_runs(&self) -> u64 {
+        self.skipped_runs
+    }
+
+    /// A recorded run of deleted keys holding `key` that the snapshot may skip.
+    fn run_cover(&self, key: &[u8]) -> Option<(Bytes, Bytes)> {
+        self.runs.iter().find_map(|runs| {
+            runs.cover(key, self.snapshot)
+                .map(|(start, end)| (start.clone(), end.clone()))
+        })
     }
 
     /// A fragment of a newer source visible at the snapshot that covers `key`.
@@ -124,6 +147,11 @@ impl SourceIter {
                 self.inner.seek(&seek_key(&end, MAX_SEQNO))?;
                 continue;
             }
+            if let Some((_, end)) = self.run_cover(parsed.user_key) {
+                self.skipped_runs += 1;
+                self.inner.seek(&seek_key(&end, MAX_SEQNO))?;
+                continue;
+            }
             if parsed.seqno <= self.snapshot
                 && !self.hidden_by_own(parsed.user_key, parsed.seqno)?
             {
@@ -150,6 +178,11 @@ impl SourceIter {
                     .corruption_here("malformed internal key from a source"));
             };
             if let Some((start, _)) = self.newer_cover(parsed.user_key)? {
+                self.inner.seek_for_prev(&seek_key(&start, MAX_SEQNO))?;
+                continue;
+            }
+            if let Some((start, _)) = self.run_cover(parsed.user_key) {
+                self.skipped_runs += 1;
                 self.inner.seek_for_prev(&seek_key(&start, MAX_SEQNO))?;
                 continue;
             }
@@ -237,15 +270,24 @@ fn sources(
 ) -> Result<Vec<SourceIter>> {
     let mut out = Vec::new();
     let mut newer: Vec<Tombstones> = Vec::new();
+    // The recorded runs of every memtable pushed so far: a run holds for its own memtable and
+    // every older source.
+    let mut runs: Vec<Arc<RunMap>> = Vec::new();
     // `newest_seqno`: the source's newest entry, if known (tables), to tell whether the
     // snapshot can see all of it.
     let mut push = |inner: Box<dyn InternalIterator + Send>,
                     own: Tombstones,
                     newest_seqno: Option<SeqNo>,
                     out: &mut Vec<SourceIter>| {
+        if let Tombstones::Memtable(mem) = &own
+            && let Some(recorded) = mem.converted_runs()
+        {
+            runs.push(recorded);
+        }
         let has_tombstones = !own.is_empty();
         let plain = !has_tombstones
             && newer.is_empty()
+            && runs.is_empty()
             && newest_seqno.is_some_and(|newest| newest <= snapshot);
         out.push(SourceIter {
             inner,
@@ -253,6 +295,8 @@ fn sources(
             own: own.clone(),
             hidden: 0,
             newer: Arc::new(newer.clone()),
+            runs: Arc::new(runs.clone()),
+            skipped_runs: 0,
             plain,
         });
         if has_tombstones {
@@ -306,6 +350,8 @@ fn sources(
 /// visibility and clock entries are judged by, and the read trigger tombstone runs are
 /// reported to. The owned iterator and the cursor both read through one.
 pub(crate) struct Read {
+    /// The database, for the counters a recorded run bumps (the trigger holds it too).
+    db: Arc<crate::inner::DbInner>,
     sv: Arc<SuperVersion>,
     snapshot: SeqNo,
     range: (Bound<Bytes>, Bound<Bytes>),
@@ -328,7 +374,7 @@ impl Read {
         let vis = Visibility::scan(clock.as_ref(), &sv.cf_options(cf)?);
         let trigger = ReadTrigger {
             threshold: db.options.compaction.read_trigger,
-            db,
+            db: Arc::clone(&db),
             cf,
             deleted_keys: 0,
             hidden_base: 0,
@@ -336,6 +382,7 @@ impl Read {
             reported: false,
         };
         Ok(Self {
+            db,
             sv,
             snapshot,
             range,
@@ -363,6 +410,12 @@ impl Read {
             vis: &self.vis,
             clock: self.clock.as_ref(),
             range: &self.range,
+            runs: RunSink {
+                counters: &self.db.stats,
+                sv: &self.sv,
+                cf: self.trigger.cf,
+                snapshot: self.snapshot,
+            },
         };
         (rules, &mut self.trigger)
     }
@@ -378,6 +431,50 @@ impl Read {
     /// file is missing.
     pub(crate) fn closed_or(&self, error: Error) -> Error {
         self.check_open().err().unwrap_or(error)
+    }
+}
+
+/// Where a walk records the runs of deleted keys it stepped over: the newest memtable of its
+/// view, if the view holds nothing newer than its snapshot (see
+/// [`converted_runs`](crate::converted_runs)).
+pub(crate) struct RunSink<'a> {
+    counters: &'a crate::counters::Counters,
+    sv: &'a SuperVersion,
+    cf: u32,
+    snapshot: SeqNo,
+}
+
+impl RunSink<'_> {
+    /// The deleted entries the recorded runs of the view within `[start, end)` stand for.
+    pub(crate) fn deleted_within(&self, start: &[u8], end: &[u8]) -> u64 {
+        self.sv
+            .memtables(self.cf)
+            .filter_map(|mem| mem.converted_runs())
+            .map(|runs| runs.deleted_within(start, end))
+            .sum()
+    }
+
+    /// Records that nothing in `[start, end)` with seqno up to the snapshot is visible (the
+    /// walk stepped over `deleted` entries to learn it). Does nothing if an older source of
+    /// the view, or the newest memtable now, holds a newer entry.
+    pub(crate) fn record(&self, start: &[u8], end: &[u8], deleted: u64) {
+        let mut memtables = self.sv.memtables(self.cf);
+        let Some(newest) = memtables.next() else {
+            return;
+        };
+        if memtables.any(|mem| mem.newest_seqno() > self.snapshot) {
+            return;
+        }
+        let newer_table = self.sv.version.cf(self.cf).is_some_and(|version| {
+            version
+                .all_files()
+                .any(|(_, file)| file.largest_seqno > self.snapshot)
+        });
+        if !newer_table && newest.record_run(start, end, self.snapshot, deleted) {
+            self.counters
+                .runs_recorded
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }
 
@@ -420,6 +517,22 @@ impl ReadTrigger {
         self.deleted_keys = 0;
         self.hidden_base = hidden;
         self.first_key = None;
+    }
+
+    /// Counts `deleted` entries of recorded runs a walk sought past from `start` on, as if it
+    /// had stepped over them: they are still there for compaction to clear.
+    pub(crate) fn cover(&mut self, start: &[u8], deleted: u64) {
+        if self.reported || deleted == 0 {
+            return;
+        }
+        self.deleted_keys += deleted;
+        if self
+            .first_key
+            .as_ref()
+            .is_none_or(|first| first.as_ref() > start)
+        {
+            self.first_key = Some(Bytes::copy_from_slice(start));
+        }
     }
 
     /// Notes the key a step reached and reports once the scan has stepped over too many

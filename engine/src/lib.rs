@@ -36,6 +36,7 @@ mod batch;
 mod clock;
 mod column_family;
 mod compact;
+mod converted_runs;
 mod counters;
 mod cursor;
 mod db;

@@ -18,6 +18,8 @@ use cairn_sstable::{
 };
 use crossbeam_skiplist::SkipMap;
 
+use crate::converted_runs::{ConvertedRuns, RunMap};
+
 /// Internal keys up to this long are stored inside the skip-list node: most keys are short,
 /// and a key behind a pointer costs a cache miss at every comparison of a search.
 const INLINE: usize = 30;
@@ -111,6 +113,10 @@ pub(crate) struct Memtable {
     has_range_tombstones: AtomicBool,
     /// The oldest deletion time of a tombstone in it; `u64::MAX` when it holds none.
     oldest_tombstone_time: AtomicU64,
+    /// The newest seqno of a point entry in it, raised before the entry's runs are cut.
+    newest_seqno: AtomicU64,
+    /// Runs of deleted keys reads stepped over, for later reads to seek past.
+    runs: ConvertedRuns,
 }
 
 /// The bytes adding the range tombstones `ranges`, in order, to a memtable holding `fragments`
@@ -145,6 +151,8 @@ impl Memtable {
             point_tombstones: AtomicU64::new(0),
             has_range_tombstones: AtomicBool::new(false),
             oldest_tombstone_time: AtomicU64::new(u64::MAX),
+            newest_seqno: AtomicU64::new(0),
+            runs: ConvertedRuns::default(),
         }
     }
 
@@ -169,6 +177,27 @@ impl Memtable {
                 .fetch_min(meta.write_time, AtomicOrdering::Relaxed);
         }
         self.map.insert(ikey, MemValue { meta, value });
+        // In this order, before the seqno is visible: see `converted_runs`.
+        self.newest_seqno.fetch_max(seqno, AtomicOrdering::SeqCst);
+        self.runs.note_write(key);
+    }
+
+    /// The newest seqno of a point entry it holds (0 if none).
+    pub(crate) fn newest_seqno(&self) -> SeqNo {
+        self.newest_seqno.load(AtomicOrdering::SeqCst)
+    }
+
+    /// The runs of deleted keys recorded so far, if any.
+    pub(crate) fn converted_runs(&self) -> Option<Arc<RunMap>> {
+        self.runs.snapshot()
+    }
+
+    /// Records that nothing in `[start, end)` with seqno `<= seqno` is visible (a read stepped
+    /// over `deleted` entries to learn it), if this memtable holds no entry newer than
+    /// `seqno`; the caller has checked the older sources.
+    pub(crate) fn record_run(&self, start: &[u8], end: &[u8], seqno: SeqNo, deleted: u64) -> bool {
+        self.runs
+            .record(start, end, seqno, deleted, &self.newest_seqno)
     }
 
     /// Adds the range tombstone `[start, end)`.

@@ -62,6 +62,9 @@ pub struct Stats {
     pub write_slowdowns: u64,
     /// Scans that reported a range for stepping over too many tombstones.
     pub read_triggers: u64,
+    /// Runs of deleted keys range reads stepped over and recorded in a memtable, so later
+    /// reads seek past them (never logged; gone with their memtable). Never decreases.
+    pub deleted_runs_recorded: u64,
     /// Writes applied.
     pub writes: u64,
     /// Bytes written to the log.
@@ -137,6 +140,7 @@ impl crate::inner::DbInner {
             write_stalls: c.stalls.load(Ordering::Relaxed),
             write_slowdowns: c.slowdowns.load(Ordering::Relaxed),
             read_triggers: c.read_triggers.load(Ordering::Relaxed),
+            deleted_runs_recorded: c.runs_recorded.load(Ordering::Relaxed),
             writes: c.writes.load(Ordering::Relaxed),
             wal_bytes,
             memtable_entries,

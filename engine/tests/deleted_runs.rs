@@ -1,0 +1,313 @@
+//! Runs of deleted keys a range read steps over are recorded, and later reads seek past them:
+//! faster, and with the same answers at every snapshot, after later writes into the run, and
+//! with writers racing the readers that record them.
+//!
+//! The randomized test runs `CAIRN_SEEDS` seeds (default 3); `CAIRN_SEED=n` replays one.
+
+#![allow(
+    clippy::indexing_slicing,
+    reason = "in a test, a panic is the failure report"
+)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use cairn::{Db, Options};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+fn key(i: u32) -> String {
+    format!("k{i:05}")
+}
+
+/// No background compaction or read trigger: the tombstones stay where the test put them.
+fn options() -> Options {
+    Options::default()
+        .level0_triggers(100, 200, 300)
+        .read_trigger_tombstones(u64::MAX)
+}
+
+/// 2,000 keys in a table, the 1,000 from 100 deleted in a second one.
+fn deleted_run(dir: &std::path::Path) -> Db {
+    let db = Db::open(dir, options()).expect("open");
+    for i in 0..2_000 {
+        db.put(key(i), "value").expect("put");
+    }
+    db.flush().expect("flush");
+    for i in 100..1_100 {
+        db.delete(key(i)).expect("delete");
+    }
+    db.flush().expect("flush");
+    db
+}
+
+fn first_at_or_after(db: &Db, from: &str) -> Option<String> {
+    let mut cursor = db.cursor().expect("cursor");
+    cursor.seek(from).expect("seek");
+    cursor
+        .key()
+        .map(|k| String::from_utf8_lossy(k).into_owned())
+}
+
+/// Data blocks a seek from `from` reads, and where it lands.
+fn blocks_for_seek(db: &Db, from: &str) -> (u64, Option<String>) {
+    let before = db.stats().data_blocks_read;
+    let landed = first_at_or_after(db, from);
+    (db.stats().data_blocks_read - before, landed)
+}
+
+#[test]
+fn a_seek_over_deleted_keys_records_a_run_and_the_next_seek_skips_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = deleted_run(dir.path());
+    let (first, landed) = blocks_for_seek(&db, &key(100));
+    assert_eq!(landed, Some(key(1_100)));
+    assert_eq!(db.stats().deleted_runs_recorded, 1);
+    let (second, landed) = blocks_for_seek(&db, &key(100));
+    assert_eq!(landed, Some(key(1_100)));
+    assert!(
+        first >= 10 && second <= 4,
+        "the first seek read {first} blocks, the second {second}"
+    );
+    // A seek into the middle of the run skips the rest of it.
+    assert_eq!(first_at_or_after(&db, &key(700)), Some(key(1_100)));
+    let backward: Vec<_> = db
+        .range(key(0)..key(1_200))
+        .expect("range")
+        .rev()
+        .map(|r| r.expect("step").0)
+        .collect();
+    assert_eq!(backward.len(), 200, "backward over the run");
+}
+
+#[test]
+fn a_snapshot_older_than_a_run_still_reads_what_the_run_hides() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Db::open(dir.path(), options()).expect("open");
+    for i in 0..2_000 {
+        db.put(key(i), "value").expect("put");
+    }
+    let before = db.snapshot();
+    for i in 100..1_100 {
+        db.delete(key(i)).expect("delete");
+    }
+    assert_eq!(first_at_or_after(&db, &key(100)), Some(key(1_100)));
+    assert_eq!(db.stats().deleted_runs_recorded, 1);
+    let old: Vec<_> = before
+        .range(key(100)..key(1_100))
+        .expect("range")
+        .map(|r| r.expect("step").0)
+        .collect();
+    assert_eq!(old.len(), 1_000, "the snapshot lost keys the run hides");
+}
+
+#[test]
+fn a_key_written_into_a_run_is_read_after_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = deleted_run(dir.path());
+    assert_eq!(first_at_or_after(&db, &key(100)), Some(key(1_100)));
+    assert_eq!(db.stats().deleted_runs_recorded, 1);
+    db.put(key(500), "back").expect("put");
+    assert_eq!(first_at_or_after(&db, &key(100)), Some(key(500)));
+    assert_eq!(first_at_or_after(&db, &key(501)), Some(key(1_100)));
+    // The same in a memtable that holds the run's own tombstones.
+    for i in 1_200..1_900 {
+        db.delete(key(i)).expect("delete");
+    }
+    assert_eq!(first_at_or_after(&db, &key(1_200)), Some(key(1_900)));
+    db.put(key(1_850), "back").expect("put");
+    assert_eq!(first_at_or_after(&db, &key(1_200)), Some(key(1_850)));
+}
+
+/// A reader at an older snapshot steps over a key written after it (invisible to it); were its
+/// run recorded, a newer reader would skip that key. Whether the newer entry is in the
+/// memtable or already in a table, no run is recorded.
+#[test]
+fn a_reader_that_cannot_see_a_newer_entry_records_no_run() {
+    for flushed in [false, true] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = deleted_run(dir.path());
+        let old = db.snapshot();
+        db.put(key(600), "new").expect("put");
+        if flushed {
+            db.flush().expect("flush");
+        }
+        let mut cursor = old.cursor().expect("cursor");
+        cursor.seek(key(100)).expect("seek");
+        assert_eq!(cursor.key(), Some(key(1_100).as_bytes()));
+        drop(cursor);
+        assert_eq!(
+            first_at_or_after(&db, &key(100)),
+            Some(key(600)),
+            "flushed: {flushed}"
+        );
+    }
+}
+
+/// Writers put keys into a run, each lower than the last, while readers keep recording runs
+/// over it: once a put returns, a seek from the run's start must land on it.
+#[test]
+fn a_put_racing_readers_that_record_runs_is_never_skipped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Arc::new(Db::open(dir.path(), options()).expect("open"));
+    for i in 0..4_000 {
+        db.put(key(i), "value").expect("put");
+    }
+    for i in 0..3_999 {
+        db.delete(key(i)).expect("delete");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (db, stop) = (Arc::clone(&db), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    first_at_or_after(&db, &key(0));
+                }
+            })
+        })
+        .collect();
+    for i in (0..3_999).rev().step_by(7) {
+        db.put(key(i), "back").expect("put");
+        assert_eq!(
+            first_at_or_after(&db, &key(0)),
+            Some(key(i)),
+            "after put {i}"
+        );
+        db.delete(key(i)).expect("delete");
+    }
+    stop.store(true, Ordering::Relaxed);
+    for reader in readers {
+        reader.join().expect("reader");
+    }
+    assert!(db.stats().deleted_runs_recorded > 0, "no run was recorded");
+}
+
+/// Random puts, deletes, range deletes, snapshots and flushes over a small key space, with
+/// forward and backward scans and seeks checked against a `BTreeMap` at the latest state and
+/// at every held snapshot.
+#[test]
+fn reads_over_recorded_runs_match_a_model() {
+    let seeds: Vec<u64> = if let Ok(seed) = std::env::var("CAIRN_SEED") {
+        vec![seed.parse().expect("CAIRN_SEED is a number")]
+    } else {
+        let n = std::env::var("CAIRN_SEEDS").map_or(3, |n| n.parse().expect("a number"));
+        (0..n).collect()
+    };
+    let mut recorded = 0;
+    for seed in seeds {
+        recorded += run_seed(seed);
+    }
+    assert!(
+        recorded > 0,
+        "no run was recorded: the test checked nothing"
+    );
+}
+
+type Model = BTreeMap<String, String>;
+
+fn run_seed(seed: u64) -> u64 {
+    eprintln!("deleted_runs model: seed {seed} (CAIRN_SEED={seed} replays it)");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Db::open(dir.path(), options().memtable_size(64 * 1024)).expect("open");
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut model = Model::new();
+    let mut snapshots: Vec<(cairn::Snapshot, Model)> = Vec::new();
+    for step in 0..3_000 {
+        let ctx = format!("seed {seed} step {step}");
+        let k = rng.random_range(0..400);
+        match rng.random_range(0..100) {
+            0..30 => {
+                let v = format!("v{step}");
+                db.put(key(k), &v).expect("put");
+                model.insert(key(k), v);
+            }
+            30..40 => {
+                // A block of puts, so later deletes make long runs.
+                for i in k..(k + 50).min(400) {
+                    db.put(key(i), "block").expect("put");
+                    model.insert(key(i), "block".to_owned());
+                }
+            }
+            40..60 => {
+                for i in k..(k + rng.random_range(1..80)).min(400) {
+                    db.delete(key(i)).expect("delete");
+                    model.remove(&key(i));
+                }
+            }
+            60..62 => {
+                let end = (k + rng.random_range(1..60)).min(400);
+                db.delete_range(key(k), key(end)).expect("delete_range");
+                model.retain(|key_, _| *key_ < key(k) || *key_ >= key(end));
+            }
+            62..65 => {
+                if snapshots.len() < 4 {
+                    snapshots.push((db.snapshot(), model.clone()));
+                } else {
+                    snapshots.remove(rng.random_range(0..snapshots.len()));
+                }
+            }
+            65..67 => db.flush().expect("flush"),
+            _ => {
+                let from = key(rng.random_range(0..400));
+                check_reads(&db, &model, &from, &ctx);
+                for (i, (snapshot, at)) in snapshots.iter().enumerate() {
+                    let got: Vec<_> = snapshot
+                        .range(from.clone()..)
+                        .expect("range")
+                        .take(3)
+                        .map(|r| String::from_utf8_lossy(&r.expect("step").0).into_owned())
+                        .collect();
+                    let want: Vec<_> = at
+                        .range(from.clone()..)
+                        .take(3)
+                        .map(|(k, _)| k.clone())
+                        .collect();
+                    assert_eq!(got, want, "{ctx}: snapshot {i} from {from}");
+                }
+            }
+        }
+    }
+    let recorded = db.stats().deleted_runs_recorded;
+    eprintln!("deleted_runs model: seed {seed} recorded {recorded} runs");
+    recorded
+}
+
+fn check_reads(db: &Db, model: &Model, from: &str, ctx: &str) {
+    let want: Vec<_> = model.range(from.to_owned()..).take(3).collect();
+    let got: Vec<_> = db
+        .range(from..)
+        .expect("range")
+        .take(3)
+        .map(|r| r.expect("step"))
+        .collect();
+    let got: Vec<_> = got
+        .iter()
+        .map(|(k, v)| {
+            (
+                String::from_utf8_lossy(k).into_owned(),
+                String::from_utf8_lossy(v).into_owned(),
+            )
+        })
+        .collect();
+    let want_owned: Vec<_> = want
+        .iter()
+        .map(|(k, v)| ((*k).clone(), (*v).clone()))
+        .collect();
+    assert_eq!(got, want_owned, "{ctx}: forward from {from}");
+    let back: Vec<_> = db
+        .range(..from)
+        .expect("range")
+        .rev()
+        .take(3)
+        .map(|r| String::from_utf8_lossy(&r.expect("step").0).into_owned())
+        .collect();
+    let back_want: Vec<_> = model
+        .range(..from.to_owned())
+        .rev()
+        .take(3)
+        .map(|(k, _)| k.clone())
+        .collect();
+    assert_eq!(back, back_want, "{ctx}: backward from {from}");
+}
