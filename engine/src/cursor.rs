@@ -37,9 +37,8 @@ pub(crate) struct Rules<'a> {
     pub(crate) runs: RunSink<'a>,
 }
 
-/// A run of deleted keys a forward walk is stepping over, from `start` (inclusive).
+/// A run of deleted keys a forward walk is stepping over, from `Walk::run_start` (inclusive).
 struct Run {
-    start: Vec<u8>,
     /// Keys whose newest visible version is a `Delete`, stepped over so far.
     deleted: u64,
     /// The sources' hidden entries and recorded runs skipped when the run began.
@@ -67,6 +66,12 @@ pub(crate) struct Walk {
     versions: Vec<(Kind, EntryMeta, Bytes)>,
     /// The run of deleted keys behind the position, going forward.
     run: Option<Run>,
+    /// Where that run starts (a buffer reused from run to run).
+    run_start: Vec<u8>,
+    /// The key resolved before the current one, if `prev_known` (a reused buffer): a run that
+    /// begins at a deleted key starts just after it.
+    prev: Vec<u8>,
+    prev_known: bool,
 }
 
 impl Walk {
@@ -79,6 +84,9 @@ impl Walk {
             held: Held::Merged,
             versions: Vec::new(),
             run: None,
+            run_start: Vec::new(),
+            prev: Vec::new(),
+            prev_known: false,
         }
     }
 
@@ -127,10 +135,9 @@ impl Walk {
             .sum()
     }
 
-    /// Starts a run of deleted keys at `start`, before the stream moves past it.
-    fn begin_run(&mut self, start: Vec<u8>) {
+    /// Starts a run of deleted keys at `run_start`.
+    fn begin_run(&mut self) {
         self.run = Some(Run {
-            start,
             deleted: 0,
             hidden: self.hidden(),
             skipped_runs: self.skipped_runs(),
@@ -147,10 +154,11 @@ impl Walk {
         let stepped = run.deleted + self.hidden().saturating_sub(run.hidden);
         let skipped = self.skipped_runs() > run.skipped_runs;
         if skipped {
-            trigger.cover(&run.start, rules.runs.deleted_within(&run.start, &self.key));
+            let deleted = rules.runs.deleted_within(&self.run_start, &self.key);
+            trigger.cover(&self.run_start, deleted);
         }
         if stepped >= MIN_STEPPED || (stepped > 0 && skipped) {
-            rules.runs.record(&run.start, &self.key, stepped);
+            rules.runs.record(&self.run_start, &self.key, stepped);
         }
     }
 
@@ -169,7 +177,10 @@ impl Walk {
         };
         self.valid = false;
         let start = start.max(lower);
-        self.begin_run(start.unwrap_or_default().to_vec());
+        self.run_start.clear();
+        self.run_start.extend_from_slice(start.unwrap_or_default());
+        self.begin_run();
+        self.prev_known = false;
         match start {
             Some(k) => self.merged.seek(&seek_key(k, MAX_SEQNO))?,
             None => self.merged.seek_to_first()?,
@@ -199,6 +210,7 @@ impl Walk {
         };
         self.valid = false;
         self.run = None;
+        self.prev_known = false;
         match target {
             Some(target) => self.merged.seek_for_prev(&target)?,
             None => self.merged.seek_to_last()?,
@@ -217,11 +229,9 @@ impl Walk {
         if !self.valid {
             return Ok(());
         }
-        // The run starts just after the current key: at the key with a zero byte appended.
-        let mut start = Vec::with_capacity(self.key.len() + 1);
-        start.extend_from_slice(&self.key);
-        start.push(0);
-        self.begin_run(start);
+        // A run begins at the first deleted key met, just after the key before it: this one.
+        self.run = None;
+        self.prev_known = true;
         if !self.forward {
             self.merged.seek(&seek_key(&self.key, MAX_SEQNO))?;
             self.forward = true;
@@ -241,6 +251,7 @@ impl Walk {
             return Ok(());
         }
         self.run = None;
+        self.prev_known = false;
         if self.forward {
             // Every version of the key sorts after (key, MAX_SEQNO): this lands on the key
             // before it.
@@ -272,6 +283,7 @@ impl Walk {
             if !below_upper(rules.range, key) {
                 return Ok(());
             }
+            std::mem::swap(&mut self.key, &mut self.prev);
             self.key.clear();
             self.key.extend_from_slice(key);
             let mut resolver = Resolver::new(rules.vis, rules.clock);
@@ -299,11 +311,22 @@ impl Walk {
                 return Ok(());
             }
             // Only a key whose newest visible version is a `Delete` stays deleted for every
-            // later reader (see `converted_runs`); any other breaks the run.
-            match (&mut self.run, newest) {
-                (Some(run), Some(Kind::Delete)) => run.deleted += 1,
-                _ => self.run = None,
+            // later reader (see `converted_runs`); any other breaks the run, and the next one
+            // may begin just after it.
+            if newest == Some(Kind::Delete) {
+                if self.run.is_none() && self.prev_known {
+                    self.run_start.clear();
+                    self.run_start.extend_from_slice(&self.prev);
+                    self.run_start.push(0);
+                    self.begin_run();
+                }
+                if let Some(run) = &mut self.run {
+                    run.deleted += 1;
+                }
+            } else {
+                self.run = None;
             }
+            self.prev_known = true;
             self.skip_key()?;
         }
         Ok(())

@@ -14,7 +14,7 @@
 //! that memtable and every older source.
 
 use std::ops::Bound;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use cairn_sstable::{
@@ -22,7 +22,6 @@ use cairn_sstable::{
 };
 
 use crate::clock::Clock;
-use crate::converted_runs::RunMap;
 use crate::cursor::{Rules, Walk};
 use crate::error::{Error, Result};
 use crate::level_iter::{LevelIter, LevelTombstones};
@@ -84,9 +83,9 @@ pub(crate) struct SourceIter {
     newer: Arc<Vec<Tombstones>>,
     /// Entries stepped over one by one because a range tombstone of this source hid them.
     hidden: u64,
-    /// Recorded runs of deleted keys this source may seek past: those of its own memtable and
-    /// of every newer one.
-    runs: Arc<Vec<Arc<RunMap>>>,
+    /// The memtables whose recorded runs of deleted keys this source may seek past: its own
+    /// and every newer one, if they held runs within the read's range when it began.
+    runs: Arc<Vec<Arc<Memtable>>>,
     /// How many times this source sought past a recorded run.
     skipped_runs: u64,
     /// Nothing to hide: no range tombstone or recorded run here or in a newer source, and no
@@ -107,10 +106,9 @@ impl SourceIter {
 
     /// A recorded run of deleted keys holding `key` that the snapshot may skip.
     fn run_cover(&self, key: &[u8]) -> Option<(Bytes, Bytes)> {
-        self.runs.iter().find_map(|runs| {
-            runs.cover(key, self.snapshot)
-                .map(|(start, end)| (start.clone(), end.clone()))
-        })
+        self.runs
+            .iter()
+            .find_map(|mem| mem.converted_runs().cover(key, self.snapshot))
     }
 
     /// A fragment of a newer source visible at the snapshot that covers `key`.
@@ -259,6 +257,20 @@ fn in_range(file: &FileMeta, range: &(Bound<Bytes>, Bound<Bytes>)) -> bool {
     file.overlaps(start, end)
 }
 
+/// The keys of `range` as `[lower, upper)`, `None` above if unbounded.
+fn key_span(range: &(Bound<Bytes>, Bound<Bytes>)) -> (&[u8], Option<Vec<u8>>) {
+    let lower = match &range.0 {
+        Bound::Included(k) | Bound::Excluded(k) => k.as_ref(),
+        Bound::Unbounded => &[],
+    };
+    let upper = match &range.1 {
+        Bound::Included(k) => Some([k.as_ref(), &[0]].concat()),
+        Bound::Excluded(k) => Some(k.to_vec()),
+        Bound::Unbounded => None,
+    };
+    (lower, upper)
+}
+
 /// Builds the sources of `cf` overlapping `[lower, upper)`, newest first: each memtable, each
 /// level-0 table, and one per deeper level (its tables opened as the read reaches them).
 fn sources(
@@ -270,9 +282,10 @@ fn sources(
 ) -> Result<Vec<SourceIter>> {
     let mut out = Vec::new();
     let mut newer: Vec<Tombstones> = Vec::new();
-    // The recorded runs of every memtable pushed so far: a run holds for its own memtable and
-    // every older source.
-    let mut runs: Vec<Arc<RunMap>> = Vec::new();
+    // The memtables pushed so far holding runs in the range: a run holds for its own memtable
+    // and every older source.
+    let mut runs: Vec<Arc<Memtable>> = Vec::new();
+    let (lower, upper) = key_span(range);
     // `newest_seqno`: the source's newest entry, if known (tables), to tell whether the
     // snapshot can see all of it.
     let mut push = |inner: Box<dyn InternalIterator + Send>,
@@ -280,9 +293,9 @@ fn sources(
                     newest_seqno: Option<SeqNo>,
                     out: &mut Vec<SourceIter>| {
         if let Tombstones::Memtable(mem) = &own
-            && let Some(recorded) = mem.converted_runs()
+            && mem.converted_runs().any_within(lower, upper.as_deref())
         {
-            runs.push(recorded);
+            runs.push(Arc::clone(mem));
         }
         let has_tombstones = !own.is_empty();
         let plain = !has_tombstones
@@ -352,6 +365,8 @@ fn sources(
 pub(crate) struct Read {
     /// The database, for the counters a recorded run bumps (the trigger holds it too).
     db: Arc<crate::inner::DbInner>,
+    /// See [`RunSink`].
+    older_newest: OnceLock<SeqNo>,
     sv: Arc<SuperVersion>,
     snapshot: SeqNo,
     range: (Bound<Bytes>, Bound<Bytes>),
@@ -379,10 +394,12 @@ impl Read {
             deleted_keys: 0,
             hidden_base: 0,
             first_key: None,
+            run_low: None,
             reported: false,
         };
         Ok(Self {
             db,
+            older_newest: OnceLock::new(),
             sv,
             snapshot,
             range,
@@ -415,6 +432,7 @@ impl Read {
                 sv: &self.sv,
                 cf: self.trigger.cf,
                 snapshot: self.snapshot,
+                older_newest: &self.older_newest,
             },
         };
         (rules, &mut self.trigger)
@@ -442,6 +460,9 @@ pub(crate) struct RunSink<'a> {
     sv: &'a SuperVersion,
     cf: u32,
     snapshot: SeqNo,
+    /// The newest seqno in the view's sources below its newest memtable, found once a read:
+    /// they never gain entries.
+    older_newest: &'a OnceLock<SeqNo>,
 }
 
 impl RunSink<'_> {
@@ -449,8 +470,10 @@ impl RunSink<'_> {
     pub(crate) fn deleted_within(&self, start: &[u8], end: &[u8]) -> u64 {
         self.sv
             .memtables(self.cf)
-            .filter_map(|mem| mem.converted_runs())
-            .map(|runs| runs.deleted_within(start, end))
+            .map(|mem| {
+                mem.converted_runs()
+                    .deleted_within(start, end, self.snapshot)
+            })
             .sum()
     }
 
@@ -458,19 +481,19 @@ impl RunSink<'_> {
     /// walk stepped over `deleted` entries to learn it). Does nothing if an older source of
     /// the view, or the newest memtable now, holds a newer entry.
     pub(crate) fn record(&self, start: &[u8], end: &[u8], deleted: u64) {
-        let mut memtables = self.sv.memtables(self.cf);
-        let Some(newest) = memtables.next() else {
+        let Some(newest) = self.sv.memtables(self.cf).next() else {
             return;
         };
-        if memtables.any(|mem| mem.newest_seqno() > self.snapshot) {
-            return;
-        }
-        let newer_table = self.sv.version.cf(self.cf).is_some_and(|version| {
-            version
-                .all_files()
-                .any(|(_, file)| file.largest_seqno > self.snapshot)
-        });
-        if !newer_table && newest.record_run(start, end, self.snapshot, deleted) {
+        let older_newest =
+            *self.older_newest.get_or_init(|| {
+                let memtables = self.sv.memtables(self.cf).skip(1).map(|m| m.newest_seqno());
+                let tables =
+                    self.sv.version.cf(self.cf).into_iter().flat_map(|version| {
+                        version.all_files().map(|(_, file)| file.largest_seqno)
+                    });
+                memtables.chain(tables).max().unwrap_or(0)
+            });
+        if older_newest <= self.snapshot && newest.record_run(start, end, self.snapshot, deleted) {
             self.counters
                 .runs_recorded
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -507,6 +530,8 @@ pub(crate) struct ReadTrigger {
     /// Entries the sources had hidden when counting began (a cursor's last seek).
     hidden_base: u64,
     first_key: Option<Bytes>,
+    /// The lowest start of a recorded run a walk sought past, if below every key noted.
+    run_low: Option<Bytes>,
     reported: bool,
 }
 
@@ -517,6 +542,7 @@ impl ReadTrigger {
         self.deleted_keys = 0;
         self.hidden_base = hidden;
         self.first_key = None;
+        self.run_low = None;
     }
 
     /// Counts `deleted` entries of recorded runs a walk sought past from `start` on, as if it
@@ -526,12 +552,8 @@ impl ReadTrigger {
             return;
         }
         self.deleted_keys += deleted;
-        if self
-            .first_key
-            .as_ref()
-            .is_none_or(|first| first.as_ref() > start)
-        {
-            self.first_key = Some(Bytes::copy_from_slice(start));
+        if self.run_low.as_ref().is_none_or(|low| low.as_ref() > start) {
+            self.run_low = Some(Bytes::copy_from_slice(start));
         }
     }
 
@@ -552,6 +574,11 @@ impl ReadTrigger {
                 (first.clone(), key)
             } else {
                 (key, first.clone())
+            };
+            // Widened down to the runs sought past, never narrowed.
+            let start = match self.run_low.take() {
+                Some(low) if low < start => low,
+                _ => start,
             };
             self.db.report_tombstone_scan(self.cf, start, end, stepped);
         }

@@ -18,7 +18,7 @@ use cairn_sstable::{
 };
 use crossbeam_skiplist::SkipMap;
 
-use crate::converted_runs::{ConvertedRuns, RunMap};
+use crate::converted_runs::ConvertedRuns;
 
 /// Internal keys up to this long are stored inside the skip-list node: most keys are short,
 /// and a key behind a pointer costs a cache miss at every comparison of a search.
@@ -187,9 +187,9 @@ impl Memtable {
         self.newest_seqno.load(AtomicOrdering::SeqCst)
     }
 
-    /// The runs of deleted keys recorded so far, if any.
-    pub(crate) fn converted_runs(&self) -> Option<Arc<RunMap>> {
-        self.runs.snapshot()
+    /// The runs of deleted keys recorded in it.
+    pub(crate) fn converted_runs(&self) -> &ConvertedRuns {
+        &self.runs
     }
 
     /// Records that nothing in `[start, end)` with seqno `<= seqno` is visible (a read stepped
