@@ -16,188 +16,249 @@
 //! seqno is read), only if the memtable and every older source of the view hold no entry newer
 //! than `S` at the time the run is recorded (older sources never gain entries: a frozen
 //! memtable is read-only, flushes go oldest first and compaction only rewrites), and a writer
-//! that adds a key to the memtable removes any run holding it before its seqno becomes visible
-//! (**every path that inserts into a memtable must keep this duty**: `Memtable::insert` does).
+//! that adds a key to the memtable ends any run holding it before its seqno `W` becomes visible
+//! (**every path that inserts into a memtable must keep this duty**: `Memtable::insert` does):
+//! the run is then used only by readers below `W`, who cannot see the write.
 //! The last two race only as the store-buffer pattern: under the runs' lock, the recorder
 //! announces a run is coming and then reads the memtable's newest seqno, the writer raises
 //! that seqno and then reads whether any run may exist, all sequentially consistent, so one
 //! of them sees the other; a writer that sees one waits for the lock, so the run it removes is
 //! in place. A run that fails the check is never inserted, so no reader ever sees it.
 //!
-//! Runs live in a lock-free skip list that readers consult in place: recording or removing one
-//! costs a search, whatever the number of runs. A reader uses only runs no newer than its
-//! snapshot, so runs recorded after it started are either valid for it or ignored.
+//! Every source of one read must skip the same runs, or one source would hand out an old `Put`
+//! whose newer `Delete` another source skipped. So a read takes the runs as they are when it
+//! starts (an immutable map shared by `Arc`), and ending a run only marks it with the write's
+//! seqno, which every reader compares with its own fixed snapshot. A read buffers the runs it
+//! learns and records them when it ends (or every few hundred), so the map is copied once per
+//! read that learned something, not once per run.
 //!
 //! Runs are never logged or flushed: they live and die with their memtable, are learned again
 //! by the next read that steps over the deletes, and change nothing compaction decides. Runs
 //! decided by expiry, version limits or `SingleDelete` are not recorded (a clock stepping back,
 //! or a `SingleDelete` compacted with its put, can change what such a key shows).
 
+use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use cairn_sstable::SeqNo;
-use crossbeam_skiplist::SkipMap;
 
 /// The memory a memtable's runs may take, keys and bookkeeping; a run that would pass it is not
 /// recorded.
 const MAX_BYTES: usize = 1 << 20;
 
-/// What a run costs beyond its two keys: the skip-list node, the `Run`, two buffers.
+/// What a run costs beyond its two keys: the map slot, the shared `Run`, two buffers.
 const RUN_OVERHEAD: usize = 160;
 
 /// A read records a run only after stepping over this many deleted entries one by one (or fewer
-/// if it also skipped a run recorded before: the new run then replaces the old one).
+/// if it also skipped a run recorded before: the new run then takes it in).
 pub(crate) const MIN_STEPPED: u64 = 32;
 
-/// One recorded run: everything in `[start, end)` with seqno `<= seqno` is deleted.
-#[derive(Debug, Clone)]
+/// One recorded run: everything in `[start, end)` with seqno `<= seqno` is deleted, for readers
+/// below `ended_at`.
+#[derive(Debug)]
 struct Run {
     end: Bytes,
     seqno: SeqNo,
-    /// The deleted entries reads stepped over to learn it (those of the runs it replaced
+    /// The seqno of the first write into the run; `SeqNo::MAX` while none came.
+    ended_at: AtomicU64,
+    /// The deleted entries reads stepped over to learn it (those of the runs it took in
     /// included): what a read that seeks past it would have stepped over, for the read trigger.
     deleted: u64,
 }
 
-/// The runs of one memtable, disjoint and keyed by start.
-#[derive(Debug, Default)]
-pub(crate) struct ConvertedRuns {
-    runs: SkipMap<Bytes, Run>,
-    /// Held to record or remove a run; guards the bytes the runs take.
-    lock: Mutex<usize>,
-    /// Runs recorded or about to be: a writer takes the lock only when it is not zero.
-    announced: AtomicUsize,
+impl Run {
+    fn usable_at(&self, snapshot: SeqNo) -> bool {
+        self.seqno <= snapshot && snapshot < self.ended_at.load(Ordering::SeqCst)
+    }
 }
 
-impl ConvertedRuns {
-    /// True if a reader of `[lower, upper)` (unbounded if `None`) may meet a run.
-    pub(crate) fn any_within(&self, lower: &[u8], upper: Option<&[u8]>) -> bool {
-        if self.announced.load(Ordering::Acquire) == 0 {
-            return false;
-        }
-        self.overlapping(lower, upper).next().is_some()
-    }
+/// A memtable's runs at one moment, disjoint and keyed by start; shared with readers.
+#[derive(Debug, Default)]
+pub(crate) struct RunMap {
+    runs: BTreeMap<Bytes, Arc<Run>>,
+    bytes: usize,
+}
 
+impl RunMap {
     /// The run holding `key` that a reader at `snapshot` may skip, as `(start, end)`.
     pub(crate) fn cover(&self, key: &[u8], snapshot: SeqNo) -> Option<(Bytes, Bytes)> {
-        let entry = self.runs.upper_bound(Bound::Included(key))?;
-        let run = entry.value();
-        (key < run.end.as_ref() && run.seqno <= snapshot)
-            .then(|| (entry.key().clone(), run.end.clone()))
+        let (start, run) = self
+            .runs
+            .range::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
+            .next_back()?;
+        (key < run.end.as_ref() && run.usable_at(snapshot))
+            .then(|| (start.clone(), run.end.clone()))
+    }
+
+    /// True if a reader of `[lower, upper)` (unbounded if `None`) may meet a run.
+    pub(crate) fn any_within(&self, lower: &[u8], upper: Option<&[u8]>) -> bool {
+        self.overlapping(lower, upper).next().is_some()
     }
 
     /// The deleted entries of the runs a reader at `snapshot` may skip within `[start, end)`.
     pub(crate) fn deleted_within(&self, start: &[u8], end: &[u8], snapshot: SeqNo) -> u64 {
         self.overlapping(start, Some(end))
-            .filter(|(_, run)| run.seqno <= snapshot)
+            .filter(|(_, run)| run.usable_at(snapshot))
             .map(|(_, run)| run.deleted)
             .sum()
     }
 
-    /// The runs overlapping `[start, end)` (unbounded above if `None`), as (start, run).
+    /// The runs overlapping `[start, end)` (unbounded above if `None`).
     fn overlapping<'a>(
         &'a self,
         start: &'a [u8],
         end: Option<&'a [u8]>,
-    ) -> impl Iterator<Item = (Bytes, Run)> + 'a {
+    ) -> impl Iterator<Item = (&'a Bytes, &'a Arc<Run>)> + 'a {
         let before = self
             .runs
-            .upper_bound(Bound::Excluded(start))
-            .filter(|e| e.value().end.as_ref() > start);
-        let upper = end.map_or(Bound::Unbounded, Bound::Excluded);
+            .range::<[u8], _>((Bound::Unbounded, Bound::Excluded(start)))
+            .next_back()
+            .filter(|(_, run)| run.end.as_ref() > start);
+        // An empty or inverted span (a caller's range can be) meets nothing, and must not
+        // reach `BTreeMap::range`, which panics on it.
+        let empty = end.is_some_and(|end| end <= start);
+        let upper = match end {
+            Some(end) if !empty => Bound::Excluded(end),
+            Some(_) => Bound::Included(start),
+            None => Bound::Unbounded,
+        };
         let within = self.runs.range::<[u8], _>((Bound::Included(start), upper));
         before
+            .filter(|_| !empty)
             .into_iter()
-            .chain(within)
-            .map(|e| (e.key().clone(), e.value().clone()))
+            .chain(within.filter(move |_| !empty))
+    }
+}
+
+/// A run a read learned, waiting to be recorded.
+#[derive(Debug)]
+pub(crate) struct Learned {
+    pub(crate) start: Vec<u8>,
+    pub(crate) end: Vec<u8>,
+    pub(crate) deleted: u64,
+}
+
+/// The runs of one memtable: a copy-on-write map readers take a snapshot of when they start.
+#[derive(Debug, Default)]
+pub(crate) struct ConvertedRuns {
+    map: Mutex<Arc<RunMap>>,
+    /// Runs in `map` or about to be: a writer takes the lock only when it is not zero.
+    announced: AtomicUsize,
+}
+
+impl ConvertedRuns {
+    /// The runs now, for a reader to consult without locking; `None` if there are none.
+    pub(crate) fn snapshot(&self) -> Option<Arc<RunMap>> {
+        if self.announced.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        let map = Arc::clone(&self.lock());
+        (!map.runs.is_empty()).then_some(map)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, usize> {
-        self.lock
+    fn lock(&self) -> std::sync::MutexGuard<'_, Arc<RunMap>> {
+        self.map
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Removes the run starting at `start`; the caller holds the lock (`bytes`).
-    fn remove(&self, bytes: &mut usize, start: &Bytes) -> Option<Run> {
-        let entry = self.runs.remove(start)?;
-        let run = entry.value().clone();
-        *bytes = bytes.saturating_sub(cost(start, &run.end));
-        self.announced.fetch_sub(1, Ordering::SeqCst);
-        Some(run)
-    }
-
-    /// A writer just added `key` to the memtable, after raising its newest seqno: any run
-    /// holding the key no longer says the truth and goes, before the write becomes visible.
-    pub(crate) fn note_write(&self, key: &[u8]) {
+    /// A writer just added `key` at `seqno` to the memtable, after raising its newest seqno:
+    /// the run holding the key, if any, ends there, before the write becomes visible.
+    pub(crate) fn note_write(&self, key: &[u8], seqno: SeqNo) {
         if self.announced.load(Ordering::SeqCst) == 0 {
             return;
         }
-        let mut bytes = self.lock();
-        let holding = self
+        let map = self.lock();
+        let holding = map
             .runs
-            .upper_bound(Bound::Included(key))
-            .filter(|e| key < e.value().end.as_ref())
-            .map(|e| e.key().clone());
-        if let Some(start) = holding {
-            self.remove(&mut bytes, &start);
+            .range::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
+            .next_back()
+            .filter(|(_, run)| key < run.end.as_ref());
+        if let Some((_, run)) = holding {
+            run.ended_at.fetch_min(seqno, Ordering::SeqCst);
         }
     }
 
-    /// Records `[start, end)@seqno`, learned by stepping over `deleted` entries, unless the
-    /// memtable now holds an entry newer than `seqno` (`newest` is its newest seqno). The runs
-    /// it overlaps are merged into it if they are no newer (their union holds at `seqno` too:
-    /// nothing in them changed since, or a write would have removed them); if one is newer, or
-    /// the runs would pass their memory limit, nothing is recorded. True if recorded.
-    pub(crate) fn record(
-        &self,
-        start: &[u8],
-        end: &[u8],
-        seqno: SeqNo,
-        deleted: u64,
-        newest: &AtomicU64,
-    ) -> bool {
-        if start >= end {
-            return false;
+    /// Records the runs `learned` at `seqno`, unless the memtable now holds an entry newer
+    /// than `seqno` (`newest` is its newest seqno). A run takes in the live runs it overlaps
+    /// if they are no newer (their union holds at `seqno` too: nothing in them changed since,
+    /// or a write would have ended them), and drops the ended ones; one that overlaps a newer
+    /// run, or would pass the memory limit, is left out. Returns how many were recorded.
+    pub(crate) fn record(&self, learned: &[Learned], seqno: SeqNo, newest: &AtomicU64) -> u64 {
+        if learned.is_empty() || newest.load(Ordering::SeqCst) > seqno {
+            return 0;
         }
-        let mut bytes = self.lock();
-        let merged: Vec<(Bytes, Run)> = self.overlapping(start, Some(end)).collect();
-        if merged.iter().any(|(_, run)| run.seqno > seqno) {
-            return false;
-        }
-        let first = merged.first().map_or(start, |(s, _)| s.as_ref()).min(start);
-        let last = merged.last().map_or(end, |(_, r)| r.end.as_ref()).max(end);
-        let (first, last) = (Bytes::copy_from_slice(first), Bytes::copy_from_slice(last));
-        let freed: usize = merged.iter().map(|(s, r)| cost(s, &r.end)).sum();
-        if (*bytes - freed.min(*bytes)) + cost(&first, &last) > MAX_BYTES {
-            return false;
-        }
-        // Announced before the check a racing writer may have passed without seeing any run.
-        self.announced.fetch_add(1, Ordering::SeqCst);
-        if newest.load(Ordering::SeqCst) > seqno {
-            self.announced.fetch_sub(1, Ordering::SeqCst);
-            return false;
-        }
-        let mut total = deleted;
-        for (key, _) in &merged {
-            if let Some(run) = self.remove(&mut bytes, key) {
-                total = total.saturating_add(run.deleted);
+        let mut guard = self.lock();
+        let mut map = RunMap {
+            runs: guard.runs.clone(),
+            bytes: guard.bytes,
+        };
+        let mut recorded = 0;
+        for run in learned {
+            if add(&mut map, run, seqno) {
+                recorded += 1;
             }
         }
-        *bytes += cost(&first, &last);
-        self.runs.insert(
-            first,
-            Run {
-                end: last,
-                seqno,
-                deleted: total,
-            },
-        );
-        true
+        if recorded == 0 {
+            return 0;
+        }
+        // Announced before the check a racing writer may have passed without seeing any run.
+        self.announced
+            .store(map.runs.len().max(1), Ordering::SeqCst);
+        if newest.load(Ordering::SeqCst) > seqno {
+            self.announced.store(guard.runs.len(), Ordering::SeqCst);
+            return 0;
+        }
+        *guard = Arc::new(map);
+        recorded
     }
+}
+
+/// Adds `run` at `seqno` to `map`, taking in what it overlaps; false if it cannot be added.
+fn add(map: &mut RunMap, run: &Learned, seqno: SeqNo) -> bool {
+    let (start, end) = (run.start.as_slice(), run.end.as_slice());
+    if start >= end {
+        return false;
+    }
+    let overlapped: Vec<(Bytes, Arc<Run>)> = map
+        .overlapping(start, Some(end))
+        .map(|(s, r)| (s.clone(), Arc::clone(r)))
+        .collect();
+    let live = |r: &Run| r.ended_at.load(Ordering::SeqCst) == SeqNo::MAX;
+    if overlapped.iter().any(|(_, r)| live(r) && r.seqno > seqno) {
+        return false;
+    }
+    let taken_in = || overlapped.iter().filter(|(_, r)| live(r));
+    let first = taken_in()
+        .map(|(s, _)| s.as_ref())
+        .fold(start, std::cmp::min);
+    let last = taken_in()
+        .map(|(_, r)| r.end.as_ref())
+        .fold(end, std::cmp::max);
+    let freed: usize = overlapped.iter().map(|(s, r)| cost(s, &r.end)).sum();
+    let bytes = map.bytes.saturating_sub(freed) + cost(first, last);
+    if bytes > MAX_BYTES {
+        return false;
+    }
+    let deleted = taken_in().fold(run.deleted, |sum, (_, r)| sum.saturating_add(r.deleted));
+    let (first, last) = (Bytes::copy_from_slice(first), Bytes::copy_from_slice(last));
+    for (key, _) in &overlapped {
+        map.runs.remove(key);
+    }
+    map.bytes = bytes;
+    map.runs.insert(
+        first,
+        Arc::new(Run {
+            end: last,
+            seqno,
+            ended_at: AtomicU64::new(SeqNo::MAX),
+            deleted,
+        }),
+    );
+    true
 }
 
 /// The memory a run takes.
@@ -209,23 +270,27 @@ fn cost(start: &[u8], end: &[u8]) -> usize {
 mod tests {
     use super::*;
 
+    fn learned(start: &str, end: &str) -> Learned {
+        Learned {
+            start: start.as_bytes().to_vec(),
+            end: end.as_bytes().to_vec(),
+            deleted: 40,
+        }
+    }
+
     fn recorded(runs: &ConvertedRuns, start: &str, end: &str, seqno: SeqNo) -> bool {
-        runs.record(
-            start.as_bytes(),
-            end.as_bytes(),
-            seqno,
-            40,
-            &AtomicU64::new(seqno),
-        )
+        runs.record(&[learned(start, end)], seqno, &AtomicU64::new(seqno)) == 1
     }
 
     fn cover(runs: &ConvertedRuns, key: &str, snapshot: SeqNo) -> Option<(String, String)> {
-        runs.cover(key.as_bytes(), snapshot).map(|(s, e)| {
-            (
-                String::from_utf8_lossy(&s).into_owned(),
-                String::from_utf8_lossy(&e).into_owned(),
-            )
-        })
+        runs.snapshot()?
+            .cover(key.as_bytes(), snapshot)
+            .map(|(s, e)| {
+                (
+                    String::from_utf8_lossy(&s).into_owned(),
+                    String::from_utf8_lossy(&e).into_owned(),
+                )
+            })
     }
 
     #[allow(
@@ -245,9 +310,13 @@ mod tests {
         assert_eq!(cover(&runs, "e", 9), None, "a reader before the run");
         assert_eq!(cover(&runs, "a", 10), None);
         assert_eq!(cover(&runs, "f", 10), None, "the end is exclusive");
-        assert!(runs.any_within(b"a", Some(b"c")));
-        assert!(!runs.any_within(b"f", None));
-        assert!(!runs.any_within(b"", Some(b"b")));
+        let map = runs.snapshot().expect("runs");
+        assert!(map.any_within(b"a", Some(b"c")));
+        assert!(!map.any_within(b"f", None));
+        assert!(!map.any_within(b"", Some(b"b")));
+        assert!(!map.any_within(b"d", Some(b"c")), "an inverted range");
+        assert!(!map.any_within(b"c", Some(b"c")), "an empty one");
+        assert_eq!(map.deleted_within(b"e", b"a", 20), 0);
     }
 
     #[test]
@@ -259,17 +328,18 @@ mod tests {
         assert!(recorded(&runs, "c", "f", 12));
         assert_eq!(cover(&runs, "b", 20), run("b", "g"), "the union");
         assert_eq!(cover(&runs, "f", 20), run("b", "g"));
+        let map = runs.snapshot().expect("runs");
         assert_eq!(
-            runs.deleted_within(b"a", b"w", 20),
+            map.deleted_within(b"a", b"w", 20),
             120,
-            "its own and the two it took in"
+            "its own and the two taken in"
         );
         assert_eq!(
-            runs.deleted_within(b"a", b"w", 11),
+            map.deleted_within(b"a", b"w", 11),
             0,
             "newer than the reader"
         );
-        assert_eq!(runs.deleted_within(b"g", b"x", 20), 0);
+        assert_eq!(map.deleted_within(b"g", b"x", 20), 0);
         assert!(
             !recorded(&runs, "c", "z", 5),
             "older than a run it overlaps"
@@ -278,31 +348,37 @@ mod tests {
     }
 
     #[test]
-    fn a_write_into_a_run_removes_it() {
+    fn a_write_into_a_run_ends_it_for_readers_that_can_see_the_write() {
         let runs = ConvertedRuns::default();
         assert!(recorded(&runs, "b", "f", 10));
         assert!(recorded(&runs, "m", "p", 10));
-        runs.note_write(b"f");
-        assert!(cover(&runs, "c", 10).is_some(), "f lies past the run");
-        runs.note_write(b"c");
-        assert_eq!(cover(&runs, "c", 10), None);
-        assert!(cover(&runs, "n", 10).is_some());
-        runs.note_write(b"m");
-        assert!(!runs.any_within(b"", None), "no run left");
-        assert_eq!(runs.announced.load(Ordering::SeqCst), 0);
-        assert_eq!(*runs.lock(), 0, "every byte given back");
+        let before = runs.snapshot().expect("runs");
+        runs.note_write(b"f", 15);
+        assert!(cover(&runs, "c", 20).is_some(), "f lies past the run");
+        runs.note_write(b"c", 15);
+        assert_eq!(cover(&runs, "c", 15), None, "a reader that sees the write");
+        assert_eq!(cover(&runs, "c", 14), run("b", "f"), "one that does not");
+        assert!(
+            before.cover(b"c", 15).is_none(),
+            "the same in a map taken before"
+        );
+        assert!(cover(&runs, "n", 20).is_some());
+        // An ended run is dropped by the next record over it, not taken in.
+        assert!(recorded(&runs, "a", "c", 16));
+        assert_eq!(cover(&runs, "b", 20), run("a", "c"));
+        assert_eq!(cover(&runs, "d", 20), None);
     }
 
     #[test]
     fn a_memtable_holding_a_newer_entry_records_nothing() {
         let runs = ConvertedRuns::default();
-        assert!(!runs.record(b"a", b"c", 10, 40, &AtomicU64::new(11)));
-        assert!(!runs.any_within(b"", None));
-        assert_eq!(runs.announced.load(Ordering::SeqCst), 0);
-        assert!(
-            !runs.record(b"c", b"c", 10, 40, &AtomicU64::new(10)),
-            "empty"
+        assert_eq!(
+            runs.record(&[learned("a", "c")], 10, &AtomicU64::new(11)),
+            0
         );
+        assert!(runs.snapshot().is_none());
+        assert_eq!(runs.announced.load(Ordering::SeqCst), 0);
+        assert!(!recorded(&runs, "c", "c", 10), "empty");
     }
 
     #[test]
@@ -311,18 +387,21 @@ mod tests {
         let wide = vec![b'k'; MAX_BYTES / 2];
         let mut end = wide.clone();
         end.push(b'z');
-        assert!(!runs.record(&wide, &end, 1, 40, &AtomicU64::new(1)));
-        let mut n = 0u32;
-        while runs.record(
-            format!("k{n:06}").as_bytes(),
-            format!("k{n:06}a").as_bytes(),
-            1,
-            40,
-            &AtomicU64::new(1),
-        ) {
-            n += 1;
-        }
+        let too_wide = Learned {
+            start: wide,
+            end,
+            deleted: 1,
+        };
+        assert_eq!(runs.record(&[too_wide], 1, &AtomicU64::new(1)), 0);
+        let many: Vec<Learned> = (0..100_000u32)
+            .map(|n| learned(&format!("k{n:06}"), &format!("k{n:06}a")))
+            .collect();
+        let n = runs.record(&many, 1, &AtomicU64::new(1));
         let each = cost(b"k000000", b"k000000a");
-        assert_eq!(n as usize, MAX_BYTES / each, "runs of {each} bytes");
+        assert_eq!(
+            usize::try_from(n).expect("small"),
+            MAX_BYTES / each,
+            "runs of {each} bytes"
+        );
     }
 }

@@ -14,7 +14,7 @@
 //! that memtable and every older source.
 
 use std::ops::Bound;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use cairn_sstable::{
@@ -22,6 +22,7 @@ use cairn_sstable::{
 };
 
 use crate::clock::Clock;
+use crate::converted_runs::{Learned, RunMap};
 use crate::cursor::{Rules, Walk};
 use crate::error::{Error, Result};
 use crate::level_iter::{LevelIter, LevelTombstones};
@@ -83,9 +84,10 @@ pub(crate) struct SourceIter {
     newer: Arc<Vec<Tombstones>>,
     /// Entries stepped over one by one because a range tombstone of this source hid them.
     hidden: u64,
-    /// The memtables whose recorded runs of deleted keys this source may seek past: its own
-    /// and every newer one, if they held runs within the read's range when it began.
-    runs: Arc<Vec<Arc<Memtable>>>,
+    /// The recorded runs of deleted keys this source may seek past, as they were when the read
+    /// began (every source of it skips the same ones): those of its own memtable and every
+    /// newer one that held runs within the read's range.
+    runs: Arc<Vec<Arc<RunMap>>>,
     /// How many times this source sought past a recorded run.
     skipped_runs: u64,
     /// Nothing to hide: no range tombstone or recorded run here or in a newer source, and no
@@ -108,7 +110,7 @@ impl SourceIter {
     fn run_cover(&self, key: &[u8]) -> Option<(Bytes, Bytes)> {
         self.runs
             .iter()
-            .find_map(|mem| mem.converted_runs().cover(key, self.snapshot))
+            .find_map(|runs| runs.cover(key, self.snapshot))
     }
 
     /// A fragment of a newer source visible at the snapshot that covers `key`.
@@ -284,7 +286,7 @@ fn sources(
     let mut newer: Vec<Tombstones> = Vec::new();
     // The memtables pushed so far holding runs in the range: a run holds for its own memtable
     // and every older source.
-    let mut runs: Vec<Arc<Memtable>> = Vec::new();
+    let mut runs: Vec<Arc<RunMap>> = Vec::new();
     let (lower, upper) = key_span(range);
     // `newest_seqno`: the source's newest entry, if known (tables), to tell whether the
     // snapshot can see all of it.
@@ -293,9 +295,10 @@ fn sources(
                     newest_seqno: Option<SeqNo>,
                     out: &mut Vec<SourceIter>| {
         if let Tombstones::Memtable(mem) = &own
-            && mem.converted_runs().any_within(lower, upper.as_deref())
+            && let Some(recorded) = mem.converted_runs()
+            && recorded.any_within(lower, upper.as_deref())
         {
-            runs.push(Arc::clone(mem));
+            runs.push(recorded);
         }
         let has_tombstones = !own.is_empty();
         let plain = !has_tombstones
@@ -367,6 +370,8 @@ pub(crate) struct Read {
     db: Arc<crate::inner::DbInner>,
     /// See [`RunSink`].
     older_newest: OnceLock<SeqNo>,
+    /// Runs of deleted keys the read learned, recorded when it ends (or when many wait).
+    learned: Mutex<Vec<Learned>>,
     sv: Arc<SuperVersion>,
     snapshot: SeqNo,
     range: (Bound<Bytes>, Bound<Bytes>),
@@ -400,6 +405,7 @@ impl Read {
         Ok(Self {
             db,
             older_newest: OnceLock::new(),
+            learned: Mutex::new(Vec::new()),
             sv,
             snapshot,
             range,
@@ -433,6 +439,7 @@ impl Read {
                 cf: self.trigger.cf,
                 snapshot: self.snapshot,
                 older_newest: &self.older_newest,
+                learned: &self.learned,
             },
         };
         (rules, &mut self.trigger)
@@ -443,7 +450,17 @@ impl Read {
     pub(crate) fn check_open(&self) -> Result<()> {
         self.trigger.db.check_open()
     }
+}
 
+impl Drop for Read {
+    /// Records the runs of deleted keys the read learned.
+    fn drop(&mut self) {
+        let (rules, _) = self.parts();
+        rules.runs.record_learned();
+    }
+}
+
+impl Read {
     /// `error`, or `Stopped` if the database closed: a table opened mid-read may have been
     /// swept by another process after a close, and the reader should say closed, not that a
     /// file is missing.
@@ -463,24 +480,52 @@ pub(crate) struct RunSink<'a> {
     /// The newest seqno in the view's sources below its newest memtable, found once a read:
     /// they never gain entries.
     older_newest: &'a OnceLock<SeqNo>,
+    learned: &'a Mutex<Vec<Learned>>,
 }
+
+/// Learned runs a read records at once, before it ends: each recording copies the memtable's
+/// map of runs.
+const LEARNED_BATCH: usize = 256;
 
 impl RunSink<'_> {
     /// The deleted entries the recorded runs of the view within `[start, end)` stand for.
     pub(crate) fn deleted_within(&self, start: &[u8], end: &[u8]) -> u64 {
         self.sv
             .memtables(self.cf)
-            .map(|mem| {
-                mem.converted_runs()
-                    .deleted_within(start, end, self.snapshot)
-            })
+            .filter_map(|mem| mem.converted_runs())
+            .map(|runs| runs.deleted_within(start, end, self.snapshot))
             .sum()
     }
 
-    /// Records that nothing in `[start, end)` with seqno up to the snapshot is visible (the
-    /// walk stepped over `deleted` entries to learn it). Does nothing if an older source of
-    /// the view, or the newest memtable now, holds a newer entry.
+    /// Notes that nothing in `[start, end)` with seqno up to the snapshot is visible (the
+    /// walk stepped over `deleted` entries to learn it), to be recorded with the read's other
+    /// runs.
     pub(crate) fn record(&self, start: &[u8], end: &[u8], deleted: u64) {
+        let mut learned = lock(self.learned);
+        learned.push(Learned {
+            start: start.to_vec(),
+            end: end.to_vec(),
+            deleted,
+        });
+        if learned.len() >= LEARNED_BATCH {
+            let batch = std::mem::take(&mut *learned);
+            drop(learned);
+            self.record_all(&batch);
+        }
+    }
+
+    /// Records the runs noted so far.
+    fn record_learned(&self) {
+        let batch = std::mem::take(&mut *lock(self.learned));
+        self.record_all(&batch);
+    }
+
+    /// Records `batch` in the newest memtable of the view, unless an older source of the view,
+    /// or that memtable now, holds an entry newer than the snapshot.
+    fn record_all(&self, batch: &[Learned]) {
+        if batch.is_empty() {
+            return;
+        }
         let Some(newest) = self.sv.memtables(self.cf).next() else {
             return;
         };
@@ -493,12 +538,19 @@ impl RunSink<'_> {
                     });
                 memtables.chain(tables).max().unwrap_or(0)
             });
-        if older_newest <= self.snapshot && newest.record_run(start, end, self.snapshot, deleted) {
+        if older_newest <= self.snapshot {
+            let recorded = newest.record_runs(batch, self.snapshot);
             self.counters
                 .runs_recorded
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                .fetch_add(recorded, std::sync::atomic::Ordering::Relaxed);
         }
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// An iterator over a column family's live keys and values in a range, at one snapshot.

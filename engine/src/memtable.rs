@@ -18,7 +18,7 @@ use cairn_sstable::{
 };
 use crossbeam_skiplist::SkipMap;
 
-use crate::converted_runs::ConvertedRuns;
+use crate::converted_runs::{ConvertedRuns, Learned, RunMap};
 
 /// Internal keys up to this long are stored inside the skip-list node: most keys are short,
 /// and a key behind a pointer costs a cache miss at every comparison of a search.
@@ -179,7 +179,7 @@ impl Memtable {
         self.map.insert(ikey, MemValue { meta, value });
         // In this order, before the seqno is visible: see `converted_runs`.
         self.newest_seqno.fetch_max(seqno, AtomicOrdering::SeqCst);
-        self.runs.note_write(key);
+        self.runs.note_write(key, seqno);
     }
 
     /// The newest seqno of a point entry it holds (0 if none).
@@ -187,17 +187,15 @@ impl Memtable {
         self.newest_seqno.load(AtomicOrdering::SeqCst)
     }
 
-    /// The runs of deleted keys recorded in it.
-    pub(crate) fn converted_runs(&self) -> &ConvertedRuns {
-        &self.runs
+    /// The runs of deleted keys recorded in it now, if any.
+    pub(crate) fn converted_runs(&self) -> Option<Arc<RunMap>> {
+        self.runs.snapshot()
     }
 
-    /// Records that nothing in `[start, end)` with seqno `<= seqno` is visible (a read stepped
-    /// over `deleted` entries to learn it), if this memtable holds no entry newer than
-    /// `seqno`; the caller has checked the older sources.
-    pub(crate) fn record_run(&self, start: &[u8], end: &[u8], seqno: SeqNo, deleted: u64) -> bool {
-        self.runs
-            .record(start, end, seqno, deleted, &self.newest_seqno)
+    /// Records the runs of deleted keys a read at `seqno` learned, if this memtable holds no
+    /// entry newer than `seqno`; the caller has checked the older sources. How many it kept.
+    pub(crate) fn record_runs(&self, learned: &[Learned], seqno: SeqNo) -> u64 {
+        self.runs.record(learned, seqno, &self.newest_seqno)
     }
 
     /// Adds the range tombstone `[start, end)`.

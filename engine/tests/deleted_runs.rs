@@ -120,6 +120,29 @@ fn a_key_written_into_a_run_is_read_after_it() {
     assert_eq!(first_at_or_after(&db, &key(1_200)), Some(key(1_850)));
 }
 
+/// A cursor open while a run ends (a write into it) or is first recorded (by another read)
+/// keeps skipping exactly what it skipped before, in every source: were the two tables of the
+/// deleted range to disagree, the older one's puts would come back without the deletes.
+#[test]
+fn an_open_cursor_sees_the_same_runs_while_they_change() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = deleted_run(dir.path());
+    // Opened before any run exists; another read records one meanwhile.
+    let mut before = db.cursor().expect("cursor");
+    before.seek(key(99)).expect("seek");
+    assert_eq!(first_at_or_after(&db, &key(100)), Some(key(1_100)));
+    assert_eq!(db.stats().deleted_runs_recorded, 1);
+    // Opened while the run holds; a write into it ends it meanwhile.
+    let mut during = db.cursor().expect("cursor");
+    during.seek(key(99)).expect("seek");
+    db.put(key(500), "back").expect("put");
+    for cursor in [&mut before, &mut during] {
+        cursor.next().expect("next");
+        assert_eq!(cursor.key(), Some(key(1_100).as_bytes()));
+    }
+    assert_eq!(first_at_or_after(&db, &key(100)), Some(key(500)));
+}
+
 /// A reader at an older snapshot steps over a key written after it (invisible to it); were its
 /// run recorded, a newer reader would skip that key. Whether the newer entry is in the
 /// memtable or already in a table, no run is recorded.
