@@ -16,7 +16,7 @@
 //! seqno is read), only if the memtable and every older source of the view hold no entry newer
 //! than `S` at the time the run is recorded (older sources never gain entries: a frozen
 //! memtable is read-only, flushes go oldest first and compaction only rewrites), and a writer
-//! that adds a key to the memtable ends any run holding it before its seqno `W` becomes visible
+//! that adds a key to the memtable ends any run, recorded or pending, holding it before its seqno `W` becomes visible
 //! (**every path that inserts into a memtable must keep this duty**: `Memtable::insert` does):
 //! the run is then used only by readers below `W`, who cannot see the write.
 //! The last two race only as the store-buffer pattern: under the runs' lock, the recorder
@@ -27,10 +27,14 @@
 //!
 //! Every source of one read must skip the same runs, or one source would hand out an old `Put`
 //! whose newer `Delete` another source skipped. So a read takes the runs as they are when it
-//! starts (an immutable map shared by `Arc`), and ending a run only marks it with the write's
-//! seqno, which every reader compares with its own fixed snapshot. A read buffers the runs it
-//! learns and records them when it ends (or every few hundred), so the map is copied once per
-//! read that learned something, not once per run.
+//! starts (an immutable map shared by `Arc`; it must take them after it has read its
+//! snapshot's seqno), and ending a run only marks it with the write's seqno, which every reader
+//! compares with its own fixed snapshot. A run a read learns is announced at once (the check
+//! against the memtable's newest seqno is made then, while the walk has just seen the run) and
+//! kept pending, where writes end it as they would a recorded one; the read moves its pending
+//! runs into the map when it ends (or every few hundred), so the map is copied once per read
+//! that learned something, not once per run, and a read may write (delete the key it found,
+//! say) before it ends without losing what it learned.
 //!
 //! Runs are never logged or flushed: they live and die with their memtable, are learned again
 //! by the next read that steps over the deletes, and change nothing compaction decides. Runs
@@ -56,10 +60,11 @@ const RUN_OVERHEAD: usize = 160;
 /// if it also skipped a run recorded before: the new run then takes it in).
 pub(crate) const MIN_STEPPED: u64 = 32;
 
-/// One recorded run: everything in `[start, end)` with seqno `<= seqno` is deleted, for readers
-/// below `ended_at`.
+/// One run: everything in `[start, end)` with seqno `<= seqno` is deleted, for readers below
+/// `ended_at`.
 #[derive(Debug)]
-struct Run {
+pub(crate) struct Run {
+    start: Bytes,
     end: Bytes,
     seqno: SeqNo,
     /// The seqno of the first write into the run; `SeqNo::MAX` while none came.
@@ -72,6 +77,19 @@ struct Run {
 impl Run {
     fn usable_at(&self, snapshot: SeqNo) -> bool {
         self.seqno <= snapshot && snapshot < self.ended_at.load(Ordering::SeqCst)
+    }
+
+    fn live(&self) -> bool {
+        self.ended_at.load(Ordering::SeqCst) == SeqNo::MAX
+    }
+
+    fn holds(&self, key: &[u8]) -> bool {
+        self.start.as_ref() <= key && key < self.end.as_ref()
+    }
+
+    /// A write at `seqno` into the run ends it there.
+    fn end_at(&self, seqno: SeqNo) {
+        self.ended_at.fetch_min(seqno, Ordering::SeqCst);
     }
 }
 
@@ -133,19 +151,24 @@ impl RunMap {
     }
 }
 
-/// A run a read learned, waiting to be recorded.
+/// A run a read learned and announced, waiting to move into the map.
 #[derive(Debug)]
-pub(crate) struct Learned {
-    pub(crate) start: Vec<u8>,
-    pub(crate) end: Vec<u8>,
-    pub(crate) deleted: u64,
+pub(crate) struct Learned(Arc<Run>);
+
+/// What the runs' lock guards.
+#[derive(Debug, Default)]
+struct State {
+    map: Arc<RunMap>,
+    /// Runs learned by reads still open, each announced and ended by writes like a recorded one.
+    pending: Vec<Arc<Run>>,
 }
 
-/// The runs of one memtable: a copy-on-write map readers take a snapshot of when they start.
+/// The runs of one memtable: a copy-on-write map readers take a snapshot of when they start,
+/// and the runs reads learned and have not moved into it yet.
 #[derive(Debug, Default)]
 pub(crate) struct ConvertedRuns {
-    map: Mutex<Arc<RunMap>>,
-    /// Runs in `map` or about to be: a writer takes the lock only when it is not zero.
+    state: Mutex<State>,
+    /// Runs recorded or pending: a writer takes the lock only when it is not zero.
     announced: AtomicUsize,
 }
 
@@ -155,83 +178,124 @@ impl ConvertedRuns {
         if self.announced.load(Ordering::SeqCst) == 0 {
             return None;
         }
-        let map = Arc::clone(&self.lock());
+        let map = Arc::clone(&self.lock().map);
         (!map.runs.is_empty()).then_some(map)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Arc<RunMap>> {
-        self.map
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Publishes how many runs there are, recorded and pending; the caller holds the lock.
+    fn publish(&self, state: &State) {
+        self.announced
+            .store(state.map.runs.len() + state.pending.len(), Ordering::SeqCst);
+    }
+
     /// A writer just added `key` at `seqno` to the memtable, after raising its newest seqno:
-    /// the run holding the key, if any, ends there, before the write becomes visible.
+    /// the runs holding the key, recorded or pending, end there, before the write is visible.
     pub(crate) fn note_write(&self, key: &[u8], seqno: SeqNo) {
         if self.announced.load(Ordering::SeqCst) == 0 {
             return;
         }
-        let map = self.lock();
-        let holding = map
+        let state = self.lock();
+        let recorded = state
+            .map
             .runs
             .range::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
             .next_back()
-            .filter(|(_, run)| key < run.end.as_ref());
-        if let Some((_, run)) = holding {
-            run.ended_at.fetch_min(seqno, Ordering::SeqCst);
+            .map(|(_, run)| run);
+        for run in recorded.into_iter().chain(&state.pending) {
+            if run.holds(key) {
+                run.end_at(seqno);
+            }
         }
     }
 
-    /// Records the runs `learned` at `seqno`, unless the memtable now holds an entry newer
-    /// than `seqno` (`newest` is its newest seqno). A run takes in the live runs it overlaps
-    /// if they are no newer (their union holds at `seqno` too: nothing in them changed since,
-    /// or a write would have ended them), and drops the ended ones; one that overlaps a newer
-    /// run, or would pass the memory limit, is left out. Returns how many were recorded.
-    pub(crate) fn record(&self, learned: &[Learned], seqno: SeqNo, newest: &AtomicU64) -> u64 {
-        if learned.is_empty() || newest.load(Ordering::SeqCst) > seqno {
-            return 0;
+    /// Announces `[start, end)@seqno`, learned by stepping over `deleted` entries, unless the
+    /// memtable holds an entry newer than `seqno` (`newest` is its newest seqno): the walk that
+    /// learned it might not have seen such an entry in the run.
+    pub(crate) fn learn(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        seqno: SeqNo,
+        deleted: u64,
+        newest: &AtomicU64,
+    ) -> Option<Learned> {
+        if start >= end || newest.load(Ordering::SeqCst) > seqno {
+            return None;
         }
-        let mut guard = self.lock();
-        let mut map = RunMap {
-            runs: guard.runs.clone(),
-            bytes: guard.bytes,
-        };
-        let mut recorded = 0;
-        for run in learned {
-            if add(&mut map, run, seqno) {
-                recorded += 1;
-            }
-        }
-        if recorded == 0 {
-            return 0;
-        }
-        // Announced before the check a racing writer may have passed without seeing any run.
-        self.announced
-            .store(map.runs.len().max(1), Ordering::SeqCst);
+        let run = Arc::new(Run {
+            start: Bytes::copy_from_slice(start),
+            end: Bytes::copy_from_slice(end),
+            seqno,
+            ended_at: AtomicU64::new(SeqNo::MAX),
+            deleted,
+        });
+        let mut state = self.lock();
+        state.pending.push(Arc::clone(&run));
+        self.publish(&state);
+        // Announced; now the check a racing writer may have passed without seeing any run.
         if newest.load(Ordering::SeqCst) > seqno {
-            self.announced.store(guard.runs.len(), Ordering::SeqCst);
+            state.pending.pop();
+            self.publish(&state);
+            return None;
+        }
+        Some(Learned(run))
+    }
+
+    /// Moves the runs `learned` into the map, those no write ended. A run takes in the live
+    /// runs it overlaps if they are no newer (their union holds at its seqno too: nothing in
+    /// them changed since, or a write would have ended them) and drops the ended ones; one that
+    /// overlaps a newer run, or would pass the memory limit, is left out. Ended runs elsewhere
+    /// are dropped from the copy too. Returns how many were recorded.
+    pub(crate) fn record(&self, learned: &[Learned]) -> u64 {
+        if learned.is_empty() {
             return 0;
         }
-        *guard = Arc::new(map);
+        let mut state = self.lock();
+        state
+            .pending
+            .retain(|p| !learned.iter().any(|l| Arc::ptr_eq(p, &l.0)));
+        let live: Vec<&Arc<Run>> = learned.iter().map(|l| &l.0).filter(|r| r.live()).collect();
+        let room = state.map.bytes + cost(&[], &[]) <= MAX_BYTES
+            || state.map.runs.values().any(|r| !r.live());
+        let mut recorded = 0;
+        if !live.is_empty() && room {
+            let mut map = RunMap::default();
+            for (start, run) in state.map.runs.iter().filter(|(_, r)| r.live()) {
+                map.bytes += cost(start, &run.end);
+                map.runs.insert(start.clone(), Arc::clone(run));
+            }
+            for run in live {
+                if add(&mut map, run) {
+                    recorded += 1;
+                }
+            }
+            state.map = Arc::new(map);
+        }
+        self.publish(&state);
         recorded
     }
 }
 
-/// Adds `run` at `seqno` to `map`, taking in what it overlaps; false if it cannot be added.
-fn add(map: &mut RunMap, run: &Learned, seqno: SeqNo) -> bool {
-    let (start, end) = (run.start.as_slice(), run.end.as_slice());
-    if start >= end {
-        return false;
-    }
+/// Adds `run` to `map`, taking in what it overlaps; false if it cannot be added.
+fn add(map: &mut RunMap, run: &Arc<Run>) -> bool {
+    let (start, end) = (run.start.as_ref(), run.end.as_ref());
     let overlapped: Vec<(Bytes, Arc<Run>)> = map
         .overlapping(start, Some(end))
         .map(|(s, r)| (s.clone(), Arc::clone(r)))
         .collect();
-    let live = |r: &Run| r.ended_at.load(Ordering::SeqCst) == SeqNo::MAX;
-    if overlapped.iter().any(|(_, r)| live(r) && r.seqno > seqno) {
+    if overlapped
+        .iter()
+        .any(|(_, r)| r.live() && r.seqno > run.seqno)
+    {
         return false;
     }
-    let taken_in = || overlapped.iter().filter(|(_, r)| live(r));
+    let taken_in = || overlapped.iter().filter(|(_, r)| r.live());
     let first = taken_in()
         .map(|(s, _)| s.as_ref())
         .fold(start, std::cmp::min);
@@ -250,10 +314,11 @@ fn add(map: &mut RunMap, run: &Learned, seqno: SeqNo) -> bool {
     }
     map.bytes = bytes;
     map.runs.insert(
-        first,
+        first.clone(),
         Arc::new(Run {
+            start: first,
             end: last,
-            seqno,
+            seqno: run.seqno,
             ended_at: AtomicU64::new(SeqNo::MAX),
             deleted,
         }),
@@ -270,16 +335,13 @@ fn cost(start: &[u8], end: &[u8]) -> usize {
 mod tests {
     use super::*;
 
-    fn learned(start: &str, end: &str) -> Learned {
-        Learned {
-            start: start.as_bytes().to_vec(),
-            end: end.as_bytes().to_vec(),
-            deleted: 40,
-        }
+    fn learned(runs: &ConvertedRuns, start: &str, end: &str, seqno: SeqNo) -> Option<Learned> {
+        let newest = AtomicU64::new(seqno);
+        runs.learn(start.as_bytes(), end.as_bytes(), seqno, 40, &newest)
     }
 
     fn recorded(runs: &ConvertedRuns, start: &str, end: &str, seqno: SeqNo) -> bool {
-        runs.record(&[learned(start, end)], seqno, &AtomicU64::new(seqno)) == 1
+        learned(runs, start, end, seqno).is_some_and(|run| runs.record(&[run]) == 1)
     }
 
     fn cover(runs: &ConvertedRuns, key: &str, snapshot: SeqNo) -> Option<(String, String)> {
@@ -363,18 +425,32 @@ mod tests {
             "the same in a map taken before"
         );
         assert!(cover(&runs, "n", 20).is_some());
-        // An ended run is dropped by the next record over it, not taken in.
+        // The next copy of the map drops the ended run; a record over it does not take it in.
         assert!(recorded(&runs, "a", "c", 16));
         assert_eq!(cover(&runs, "b", 20), run("a", "c"));
-        assert_eq!(cover(&runs, "d", 20), None);
+        assert_eq!(cover(&runs, "d", 14), None, "dropped");
     }
 
     #[test]
-    fn a_memtable_holding_a_newer_entry_records_nothing() {
+    fn a_write_into_a_pending_run_keeps_it_out_of_the_map() {
         let runs = ConvertedRuns::default();
-        assert_eq!(
-            runs.record(&[learned("a", "c")], 10, &AtomicU64::new(11)),
-            0
+        let hit = learned(&runs, "b", "f", 10).expect("learned");
+        let missed = learned(&runs, "m", "p", 10).expect("learned");
+        runs.note_write(b"c", 12);
+        runs.note_write(b"f", 12);
+        assert_eq!(runs.record(&[hit, missed]), 1);
+        assert_eq!(cover(&runs, "c", 20), None);
+        assert_eq!(cover(&runs, "n", 20), run("m", "p"));
+        assert!(runs.lock().pending.is_empty());
+        assert_eq!(runs.announced.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_memtable_holding_a_newer_entry_learns_nothing() {
+        let runs = ConvertedRuns::default();
+        assert!(
+            runs.learn(b"a", b"c", 10, 40, &AtomicU64::new(11))
+                .is_none()
         );
         assert!(runs.snapshot().is_none());
         assert_eq!(runs.announced.load(Ordering::SeqCst), 0);
@@ -387,16 +463,13 @@ mod tests {
         let wide = vec![b'k'; MAX_BYTES / 2];
         let mut end = wide.clone();
         end.push(b'z');
-        let too_wide = Learned {
-            start: wide,
-            end,
-            deleted: 1,
-        };
-        assert_eq!(runs.record(&[too_wide], 1, &AtomicU64::new(1)), 0);
+        let newest = AtomicU64::new(1);
+        let too_wide = runs.learn(&wide, &end, 1, 1, &newest).expect("learned");
+        assert_eq!(runs.record(&[too_wide]), 0);
         let many: Vec<Learned> = (0..100_000u32)
-            .map(|n| learned(&format!("k{n:06}"), &format!("k{n:06}a")))
+            .filter_map(|n| learned(&runs, &format!("k{n:06}"), &format!("k{n:06}a"), 1))
             .collect();
-        let n = runs.record(&many, 1, &AtomicU64::new(1));
+        let n = runs.record(&many);
         let each = cost(b"k000000", b"k000000a");
         assert_eq!(
             usize::try_from(n).expect("small"),

@@ -453,8 +453,12 @@ impl Read {
 }
 
 impl Drop for Read {
-    /// Records the runs of deleted keys the read learned.
+    /// Records the runs of deleted keys the read learned; not while unwinding, where a second
+    /// panic would abort.
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
         let (rules, _) = self.parts();
         rules.runs.record_learned();
     }
@@ -497,35 +501,11 @@ impl RunSink<'_> {
             .sum()
     }
 
-    /// Notes that nothing in `[start, end)` with seqno up to the snapshot is visible (the
-    /// walk stepped over `deleted` entries to learn it), to be recorded with the read's other
-    /// runs.
+    /// Learns that nothing in `[start, end)` with seqno up to the snapshot is visible (the
+    /// walk stepped over `deleted` entries to learn it): announced in the newest memtable of
+    /// the view now, unless it or an older source holds an entry newer than the snapshot, and
+    /// recorded with the read's other runs.
     pub(crate) fn record(&self, start: &[u8], end: &[u8], deleted: u64) {
-        let mut learned = lock(self.learned);
-        learned.push(Learned {
-            start: start.to_vec(),
-            end: end.to_vec(),
-            deleted,
-        });
-        if learned.len() >= LEARNED_BATCH {
-            let batch = std::mem::take(&mut *learned);
-            drop(learned);
-            self.record_all(&batch);
-        }
-    }
-
-    /// Records the runs noted so far.
-    fn record_learned(&self) {
-        let batch = std::mem::take(&mut *lock(self.learned));
-        self.record_all(&batch);
-    }
-
-    /// Records `batch` in the newest memtable of the view, unless an older source of the view,
-    /// or that memtable now, holds an entry newer than the snapshot.
-    fn record_all(&self, batch: &[Learned]) {
-        if batch.is_empty() {
-            return;
-        }
         let Some(newest) = self.sv.memtables(self.cf).next() else {
             return;
         };
@@ -538,12 +518,36 @@ impl RunSink<'_> {
                     });
                 memtables.chain(tables).max().unwrap_or(0)
             });
-        if older_newest <= self.snapshot {
-            let recorded = newest.record_runs(batch, self.snapshot);
-            self.counters
-                .runs_recorded
-                .fetch_add(recorded, std::sync::atomic::Ordering::Relaxed);
+        if older_newest > self.snapshot {
+            return;
         }
+        let Some(run) = newest.learn_run(start, end, self.snapshot, deleted) else {
+            return;
+        };
+        let mut learned = lock(self.learned);
+        learned.push(run);
+        if learned.len() >= LEARNED_BATCH {
+            let batch = std::mem::take(&mut *learned);
+            drop(learned);
+            self.record_all(&batch);
+        }
+    }
+
+    /// Records the runs learned so far.
+    fn record_learned(&self) {
+        let batch = std::mem::take(&mut *lock(self.learned));
+        self.record_all(&batch);
+    }
+
+    /// Moves `batch`, announced in the newest memtable of the view, into its map.
+    fn record_all(&self, batch: &[Learned]) {
+        let Some(newest) = self.sv.memtables(self.cf).next() else {
+            return;
+        };
+        let recorded = newest.record_runs(batch);
+        self.counters
+            .runs_recorded
+            .fetch_add(recorded, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

@@ -192,10 +192,23 @@ impl Memtable {
         self.runs.snapshot()
     }
 
-    /// Records the runs of deleted keys a read at `seqno` learned, if this memtable holds no
-    /// entry newer than `seqno`; the caller has checked the older sources. How many it kept.
-    pub(crate) fn record_runs(&self, learned: &[Learned], seqno: SeqNo) -> u64 {
-        self.runs.record(learned, seqno, &self.newest_seqno)
+    /// Announces a run of deleted keys a read at `seqno` learned, if this memtable holds no
+    /// entry newer than `seqno` (the caller has checked the older sources); see
+    /// [`ConvertedRuns::learn`].
+    pub(crate) fn learn_run(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        seqno: SeqNo,
+        deleted: u64,
+    ) -> Option<Learned> {
+        self.runs
+            .learn(start, end, seqno, deleted, &self.newest_seqno)
+    }
+
+    /// Moves runs learned by a read into the map; how many it kept.
+    pub(crate) fn record_runs(&self, learned: &[Learned]) -> u64 {
+        self.runs.record(learned)
     }
 
     /// Adds the range tombstone `[start, end)`.

@@ -143,6 +143,39 @@ fn an_open_cursor_sees_the_same_runs_while_they_change() {
     assert_eq!(first_at_or_after(&db, &key(100)), Some(key(500)));
 }
 
+/// A read that writes before it ends (a queue pops the head its cursor found while the cursor
+/// is open) keeps the runs it learned: only a write into a run ends it.
+#[test]
+fn a_read_that_writes_before_it_ends_keeps_its_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = deleted_run(dir.path());
+    let mut cursor = db.cursor().expect("cursor");
+    cursor.seek(key(100)).expect("seek");
+    let head = cursor.key().expect("a live key").to_vec();
+    assert_eq!(head, key(1_100).as_bytes());
+    db.delete(&head).expect("pop");
+    drop(cursor);
+    assert_eq!(db.stats().deleted_runs_recorded, 1);
+    let (blocks, landed) = blocks_for_seek(&db, &key(100));
+    assert_eq!(landed, Some(key(1_101)));
+    assert!(blocks <= 4, "the seek read {blocks} blocks");
+    // A write into the run while the read that learned it is open keeps it out.
+    for i in 1_200..1_900 {
+        db.delete(key(i)).expect("delete");
+    }
+    let recorded = db.stats().deleted_runs_recorded;
+    let mut cursor = db.cursor().expect("cursor");
+    cursor.seek(key(1_200)).expect("seek");
+    db.put(key(1_500), "back").expect("put");
+    drop(cursor);
+    assert_eq!(
+        db.stats().deleted_runs_recorded,
+        recorded,
+        "the ended run was recorded"
+    );
+    assert_eq!(first_at_or_after(&db, &key(1_200)), Some(key(1_500)));
+}
+
 /// A reader at an older snapshot steps over a key written after it (invisible to it); were its
 /// run recorded, a newer reader would skip that key. Whether the newer entry is in the
 /// memtable or already in a table, no run is recorded.
