@@ -11,19 +11,20 @@
 //!   source, which is right only if all their entries in the run have seqno `<= S`: then each
 //!   is hidden at `S` by a tombstone `<= S`, which hides it at `S'` too.
 //!
-//! That last condition is what this module keeps. A run is recorded only in the newest
+//! That last condition is what this module keeps. A run is announced only in the newest
 //! memtable of the reader's view (which may be frozen by then: the view is taken before the
 //! seqno is read), only if the memtable and every older source of the view hold no entry newer
-//! than `S` at the time the run is recorded (older sources never gain entries: a frozen
-//! memtable is read-only, flushes go oldest first and compaction only rewrites), and a writer
-//! that adds a key to the memtable ends any run, recorded or pending, holding it before its seqno `W` becomes visible
-//! (**every path that inserts into a memtable must keep this duty**: `Memtable::insert` does):
-//! the run is then used only by readers below `W`, who cannot see the write.
-//! The last two race only as the store-buffer pattern: under the runs' lock, the recorder
-//! announces a run is coming and then reads the memtable's newest seqno, the writer raises
-//! that seqno and then reads whether any run may exist, all sequentially consistent, so one
-//! of them sees the other; a writer that sees one waits for the lock, so the run it removes is
-//! in place. A run that fails the check is never inserted, so no reader ever sees it.
+//! than `S` when the walk learns it (older sources never gain entries: a frozen memtable is
+//! read-only, flushes go oldest first and compaction only rewrites). From then on a writer that
+//! adds a key to the memtable ends any run holding it, pending or recorded, at its seqno `W`,
+//! before `W` becomes visible (**every path that inserts into a memtable must keep this duty**:
+//! `Memtable::insert` does): the run is then used only by readers below `W`, who cannot see the
+//! write, and a pending one is never recorded. The announcement and the writer race only as the
+//! store-buffer pattern: under the runs' lock, `learn` publishes the run and then reads the
+//! memtable's newest seqno; the writer raises that seqno and then reads whether any run may
+//! exist; all sequentially consistent, so one of them sees the other, and a writer that sees
+//! one waits for the lock, so the run it ends is in place. A run that fails the check is never
+//! announced.
 //!
 //! Every source of one read must skip the same runs, or one source would hand out an old `Put`
 //! whose newer `Delete` another source skipped. So a read takes the runs as they are when it
