@@ -30,6 +30,7 @@ use crate::memtable::Memtable;
 use crate::read::Visibility;
 use crate::super_version::SuperVersion;
 use crate::version_edit::FileMeta;
+use crate::write_queue::lock;
 
 /// Where a source's range tombstones live.
 #[derive(Debug, Clone)]
@@ -450,6 +451,13 @@ impl Read {
     pub(crate) fn check_open(&self) -> Result<()> {
         self.trigger.db.check_open()
     }
+
+    /// `error`, or `Stopped` if the database closed: a table opened mid-read may have been
+    /// swept by another process after a close, and the reader should say closed, not that a
+    /// file is missing.
+    pub(crate) fn closed_or(&self, error: Error) -> Error {
+        self.check_open().err().unwrap_or(error)
+    }
 }
 
 impl Drop for Read {
@@ -461,15 +469,6 @@ impl Drop for Read {
         }
         let (rules, _) = self.parts();
         rules.runs.record_learned();
-    }
-}
-
-impl Read {
-    /// `error`, or `Stopped` if the database closed: a table opened mid-read may have been
-    /// swept by another process after a close, and the reader should say closed, not that a
-    /// file is missing.
-    pub(crate) fn closed_or(&self, error: Error) -> Error {
-        self.check_open().err().unwrap_or(error)
     }
 }
 
@@ -549,12 +548,6 @@ impl RunSink<'_> {
             .runs_recorded
             .fetch_add(recorded, std::sync::atomic::Ordering::Relaxed);
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// An iterator over a column family's live keys and values in a range, at one snapshot.
