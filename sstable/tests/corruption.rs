@@ -255,6 +255,53 @@ fn keys_out_of_order_under_a_valid_checksum_are_corruption() -> cairn_sstable::R
     Ok(())
 }
 
+/// A block whose own keys are in order but start below the block before (checksum fixed) is
+/// corruption going either way: the order check must hold across blocks, not only inside one.
+#[test]
+fn a_block_starting_below_the_one_before_is_corruption_both_ways() -> cairn_sstable::Result<()> {
+    let entries: Vec<ModelEntry> = [b"k1", b"k3", b"k5"]
+        .iter()
+        .map(|k| ModelEntry::new(*k, 1, Kind::Put, EntryMeta::at(1), b"v"))
+        .collect();
+    let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+    // One entry per block: the data blocks are the file's first three, back to back.
+    let options = TableOptions::default()
+        .compression(cairn_sstable::Compression::None)
+        .block_size(1);
+    let table = common::write_table(dir.path(), NAME, 1, &entries, &[], options)?;
+    let mut bytes = std::fs::read(table.path()).map_err(cairn_fs::Error::from)?;
+    // Each entry is three one-byte lengths, then its key: a block starts 3 bytes before it.
+    let find = |needle: &[u8], bytes: &[u8]| {
+        bytes
+            .windows(needle.len())
+            .position(|w| w == needle)
+            .and_then(|at| at.checked_sub(3))
+            .expect("the key is in the file")
+    };
+    let (second, third) = (find(b"k3", &bytes), find(b"k5", &bytes));
+    // "k3" becomes "k0": in order inside its block, below "k1" before it.
+    if let Some(b) = bytes.get_mut(second + 4) {
+        *b = b'0';
+    }
+    // The block's type byte and checksum are its last 5 bytes.
+    let crc = crc32fast::hash(bytes.get(second..third - 4).unwrap_or_default());
+    if let Some(slot) = bytes.get_mut(third - 4..third) {
+        slot.copy_from_slice(&crc.to_le_bytes());
+    }
+    let table = Table::from_bytes(Bytes::from(bytes), Path::new(NAME), 1, None)?;
+    let forward = scan_forward(&mut table.iter());
+    assert!(
+        matches!(forward, Err(Error::Corruption { .. })),
+        "forward: {forward:?}"
+    );
+    let backward = scan_backward(&mut table.iter());
+    assert!(
+        matches!(backward, Err(Error::Corruption { .. })),
+        "backward: {backward:?}"
+    );
+    Ok(())
+}
+
 #[test]
 fn a_reader_above_a_table_names_the_table_and_the_entry_it_doubts() -> cairn_sstable::Result<()> {
     let (bytes, _) = small_table(
