@@ -209,18 +209,24 @@ fn damage_in_a_data_block_is_reported_by_the_read_that_meets_it() -> cairn_sstab
     Ok(())
 }
 
-#[test]
-fn keys_out_of_order_under_a_valid_checksum_are_corruption() -> cairn_sstable::Result<()> {
-    let entries: Vec<ModelEntry> = [b"a", b"b", b"c"]
+/// The bytes of an uncompressed table holding a `Put` of "v" at each of `keys`.
+fn plain_table(keys: &[&[u8]], options: TableOptions) -> cairn_sstable::Result<Vec<u8>> {
+    let entries: Vec<ModelEntry> = keys
         .iter()
-        .map(|k| ModelEntry::new(*k, 1, Kind::Put, EntryMeta::at(1), b"v"))
+        .map(|k| ModelEntry::new(k, 1, Kind::Put, EntryMeta::at(1), b"v"))
         .collect();
     let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
-    let options = TableOptions::default()
-        .compression(cairn_sstable::Compression::None)
-        .restart_interval(16);
+    let options = options.compression(cairn_sstable::Compression::None);
     let table = common::write_table(dir.path(), NAME, 1, &entries, &[], options)?;
-    let mut bytes = std::fs::read(table.path()).map_err(cairn_fs::Error::from)?;
+    Ok(std::fs::read(table.path()).map_err(cairn_fs::Error::from)?)
+}
+
+#[test]
+fn keys_out_of_order_under_a_valid_checksum_are_corruption() -> cairn_sstable::Result<()> {
+    let mut bytes = plain_table(
+        &[b"a", b"b", b"c"],
+        TableOptions::default().restart_interval(16),
+    )?;
     // The data block starts at 0 and ends where the filter block (the footer's second handle)
     // begins, less its 5-byte trailer. Swap the user keys "a" and "c", then fix the checksum.
     let footer = bytes.len() - 80;
@@ -259,17 +265,11 @@ fn keys_out_of_order_under_a_valid_checksum_are_corruption() -> cairn_sstable::R
 /// corruption going either way: the order check must hold across blocks, not only inside one.
 #[test]
 fn a_block_starting_below_the_one_before_is_corruption_both_ways() -> cairn_sstable::Result<()> {
-    let entries: Vec<ModelEntry> = [b"k1", b"k3", b"k5"]
-        .iter()
-        .map(|k| ModelEntry::new(*k, 1, Kind::Put, EntryMeta::at(1), b"v"))
-        .collect();
-    let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
     // One entry per block: the data blocks are the file's first three, back to back.
-    let options = TableOptions::default()
-        .compression(cairn_sstable::Compression::None)
-        .block_size(1);
-    let table = common::write_table(dir.path(), NAME, 1, &entries, &[], options)?;
-    let mut bytes = std::fs::read(table.path()).map_err(cairn_fs::Error::from)?;
+    let mut bytes = plain_table(
+        &[b"k1", b"k3", b"k5"],
+        TableOptions::default().block_size(1),
+    )?;
     // Each entry is three one-byte lengths, then its key: a block starts 3 bytes before it.
     let find = |needle: &[u8], bytes: &[u8]| {
         bytes
