@@ -158,10 +158,10 @@ impl Options {
 
     /// Bytes a memtable holds before it is frozen and flushed (default 64 MiB, at least 4 KiB):
     /// the heap its entries take (skip-list nodes, keys, values), as RocksDB's
-    /// `write_buffer_size` counts its arena. Range-delete fragments count: a write whose range deletes would carry the memtables past
-    /// it goes to fresh ones, and a batch whose range deletes over each other would need more
-    /// than four times this (and four times what they would cost were they disjoint) even there
-    /// is refused with `InvalidArgument`.
+    /// `write_buffer_size` counts its arena. Range-delete fragments count: a write whose range
+    /// deletes would carry the memtables past it goes to fresh ones, and a batch whose range
+    /// deletes over each other would need more than four times this (and four times what they
+    /// would cost were they disjoint) even there is refused with `InvalidArgument`.
     #[must_use]
     pub fn memtable_size(mut self, bytes: usize) -> Self {
         self.memtable_size = bytes.max(4096);

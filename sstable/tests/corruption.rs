@@ -221,6 +221,15 @@ fn plain_table(keys: &[&[u8]], options: TableOptions) -> cairn_sstable::Result<V
     Ok(std::fs::read(table.path()).map_err(cairn_fs::Error::from)?)
 }
 
+/// Writes the checksum of the block `bytes[start..checksum]` (contents and type byte) at
+/// `checksum`, so damage inside it passes the checksum.
+fn reseal(bytes: &mut [u8], start: usize, checksum: usize) {
+    let crc = crc32fast::hash(bytes.get(start..checksum).unwrap_or_default());
+    if let Some(slot) = bytes.get_mut(checksum..checksum + 4) {
+        slot.copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
 #[test]
 fn keys_out_of_order_under_a_valid_checksum_are_corruption() -> cairn_sstable::Result<()> {
     let mut bytes = plain_table(
@@ -245,10 +254,7 @@ fn keys_out_of_order_under_a_valid_checksum_are_corruption() -> cairn_sstable::R
             *b = if *b == b'a' { b'c' } else { b'a' };
         }
     }
-    let crc = crc32fast::hash(bytes.get(..=size).unwrap_or_default());
-    if let Some(slot) = bytes.get_mut(size + 1..size + 5) {
-        slot.copy_from_slice(&crc.to_le_bytes());
-    }
+    reseal(&mut bytes, 0, size + 1);
     let table = Table::from_bytes(Bytes::from(bytes), Path::new(NAME), 1, None)?;
     let mut iter = table.iter();
     let forward = scan_forward(&mut iter);
@@ -284,10 +290,7 @@ fn a_block_starting_below_the_one_before_is_corruption_both_ways() -> cairn_ssta
         *b = b'0';
     }
     // The block's type byte and checksum are its last 5 bytes.
-    let crc = crc32fast::hash(bytes.get(second..third - 4).unwrap_or_default());
-    if let Some(slot) = bytes.get_mut(third - 4..third) {
-        slot.copy_from_slice(&crc.to_le_bytes());
-    }
+    reseal(&mut bytes, second, third - 4);
     let table = Table::from_bytes(Bytes::from(bytes), Path::new(NAME), 1, None)?;
     let forward = scan_forward(&mut table.iter());
     assert!(
