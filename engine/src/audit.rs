@@ -2,10 +2,10 @@
 //!
 //! "Right to be forgotten" needs more than the read path: a deleted key lives on in memtables,
 //! in logs not yet deleted, in tables no version reads but the sweep has not reached, in tables
-//! deleted from the directory while a reader still maps them (their bytes stay on disk until it
-//! lets go), and in MANIFESTs, which record tables' smallest and largest keys. `audit_key`
-//! looks in all of them — every file in the directory, and every table still mapped — rather
-//! than in what the current version says should be there.
+//! deleted from the directory while a reader still holds them open (their bytes stay on disk
+//! until it lets go), and in MANIFESTs, which record tables' smallest and largest keys.
+//! `audit_key` looks in all of them — every file in the directory, and every table still open —
+//! rather than in what the current version says should be there.
 //!
 //! It does not look inside files still being written (a table's temporary file, which a
 //! failed write leaves for the next open to delete).
@@ -313,7 +313,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_table_deleted_while_still_mapped_is_found_unlinked() -> Result<()> {
+    fn a_table_deleted_while_still_open_is_found_unlinked() -> Result<()> {
         let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
         let db = crate::Db::open(dir.path(), crate::Options::default())?;
         db.put("k", "v")?;
@@ -345,7 +345,7 @@ mod tests {
             !traces
                 .iter()
                 .any(|t| matches!(t.location, Location::UnlinkedTable { .. })),
-            "once released the mapping is gone: {traces:?}"
+            "once released the table is gone: {traces:?}"
         );
         Ok(())
     }

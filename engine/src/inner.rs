@@ -165,6 +165,7 @@ impl DbInner {
                 dir.clone(),
                 cache,
                 options.max_open_tables,
+                options.mmap_reads,
             )),
             dir,
             options,

@@ -77,7 +77,7 @@ pub struct Stats {
     /// Data blocks fetched (from the block cache or the file) since open, by reads and
     /// compactions: the cost of reads, for tests and tuning. Never decreases.
     pub data_blocks_read: u64,
-    /// Tables the table cache holds open (mapped) now: at most `Options::max_open_tables`.
+    /// Tables the table cache holds open now: at most `Options::max_open_tables`.
     pub open_tables: usize,
 }
 

@@ -1,10 +1,10 @@
-//! Open tables by file number: mapped on first use, kept in a bounded cache, and tracked while
-//! anyone holds them.
+//! Open tables by file number: opened on first use (read with `pread`, or mapped if
+//! `Options::mmap_reads`), kept in a bounded cache, and tracked while anyone holds them.
 //!
 //! The cache holds at most `Options::max_open_tables` tables; the least recently used one is
 //! closed when another is opened (a reader using it keeps its own handle until done). Every table
-//! opened is also remembered weakly, so an audit can find one that is still mapped after its
-//! file was deleted: a mapping keeps an unlinked file's bytes on disk.
+//! opened is also remembered weakly, so an audit can find one that is still open after its
+//! file was deleted: an open file or a mapping keeps an unlinked file's bytes on disk.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -28,6 +28,8 @@ pub(crate) struct TableCache {
     /// Every table opened, while anything holds it.
     alive: Mutex<HashMap<u64, WeakTable>>,
     blocks_read: Arc<AtomicU64>,
+    /// Open tables through a mapping ([`Table::open_mapped`]).
+    mapped: bool,
 }
 
 impl std::fmt::Debug for TableCache {
@@ -45,6 +47,7 @@ impl TableCache {
         dir: PathBuf,
         blocks: Option<BlockCache>,
         max_open: usize,
+        mapped: bool,
     ) -> Self {
         Self {
             fs,
@@ -53,6 +56,7 @@ impl TableCache {
             open: quick_cache::sync::Cache::new(max_open.max(1)),
             alive: Mutex::new(HashMap::new()),
             blocks_read: Arc::new(AtomicU64::new(0)),
+            mapped,
         }
     }
 
@@ -74,7 +78,12 @@ impl TableCache {
         let number = file.number;
         self.open
             .get_or_insert_with(&number, || -> cairn_sstable::Result<Table> {
-                let table = Table::open(
+                let open = if self.mapped {
+                    Table::open_mapped
+                } else {
+                    Table::open
+                };
+                let table = open(
                     self.fs.as_ref(),
                     &filename::table_path(&self.dir, number),
                     number,
@@ -94,12 +103,12 @@ impl TableCache {
         Ok(self.open_file(file)?)
     }
 
-    /// Forgets a table that was deleted. Readers still holding it keep their mapping.
+    /// Forgets a table that was deleted. Readers still holding it keep it open.
     pub(crate) fn evict(&self, number: u64) {
         self.open.remove(&number);
     }
 
-    /// Tables still mapped, by anyone, whose numbers are not in `live`: no longer read by the
+    /// Tables still open, by anyone, whose numbers are not in `live`: no longer read by the
     /// version, and maybe deleted while a reader holds them.
     pub(crate) fn held_besides(&self, live: &std::collections::HashSet<u64>) -> Vec<(u64, Table)> {
         let alive = self.lock_alive();

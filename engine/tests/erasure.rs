@@ -4,7 +4,7 @@
 mod common;
 
 use cairn::{Db, Location, Options};
-use common::{mapped_tables, tempdir};
+use common::{held_tables, tempdir};
 
 fn uncompressed() -> Options {
     Options::default().compression(cairn::Compression::None)
@@ -12,32 +12,34 @@ fn uncompressed() -> Options {
 
 #[test]
 fn values_and_cached_blocks_keep_no_deleted_table_on_disk() {
-    let dir = tempdir();
-    let db = Db::open(dir.path(), uncompressed()).expect("open");
-    for i in 0..2000 {
-        db.put(format!("k{i:05}"), format!("value-{i:05}"))
-            .expect("put");
+    for mapped in [false, true] {
+        let dir = tempdir();
+        let db = Db::open(dir.path(), uncompressed().mmap_reads(mapped)).expect("open");
+        for i in 0..2000 {
+            db.put(format!("k{i:05}"), format!("value-{i:05}"))
+                .expect("put");
+        }
+        db.flush().expect("flush");
+        // A value handed out, and blocks cached by reads.
+        let held = db.get("k00007").expect("get").expect("present");
+        assert_eq!(db.iter().expect("iter").count(), 2000);
+        db.delete_range("k", "l").expect("delete");
+        db.compact_range::<&str>(..).expect("compact");
+        db.wait_for_background_work().expect("settle");
+        assert!(
+            common::tables_in(dir.path()).is_empty(),
+            "every table deleted"
+        );
+        let deleted: Vec<_> = held_tables(dir.path())
+            .into_iter()
+            .filter(|(_, deleted)| *deleted)
+            .collect();
+        assert!(
+            deleted.is_empty(),
+            "mapped {mapped}: deleted tables still held (their bytes stay on disk): {deleted:?}"
+        );
+        assert_eq!(&held[..], b"value-00007", "the value handed out is intact");
     }
-    db.flush().expect("flush");
-    // A value handed out, and blocks cached by reads.
-    let held = db.get("k00007").expect("get").expect("present");
-    assert_eq!(db.iter().expect("iter").count(), 2000);
-    db.delete_range("k", "l").expect("delete");
-    db.compact_range::<&str>(..).expect("compact");
-    db.wait_for_background_work().expect("settle");
-    assert!(
-        common::tables_in(dir.path()).is_empty(),
-        "every table deleted"
-    );
-    let deleted: Vec<_> = mapped_tables(dir.path())
-        .into_iter()
-        .filter(|(_, deleted)| *deleted)
-        .collect();
-    assert!(
-        deleted.is_empty(),
-        "deleted tables still mapped (their bytes stay on disk): {deleted:?}"
-    );
-    assert_eq!(&held[..], b"value-00007", "the value handed out is intact");
 }
 
 #[test]

@@ -31,12 +31,8 @@ fn the_table_cache_keeps_no_more_tables_open_than_its_bound() {
             assert_eq!(value.as_deref(), Some(&b"v"[..]), "round {round} table {t}");
             let open = db.stats().open_tables;
             assert!(open <= 4, "{open} tables open, bound 4");
-            let mapped = common::mapped_tables(dir.path());
-            assert!(
-                mapped.len() <= 4,
-                "{} tables mapped: {mapped:?}",
-                mapped.len()
-            );
+            let held = common::held_tables(dir.path());
+            assert!(held.len() <= 4, "{} tables held: {held:?}", held.len());
         }
     }
     assert_eq!(
@@ -44,6 +40,32 @@ fn the_table_cache_keeps_no_more_tables_open_than_its_bound() {
         600,
         "a scan over all of them"
     );
+}
+
+#[test]
+fn tables_are_read_without_a_mapping_unless_asked() {
+    for mapped in [false, true] {
+        let dir = tempdir();
+        // The default, then mapped on request.
+        let options = if mapped {
+            Options::default().mmap_reads(true)
+        } else {
+            Options::default()
+        };
+        let db = Db::open(dir.path(), options).expect("open");
+        for i in 0..500 {
+            db.put(format!("k{i:04}"), "v").expect("put");
+        }
+        db.flush().expect("flush");
+        assert_eq!(db.get("k0007").expect("get").as_deref(), Some(&b"v"[..]));
+        assert_eq!(db.iter().expect("iter").count(), 500);
+        let held = common::held_tables(dir.path());
+        assert_eq!(held.len(), 1, "mapped {mapped}: {held:?}");
+        // A mapping counts every page read in the resident set; a read file only what the
+        // cache keeps.
+        let maps = common::mapped_tables(dir.path());
+        assert_eq!(maps.len(), usize::from(mapped), "mapped {mapped}: {maps:?}");
+    }
 }
 
 #[test]

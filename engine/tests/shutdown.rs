@@ -175,18 +175,18 @@ fn dropping_a_column_family_abandons_its_running_compaction() {
     let cf = db
         .create_column_family("doomed", cairn::CfOptions::default())
         .expect("cf");
-    // The compaction opens its inputs, the first time anything maps these tables.
-    fs.hold(Op::Map, ".sst");
+    // The compaction opens its inputs, the first time anything opens these tables.
+    fs.hold(Op::OpenRead, ".sst");
     cf.put("a", "1").expect("put");
     db.flush().expect("flush");
     cf.put("b", "2").expect("put");
     db.flush().expect("flush");
     assert!(
-        fs.wait_held(Op::Map, ".sst", WAIT),
+        fs.wait_held(Op::OpenRead, ".sst", WAIT),
         "two level-0 tables start a compaction"
     );
     db.drop_column_family("doomed").expect("drop");
-    fs.release(Op::Map, ".sst");
+    fs.release(Op::OpenRead, ".sst");
     std::thread::sleep(Duration::from_millis(300));
     db.put("after", "ok")
         .expect("the database goes on after the abandoned compaction");

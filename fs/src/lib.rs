@@ -3,7 +3,8 @@
 //! Every write, sync, rename and delete the engine makes goes through the [`FileSystem`] trait, so
 //! tests and the stress harness can swap the disk for one that loses power or fails on purpose.
 //!
-//! - [`RealFs`] is the operating system's file system. Tables are read through `memmap2`.
+//! - [`RealFs`] is the operating system's file system. Tables are read with positional reads,
+//!   or mapped through `memmap2` when the engine asks for it.
 //! - [`FaultyFs`] wraps a real directory tree, records what has been made durable (file bytes by
 //!   `sync`, names by `sync_dir`) and can simulate **power loss**: unsynced bytes vanish (all of
 //!   them or a random tail), files created since their directory was last synced vanish, and

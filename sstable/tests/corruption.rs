@@ -70,8 +70,33 @@ struct Readout {
     tombstones: FragmentedRangeTombstones,
 }
 
+/// Reads the table in `bytes` both ways a table is read, from memory (as a mapping) and from a
+/// file with positional reads, and requires both to see the same: the same entries, or the same
+/// corruption at the same offset.
 fn read_all(bytes: &[u8], keys: &[Vec<u8>]) -> cairn_sstable::Result<Readout> {
-    let table = Table::from_bytes(Bytes::copy_from_slice(bytes), Path::new(NAME), 1, None)?;
+    let whole = Table::from_bytes(Bytes::copy_from_slice(bytes), Path::new(NAME), 1, None);
+    let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+    let path = dir.path().join(NAME);
+    std::fs::write(&path, bytes).map_err(cairn_fs::Error::from)?;
+    let read = Table::open(&cairn_fs::RealFs::new(), &path, 1, None);
+    let in_memory = whole.and_then(|table| read_table(&table, keys));
+    let from_file = read.and_then(|table| read_table(&table, keys));
+    match (&in_memory, &from_file) {
+        (Ok(a), Ok(b)) => assert_eq!(a, b, "the two ways of reading disagree"),
+        (
+            Err(Error::Corruption { offset, reason, .. }),
+            Err(Error::Corruption {
+                offset: o,
+                reason: r,
+                ..
+            }),
+        ) => assert_eq!((offset, reason), (o, r), "the two ways report differently"),
+        (a, b) => panic!("in memory: {a:?}; from the file: {b:?}"),
+    }
+    in_memory
+}
+
+fn read_table(table: &Table, keys: &[Vec<u8>]) -> cairn_sstable::Result<Readout> {
     let mut iter = table.iter();
     let forward = scan_forward(&mut iter)?;
     let backward = scan_backward(&mut iter)?;
@@ -95,7 +120,7 @@ fn read_all(bytes: &[u8], keys: &[Vec<u8>]) -> cairn_sstable::Result<Readout> {
 fn assert_names_file_and_offset(err: &Error, len: usize, what: &str) {
     match err {
         Error::Corruption { file, offset, .. } => {
-            assert_eq!(file, Path::new(NAME), "{what}: {err}");
+            assert_eq!(file.file_name(), Some(NAME.as_ref()), "{what}: {err}");
             assert!(
                 *offset < len as u64,
                 "{what}: offset {offset} outside a file of {len} bytes"
@@ -173,6 +198,9 @@ fn every_truncation_is_detected_at_open() -> cairn_sstable::Result<()> {
             Ok(_) => panic!("a table cut at {cut} of {} opened", good.len()),
             Err(e) => assert_names_file_and_offset(&e, good.len(), &format!("cut at {cut}")),
         }
+        // From a file too, with the same error.
+        let err = read_all(prefix, &[]).err();
+        assert!(err.is_some(), "a table cut at {cut} read from its file");
     }
     Ok(())
 }

@@ -84,19 +84,35 @@ pub fn tables_in(dir: &Path) -> Vec<String> {
 /// whether it was deleted (a mapping keeps a deleted file's bytes on disk).
 pub fn mapped_tables(dir: &Path) -> std::collections::BTreeSet<(String, bool)> {
     let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");
-    let dir = dir.to_string_lossy().into_owned();
     maps.lines()
-        .filter_map(|line| {
-            // address perms offset dev inode path [(deleted)]
-            let path = line.splitn(6, char::is_whitespace).nth(5)?.trim_start();
-            let (path, deleted) = match path.strip_suffix(" (deleted)") {
-                Some(path) => (path, true),
-                None => (path, false),
-            };
-            let is_table = Path::new(path).extension().is_some_and(|e| e == "sst");
-            (path.starts_with(&dir) && is_table).then(|| (path.to_string(), deleted))
-        })
+        // address perms offset dev inode path [(deleted)]
+        .filter_map(|line| line.splitn(6, char::is_whitespace).nth(5))
+        .filter_map(|path| table_under(dir, path.trim_start()))
         .collect()
+}
+
+/// The table files under `dir` this process holds now, mapped or open (`/proc/self/fd`), each
+/// with whether it was deleted: either keeps a deleted file's bytes on disk.
+pub fn held_tables(dir: &Path) -> std::collections::BTreeSet<(String, bool)> {
+    let fds = std::fs::read_dir("/proc/self/fd").expect("/proc/self/fd");
+    let mut held = mapped_tables(dir);
+    held.extend(
+        fds.filter_map(Result::ok)
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .filter_map(|path| table_under(dir, &path.to_string_lossy())),
+    );
+    held
+}
+
+/// `path` (as `/proc` prints it, maybe ending in ` (deleted)`) if it names a table under `dir`,
+/// with whether it was deleted.
+fn table_under(dir: &Path, path: &str) -> Option<(String, bool)> {
+    let (path, deleted) = match path.strip_suffix(" (deleted)") {
+        Some(path) => (path, true),
+        None => (path, false),
+    };
+    let is_table = Path::new(path).extension().is_some_and(|e| e == "sst");
+    (path.starts_with(&*dir.to_string_lossy()) && is_table).then(|| (path.to_string(), deleted))
 }
 
 pub fn tempdir() -> tempfile::TempDir {
@@ -120,7 +136,8 @@ pub enum Op {
     Create,
     Rename,
     Sync,
-    Map,
+    /// Opening a file to read it, or mapping it.
+    OpenRead,
 }
 
 /// A file system over the real one that can hold one operation on a matching path until the
@@ -258,11 +275,12 @@ impl cairn_fs::FileSystem for HoldingFs {
     }
 
     fn open_read(&self, path: &Path) -> cairn_fs::Result<Box<dyn cairn_fs::ReadableFile>> {
+        self.check(Op::OpenRead, path);
         cairn_fs::RealFs::new().open_read(path)
     }
 
     fn map(&self, path: &Path) -> cairn_fs::Result<bytes::Bytes> {
-        self.check(Op::Map, path);
+        self.check(Op::OpenRead, path);
         cairn_fs::RealFs::new().map(path)
     }
 

@@ -17,6 +17,7 @@ use std::cell::RefCell;
 
 use bytes::Bytes;
 
+use super::file::{Fetched, TableFile};
 use super::footer::BlockHandle;
 use super::{Compression, MAX_DICTIONARY_BYTES};
 use crate::coding::{Cursor, get_u32, put_varint};
@@ -201,7 +202,7 @@ impl std::fmt::Debug for Dictionary {
 impl Dictionary {
     /// Reads and digests the dictionary block at `handle` of `file`: a raw block of at most
     /// [`MAX_DICTIONARY_BYTES`] that zstd accepts, else `Corruption`.
-    pub(crate) fn read(file: &Bytes, handle: BlockHandle, origin: &Origin) -> Result<Self> {
+    pub(crate) fn read(file: &TableFile, handle: BlockHandle, origin: &Origin) -> Result<Self> {
         let at = Origin::new(origin.file.clone(), handle.offset);
         if handle.size == 0 || handle.size > MAX_DICTIONARY_BYTES as u64 {
             return Err(at.corruption(
@@ -212,15 +213,22 @@ impl Dictionary {
                 ),
             ));
         }
-        // The type byte is checked before the block is read, so a block claiming a codec is
-        // refused without being inflated (its checksum is verified by `read_block` below).
-        let kind = usize::try_from(handle.offset.saturating_add(handle.size))
+        // The type byte is checked before the block is decoded, so a block claiming a codec is
+        // refused without being inflated (its checksum is verified by `decode_block` below).
+        let fetched = fetch_with_trailer(file, handle, &at)?;
+        let kind = usize::try_from(handle.size)
             .ok()
-            .and_then(|end| file.get(end));
+            .and_then(|end| fetched.bytes.get(end));
         if kind != Some(&RAW) {
             return Err(at.corruption(0, "zstd dictionary block is not stored raw"));
         }
-        let bytes = read_block(file, handle, origin, BlockBound::UNRECORDED, Raw::Borrowed)?;
+        let bytes = decode_block(
+            &fetched.bytes,
+            &at,
+            BlockBound::UNRECORDED,
+            Raw::Borrowed,
+            None,
+        )?;
         Self::digest(&bytes, &at)
     }
 
@@ -236,7 +244,7 @@ impl Dictionary {
 /// Reads, verifies and decompresses the block at `handle` of `file`. A compressed block may not
 /// claim more than `bound` allows uncompressed (the bound the table records).
 pub(crate) fn read_block(
-    file: &Bytes,
+    file: &TableFile,
     handle: BlockHandle,
     origin: &Origin,
     bound: BlockBound,
@@ -247,7 +255,7 @@ pub(crate) fn read_block(
 
 /// [`read_block`] for a block of a table that may have a dictionary.
 pub(crate) fn read_block_in(
-    file: &Bytes,
+    file: &TableFile,
     handle: BlockHandle,
     origin: &Origin,
     bound: BlockBound,
@@ -255,46 +263,52 @@ pub(crate) fn read_block_in(
     dictionary: Option<&Dictionary>,
 ) -> Result<Bytes> {
     let at = Origin::new(origin.file.clone(), handle.offset);
-    let (Ok(start), Ok(size)) = (usize::try_from(handle.offset), usize::try_from(handle.size))
-    else {
-        return Err(at.corruption(0, "block handle out of range"));
-    };
-    let end = start
-        .checked_add(size)
-        .filter(|end| end.saturating_add(BLOCK_TRAILER_LEN) <= file.len())
-        .ok_or_else(|| {
-            at.corruption(
-                0,
-                format!("block of {size} bytes runs past the end of the file"),
-            )
-        })?;
-    let checked = file.get(start..=end).unwrap_or_default();
-    let stored_crc = get_u32(file, end + 1);
+    let fetched = fetch_with_trailer(file, handle, &at)?;
+    // A block read into a buffer of its own is already a copy.
+    let raw = if fetched.private { Raw::Borrowed } else { raw };
+    decode_block(&fetched.bytes, &at, bound, raw, dictionary)
+}
+
+/// The block at `handle` with its type byte and checksum.
+fn fetch_with_trailer(file: &TableFile, handle: BlockHandle, at: &Origin) -> Result<Fetched> {
+    let len = usize::try_from(handle.size)
+        .ok()
+        .and_then(|size| size.checked_add(BLOCK_TRAILER_LEN))
+        .ok_or_else(|| at.corruption(0, "block handle out of range"))?;
+    file.fetch(handle.offset, len, at)
+}
+
+/// Verifies `block` (contents, type byte, checksum) read at `at` and decodes its contents.
+fn decode_block(
+    block: &Bytes,
+    at: &Origin,
+    bound: BlockBound,
+    raw: Raw,
+    dictionary: Option<&Dictionary>,
+) -> Result<Bytes> {
+    let end = block.len().saturating_sub(BLOCK_TRAILER_LEN);
+    let size = end;
+    let checked = block.get(..=end).unwrap_or_default();
+    let stored_crc = get_u32(block, end + 1);
     if stored_crc != Some(crc32fast::hash(checked)) {
         return Err(at.corruption(0, "block checksum mismatch"));
     }
-    match file.get(end) {
-        Some(&RAW) if raw == Raw::Copied => Ok(Bytes::copy_from_slice(
-            file.get(start..end).unwrap_or_default(),
-        )),
-        Some(&RAW) => Ok(file.slice(start..end)),
-        Some(&ZSTD) => decompress(file.get(start..end).unwrap_or_default(), &at, bound.max_len),
+    let contents = block.get(..end).unwrap_or_default();
+    match block.get(end) {
+        Some(&RAW) if raw == Raw::Copied => Ok(Bytes::copy_from_slice(contents)),
+        Some(&RAW) => Ok(block.slice(..end)),
+        Some(&ZSTD) => decompress(contents, at, bound.max_len),
         Some(&LZ4) if !bound.recorded => Err(at.corruption(
             size,
             "lz4 block in a table that records no block bound (older than lz4)",
         )),
-        Some(&LZ4) => decompress_lz4(file.get(start..end).unwrap_or_default(), &at, bound.max_len),
+        Some(&LZ4) => decompress_lz4(contents, at, bound.max_len),
         Some(&ZSTD_DICT) if !bound.recorded => Err(at.corruption(
             size,
             "dictionary block in a table that records no block bound",
         )),
         Some(&ZSTD_DICT) => match dictionary {
-            Some(dictionary) => decompress_with(
-                file.get(start..end).unwrap_or_default(),
-                &at,
-                bound.max_len,
-                Some(dictionary),
-            ),
+            Some(dictionary) => decompress_with(contents, at, bound.max_len, Some(dictionary)),
             None => Err(at.corruption(
                 size,
                 "block compressed with a dictionary the table does not record",
@@ -438,6 +452,30 @@ pub(crate) fn decode_handle(value: &[u8]) -> Option<BlockHandle> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`super::read_block`] over bytes held whole, as a mapped table is.
+    fn read_block(
+        file: &Bytes,
+        handle: BlockHandle,
+        origin: &Origin,
+        bound: BlockBound,
+        raw: Raw,
+    ) -> Result<Bytes> {
+        read_block_in(file, handle, origin, bound, raw, None)
+    }
+
+    /// [`super::read_block_in`] over bytes held whole.
+    fn read_block_in(
+        file: &Bytes,
+        handle: BlockHandle,
+        origin: &Origin,
+        bound: BlockBound,
+        raw: Raw,
+        dictionary: Option<&Dictionary>,
+    ) -> Result<Bytes> {
+        let file = TableFile::Whole(file.clone());
+        super::read_block_in(&file, handle, origin, bound, raw, dictionary)
+    }
 
     fn encoded(raw: &[u8]) -> (Bytes, BlockHandle) {
         encoded_with(raw, Compression::Zstd(3))

@@ -74,15 +74,16 @@ impl Footer {
         out
     }
 
-    /// Decodes the footer at the end of a table of `file` bytes.
-    pub(crate) fn decode(file: &[u8], origin: &Origin) -> Result<Self> {
-        let start = file.len().checked_sub(FOOTER_LEN).ok_or_else(|| {
-            origin.corruption(0, format!("{} bytes is too short for a table", file.len()))
-        })?;
-        let at = |delta: usize, why: &str| origin.corruption(start + delta, why);
-        let footer = file
-            .get(start..)
-            .ok_or_else(|| at(0, "footer out of range"))?;
+    /// Decodes the footer of a table of `file_len` bytes from its last [`FOOTER_LEN`] bytes,
+    /// `footer` (fewer if the file is shorter).
+    pub(crate) fn decode(footer: &[u8], file_len: u64, origin: &Origin) -> Result<Self> {
+        if footer.len() < FOOTER_LEN {
+            return Err(origin.corruption(0, format!("{file_len} bytes is too short for a table")));
+        }
+        let start = file_len.saturating_sub(FOOTER_LEN as u64);
+        let at = |delta: usize, why: &str| {
+            Origin::new(origin.file.clone(), start).corruption(delta, why)
+        };
         if get_u64(footer, FOOTER_LEN - 8) != Some(MAGIC) {
             return Err(at(FOOTER_LEN - 8, "bad magic: not a Cairn table"));
         }

@@ -1,6 +1,7 @@
 //! Tables: one immutable file of sorted internal entries (see `FORMAT.md`).
 
 mod block_io;
+mod file;
 mod footer;
 mod iter;
 pub(crate) mod properties;
