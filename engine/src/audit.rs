@@ -48,8 +48,8 @@ pub enum Location {
         /// Its file number.
         number: u64,
     },
-    /// In a table deleted from the directory that a reader still maps: its bytes stay on disk
-    /// until the reader lets go.
+    /// In a table deleted from the directory that a reader still holds open: its bytes stay on
+    /// disk until the reader lets go.
     UnlinkedTable {
         /// Its file number.
         number: u64,

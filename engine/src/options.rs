@@ -192,7 +192,10 @@ impl Options {
     }
 
     /// Tables kept open at most (default 1000, at least 1); the least recently used is closed
-    /// when another must open. A reader using a table keeps it open until done.
+    /// when another must open. A reader using a table keeps it open until done. An open table
+    /// holds a file descriptor (unless mapped, [`mmap_reads`](Self::mmap_reads)), so the cache
+    /// keeps no more than half the process's limit (`ulimit -n`): raise that limit for a large
+    /// database, as RocksDB's `max_open_files` asks.
     #[must_use]
     pub fn max_open_tables(mut self, n: usize) -> Self {
         self.max_open_tables = n.max(1);

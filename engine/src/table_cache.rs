@@ -19,6 +19,17 @@ use crate::filename;
 use crate::version_edit::FileMeta;
 use crate::version_set::record_of;
 
+/// The most tables to keep open when each holds a file descriptor: `max_open`, but no more than
+/// half the process's descriptor limit, so that logs, the MANIFEST, tables being written,
+/// compaction inputs and the application keep the rest (at least 16 all the same).
+fn within_descriptors(max_open: usize, limit: Option<u64>) -> usize {
+    let Some(limit) = limit else {
+        return max_open;
+    };
+    let half = usize::try_from(limit / 2).unwrap_or(usize::MAX);
+    max_open.min(half.max(16))
+}
+
 /// Maps file numbers to open tables.
 pub(crate) struct TableCache {
     fs: Arc<dyn FileSystem>,
@@ -49,11 +60,16 @@ impl TableCache {
         max_open: usize,
         mapped: bool,
     ) -> Self {
+        let bound = if mapped {
+            max_open
+        } else {
+            within_descriptors(max_open, cairn_fs::open_file_limit())
+        };
         Self {
             fs,
             dir,
             blocks,
-            open: quick_cache::sync::Cache::new(max_open.max(1)),
+            open: quick_cache::sync::Cache::new(bound.max(1)),
             alive: Mutex::new(HashMap::new()),
             blocks_read: Arc::new(AtomicU64::new(0)),
             mapped,
@@ -213,6 +229,15 @@ mod tests {
 
     use super::*;
     use crate::version_set::file_meta;
+
+    #[test]
+    fn open_tables_keep_to_half_the_descriptor_limit() {
+        assert_eq!(within_descriptors(1000, None), 1000);
+        assert_eq!(within_descriptors(1000, Some(1024)), 512);
+        assert_eq!(within_descriptors(1000, Some(1_048_576)), 1000);
+        assert_eq!(within_descriptors(1000, Some(20)), 16);
+        assert_eq!(within_descriptors(4, Some(1024)), 4);
+    }
 
     /// A table holding point key `n` and the range tombstone `[m, p)`, and its MANIFEST record.
     fn table_with_a_tombstone(dir: &std::path::Path) -> (Table, FileMeta) {

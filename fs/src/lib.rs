@@ -39,4 +39,4 @@ mod real;
 pub use error::{Error, Result};
 pub use faulty::{FaultyFs, OpKind, PowerLoss, SyncFailure};
 pub use file_system::{FileLock, FileSystem, ReadableFile, WritableFile};
-pub use real::RealFs;
+pub use real::{RealFs, open_file_limit};

@@ -187,9 +187,13 @@ struct RealReadableFile {
 
 impl ReadableFile for RealReadableFile {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        self.file
-            .read_at(buf, offset)
-            .map_err(|e| Error::io("read", &self.path, e))
+        loop {
+            match self.file.read_at(buf, offset) {
+                // A signal arrived before anything was read: nothing happened, so try again.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                read => return read.map_err(|e| Error::io("read", &self.path, e)),
+            }
+        }
     }
 
     fn len(&self) -> u64 {
@@ -198,5 +202,25 @@ impl ReadableFile for RealReadableFile {
 
     fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// The number of file descriptors this process may hold open (the soft `RLIMIT_NOFILE`), or
+/// `None` if it is unlimited or cannot be read. A table read with positional reads holds one
+/// while it is open, so the engine sizes its table cache under it.
+pub fn open_file_limit() -> Option<u64> {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    limit.current
+}
+
+#[cfg(test)]
+mod limit_tests {
+    #[test]
+    fn the_open_file_limit_is_read_and_above_what_the_process_holds() {
+        let held = std::fs::read_dir("/proc/self/fd").map_or(0, Iterator::count) as u64;
+        // `None` is an unlimited process.
+        if let Some(limit) = super::open_file_limit() {
+            assert!(limit >= held, "limit {limit}, holding {held}");
+        }
     }
 }

@@ -210,7 +210,9 @@ fn every_kind_can_be_made_to_fail() -> cairn_fs::Result<()> {
     let fs = FaultyFs::new(7);
     let path = dir.path().join("f");
     write(&fs, &path, b"data", true)?;
-    let cases: [(OpKind, &dyn Fn() -> bool); 6] = [
+    // Opened before errors are injected: its reads fail on their own.
+    let opened = fs.open_read(&path)?;
+    let cases: [(OpKind, &dyn Fn() -> bool); 8] = [
         (OpKind::Create, &|| {
             fs.create(&dir.path().join("g")).is_err()
         }),
@@ -221,6 +223,8 @@ fn every_kind_can_be_made_to_fail() -> cairn_fs::Result<()> {
         (OpKind::SyncDir, &|| fs.sync_dir(dir.path()).is_err()),
         (OpKind::List, &|| fs.list(dir.path()).is_err()),
         (OpKind::Read, &|| fs.map(&path).is_err()),
+        (OpKind::Read, &|| fs.open_read(&path).is_err()),
+        (OpKind::Read, &|| opened.read_at(0, &mut [0; 4]).is_err()),
     ];
     for (kind, fails) in cases {
         fs.inject_errors(kind, 1);

@@ -17,7 +17,7 @@ use std::cell::RefCell;
 
 use bytes::Bytes;
 
-use super::file::{Fetched, TableFile};
+use super::file::{Fetched, Readahead, TableFile};
 use super::footer::BlockHandle;
 use super::{Compression, MAX_DICTIONARY_BYTES};
 use crate::coding::{Cursor, get_u32, put_varint};
@@ -52,6 +52,13 @@ impl BlockBound {
         max_len: 1 << 31,
         recorded: false,
     };
+
+    /// False if a data block stored in `size` bytes cannot belong to a table with this bound:
+    /// a block is stored compressed only when that saves an eighth, so no data block is stored
+    /// in more bytes than it holds. Checked before a read allocates for the block.
+    pub(crate) fn admits_stored(self, size: u64) -> bool {
+        !self.recorded || size <= self.max_len as u64
+    }
 
     /// No block decompresses to more than `max_len` bytes.
     pub(crate) const fn at_most(max_len: usize) -> Self {
@@ -262,19 +269,41 @@ pub(crate) fn read_block_in(
     raw: Raw,
     dictionary: Option<&Dictionary>,
 ) -> Result<Bytes> {
+    read_block_ahead(file, handle, origin, bound, raw, dictionary, None)
+}
+
+/// [`read_block_in`] for an iterator, through its read-ahead if it has one (with the offset
+/// where the table's data blocks end, which a window does not pass).
+pub(crate) fn read_block_ahead(
+    file: &TableFile,
+    handle: BlockHandle,
+    origin: &Origin,
+    bound: BlockBound,
+    raw: Raw,
+    dictionary: Option<&Dictionary>,
+    ahead: Option<(&mut Readahead, u64)>,
+) -> Result<Bytes> {
     let at = Origin::new(origin.file.clone(), handle.offset);
-    let fetched = fetch_with_trailer(file, handle, &at)?;
+    let len = stored_len(handle).ok_or_else(|| at.corruption(0, "block handle out of range"))?;
+    let fetched = match ahead {
+        Some((ahead, data_end)) => file.fetch_ahead(handle.offset, len, &at, ahead, data_end)?,
+        None => file.fetch(handle.offset, len, &at)?,
+    };
     // A block read into a buffer of its own is already a copy.
     let raw = if fetched.private { Raw::Borrowed } else { raw };
     decode_block(&fetched.bytes, &at, bound, raw, dictionary)
 }
 
-/// The block at `handle` with its type byte and checksum.
-fn fetch_with_trailer(file: &TableFile, handle: BlockHandle, at: &Origin) -> Result<Fetched> {
-    let len = usize::try_from(handle.size)
+/// The bytes a block takes in the file: its contents, type byte and checksum.
+pub(crate) fn stored_len(handle: BlockHandle) -> Option<usize> {
+    usize::try_from(handle.size)
         .ok()
         .and_then(|size| size.checked_add(BLOCK_TRAILER_LEN))
-        .ok_or_else(|| at.corruption(0, "block handle out of range"))?;
+}
+
+/// The block at `handle` with its type byte and checksum.
+fn fetch_with_trailer(file: &TableFile, handle: BlockHandle, at: &Origin) -> Result<Fetched> {
+    let len = stored_len(handle).ok_or_else(|| at.corruption(0, "block handle out of range"))?;
     file.fetch(handle.offset, len, at)
 }
 
@@ -535,6 +564,47 @@ mod tests {
         assert_eq!(copied, borrowed);
         let within = |b: &Bytes| file.as_ptr_range().contains(&b.as_ptr());
         assert!(within(&borrowed) && !within(&copied));
+    }
+
+    #[test]
+    fn a_raw_block_from_a_read_ahead_window_is_copied_out_of_it() {
+        let mut out = Vec::new();
+        let handles: Vec<BlockHandle> = (0..8u8)
+            .map(|i| {
+                let offset = out.len() as u64;
+                let size = BlockEncoder::encode_raw(&[i; 1000], &mut out);
+                BlockHandle { offset, size }
+            })
+            .collect();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("t.sst");
+        std::fs::write(&path, &out).expect("write");
+        let fs = cairn_fs::RealFs::new();
+        let file = TableFile::Reader(cairn_fs::FileSystem::open_read(&fs, &path).expect("open"));
+        let mut ahead = Readahead::default();
+        let origin = Origin::default();
+        for (i, &handle) in handles.iter().enumerate() {
+            ahead.note(handle.offset, stored_len(handle).expect("len"));
+            for raw in [Raw::Copied, Raw::Borrowed] {
+                let bound = BlockBound::at_most(1000);
+                let block = read_block_ahead(
+                    &file,
+                    handle,
+                    &origin,
+                    bound,
+                    raw,
+                    None,
+                    Some((&mut ahead, u64::MAX)),
+                )
+                .expect("read");
+                assert_eq!(block.as_ref(), &[u8::try_from(i).expect("small"); 1000][..]);
+                // A cached block must not keep the whole window alive.
+                if raw == Raw::Copied {
+                    assert!(!ahead.holds(&block), "block {i} points into the window");
+                }
+            }
+        }
+        assert!(ahead.held() > 0, "the walk read ahead");
     }
 
     /// A block a codec shrinks: repeated text with some variety.

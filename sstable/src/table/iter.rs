@@ -3,6 +3,7 @@
 use bytes::Bytes;
 
 use super::block_io::decode_handle;
+use super::file::Readahead;
 use super::reader::Table;
 use crate::block::BlockIter;
 use crate::coding::Cursor;
@@ -22,6 +23,8 @@ pub struct TableIter {
     value_start: usize,
     /// The key before the last step, to check that steps keep the table's order.
     last_key: Vec<u8>,
+    /// Reads the blocks ahead of a walk in file order.
+    pub(super) ahead: Readahead,
 }
 
 impl TableIter {
@@ -33,6 +36,7 @@ impl TableIter {
             meta: EntryMeta::default(),
             value_start: 0,
             last_key: Vec::new(),
+            ahead: Readahead::default(),
         }
     }
 
@@ -45,13 +49,14 @@ impl TableIter {
     fn load_block(&mut self) -> Result<bool> {
         if !self.index.valid() {
             self.data = None;
+            self.ahead.release();
             return Ok(false);
         }
         let Some(handle) = decode_handle(self.index.value()) else {
             self.data = None;
             return Err(self.index.corruption_here("bad block handle in index"));
         };
-        self.data = Some(self.table.data_block(handle)?.into_iter());
+        self.data = Some(self.table.data_block(handle, &mut self.ahead)?.into_iter());
         Ok(true)
     }
 

@@ -7,8 +7,10 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use cairn_fs::FileSystem;
 
-use super::block_io::{BlockBound, Dictionary, MAX_PROPERTIES_LEN, Raw, read_block, read_block_in};
-use super::file::TableFile;
+use super::block_io::{
+    BlockBound, Dictionary, MAX_PROPERTIES_LEN, Raw, read_block, read_block_ahead, stored_len,
+};
+use super::file::{Readahead, TableFile};
 use super::footer::{BlockHandle, FOOTER_LEN, Footer};
 use super::iter::TableIter;
 use super::properties::TableProperties;
@@ -35,6 +37,8 @@ struct TableInner {
     origin: Origin,
     /// No block of this table decompresses to more (its recorded `max_block_bytes`).
     max_block_len: BlockBound,
+    /// Where the data blocks end: everything after is read when the table opens.
+    data_end: u64,
     /// The zstd dictionary its data blocks were compressed with, digested once.
     dictionary: Option<Dictionary>,
     data: TableFile,
@@ -69,9 +73,10 @@ impl Table {
         WeakTable(Arc::downgrade(&self.inner))
     }
 
-    /// Opens the table at `path`, to be read with positional reads: only what the cache keeps of
-    /// it stays in memory. `id` must be unique among tables sharing `cache` (the engine uses
-    /// the file number).
+    /// Opens the table at `path`, to be read with positional reads: of its data blocks, only
+    /// what the cache keeps stays in memory (its index, filter, range tombstones and properties
+    /// stay while it is open). It holds a file descriptor until closed. `id` must be unique
+    /// among tables sharing `cache` (the engine uses the file number).
     ///
     /// # Errors
     /// `Io` if the file cannot be opened or read; `Corruption` naming the file and offset if
@@ -142,6 +147,21 @@ impl Table {
                 Some(Dictionary::read(&data, handle, &origin)?)
             }
         };
+        let data_end = [
+            footer.index,
+            footer.filter,
+            footer.range_tombstones,
+            footer.properties,
+        ]
+        .iter()
+        .map(|h| h.offset)
+        .chain(
+            dictionary
+                .is_some()
+                .then_some(properties.zstd_dictionary_offset),
+        )
+        .min()
+        .unwrap_or(0);
         let index = block(footer.index, max_block_len)?;
         let filter_at = Origin::new(origin.file.clone(), footer.filter.offset);
         let bloom = Bloom::new(read(footer.filter, max_block_len)?)
@@ -161,6 +181,7 @@ impl Table {
                 id,
                 origin,
                 max_block_len,
+                data_end,
                 dictionary,
                 data,
                 index,
@@ -201,7 +222,13 @@ impl Table {
 
     /// False only if the table certainly holds no point entry for `user_key` (bloom filter).
     pub fn may_contain(&self, user_key: &[u8]) -> bool {
-        self.inner.bloom.may_contain_hash(bloom_hash(user_key))
+        self.may_contain_hash(bloom_hash(user_key))
+    }
+
+    /// [`may_contain`](Self::may_contain) for a key whose [`bloom_hash`](crate::bloom_hash) a
+    /// read computed once for every table it probes.
+    pub fn may_contain_hash(&self, hash: u64) -> bool {
+        self.inner.bloom.may_contain_hash(hash)
     }
 
     /// Data blocks fetched so far (from the cache or the file): a cost counter for tests and
@@ -250,9 +277,11 @@ impl Table {
         TableIter::new(self.clone(), self.inner.index.iter())
     }
 
-    /// The data block at `handle`, through the cache.
-    pub(crate) fn data_block(&self, handle: BlockHandle) -> Result<Block> {
+    /// The data block at `handle`, through the cache, and on a miss through the iterator's
+    /// read-ahead.
+    pub(crate) fn data_block(&self, handle: BlockHandle, ahead: &mut Readahead) -> Result<Block> {
         let inner = &*self.inner;
+        ahead.note(handle.offset, stored_len(handle).unwrap_or(usize::MAX));
         inner.blocks_read.fetch_add(1, Ordering::Relaxed);
         if let Some(shared) = inner.shared_blocks_read.get() {
             shared.fetch_add(1, Ordering::Relaxed);
@@ -265,16 +294,26 @@ impl Table {
         {
             return Block::new(cached, origin);
         }
-        // Copied out of a mapping: a cached block, and a value sliced from it, may outlive the
-        // table and must not keep a deleted file on disk. (A block read from the file is a
-        // buffer of its own already.)
-        let bytes = read_block_in(
+        // Copied out of a mapping or a read-ahead window: a cached block, and a value sliced
+        // from it, may outlive the table and must keep neither a deleted file on disk nor a
+        // whole window in memory. (A block read alone is a buffer of its own already.)
+        if !inner.max_block_len.admits_stored(handle.size) {
+            return Err(origin.corruption(
+                0,
+                format!(
+                    "data block of {} bytes is over the table's block bound",
+                    handle.size
+                ),
+            ));
+        }
+        let bytes = read_block_ahead(
             &inner.data,
             handle,
             &inner.origin,
             inner.max_block_len,
             Raw::Copied,
             inner.dictionary.as_ref(),
+            Some((ahead, inner.data_end)),
         )?;
         if let Some(cache) = &inner.cache {
             cache.insert(inner.id, handle.offset, bytes.clone());
@@ -289,5 +328,83 @@ fn block_bound(properties: &TableProperties) -> BlockBound {
     match properties.max_block_bytes {
         0 => BlockBound::UNRECORDED,
         n => usize::try_from(n).map_or(BlockBound::UNRECORDED, BlockBound::at_most),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+    use crate::table::file::CountingFile;
+    use crate::{EntryMeta, Kind, TableOptions, TableWriter, internal_key};
+
+    /// A table of `n` keys in blocks of about 256 bytes, written to `dir`, opened to be read
+    /// with positional reads through a file that counts them.
+    fn counted_table(dir: &Path, n: u32) -> (Table, Arc<AtomicUsize>) {
+        let fs = cairn_fs::RealFs::new();
+        let path = dir.join("t.sst");
+        let options = TableOptions::default()
+            .compression(crate::Compression::None)
+            .block_size(256);
+        let mut writer = TableWriter::new(fs.create(&path).expect("create"), options).expect("w");
+        for i in 0..n {
+            let key = internal_key(format!("key{i:06}").as_bytes(), 1, Kind::Put);
+            writer
+                .add(&key, EntryMeta::at(1), format!("value-{i:06}").as_bytes())
+                .expect("add");
+        }
+        writer.finish().expect("finish");
+        let reads = Arc::new(AtomicUsize::new(0));
+        let file = CountingFile {
+            inner: fs.open_read(&path).expect("open"),
+            reads: Arc::clone(&reads),
+        };
+        let table = Table::from_file(TableFile::Reader(Box::new(file)), &path, 1, None);
+        (table.expect("table"), reads)
+    }
+
+    #[test]
+    fn a_scan_reads_ahead_and_lets_the_window_go_at_the_end() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (table, reads) = counted_table(dir.path(), 5_000);
+        let blocks = table.properties().num_data_blocks;
+        assert!(blocks > 200, "{blocks} blocks");
+        let opening = reads.swap(0, Ordering::Relaxed);
+        assert!(opening > 0);
+        let mut iter = table.iter();
+        iter.seek_to_first().expect("seek");
+        let mut seen = 0;
+        while iter.valid() {
+            seen += 1;
+            if seen == 2_500 {
+                assert!(iter.ahead.held() > 0, "a window mid-scan");
+            }
+            iter.next().expect("next");
+        }
+        assert_eq!(seen, 5_000);
+        let scanned = reads.load(Ordering::Relaxed);
+        assert!(
+            (scanned as u64) * 8 < blocks,
+            "{scanned} reads for {blocks} blocks"
+        );
+        assert_eq!(
+            iter.ahead.held(),
+            0,
+            "the finished scan still holds its window"
+        );
+    }
+
+    #[test]
+    fn point_reads_read_one_block_each() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (table, reads) = counted_table(dir.path(), 5_000);
+        reads.store(0, Ordering::Relaxed);
+        for i in (0..5_000).step_by(50) {
+            let key = format!("key{i:06}");
+            let found = table.get(key.as_bytes(), crate::MAX_SEQNO).expect("get");
+            assert!(found.is_some(), "{key}");
+        }
+        assert_eq!(reads.load(Ordering::Relaxed), 100);
     }
 }
