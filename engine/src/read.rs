@@ -18,6 +18,7 @@ use crate::error::Result;
 use crate::inner::DbInner;
 use crate::options::CfOptions;
 use crate::super_version::SuperVersion;
+use crate::version::level_candidates;
 
 /// One version of a value, as `ColumnFamily::get_versions` returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -228,6 +229,7 @@ impl DbInner {
             cover = cover.max(mem.range_tombstone_seqno(key, snapshot).unwrap_or(0));
         }
         if let Some(files) = sv.version.cf(cf) {
+            // Most tables hold no range tombstone: that test first, the key bounds after.
             for (_, file) in files.all_files() {
                 if file.num_range_tombstones > 0 && file.may_contain_key(key) {
                     let table = self.tables.table(file)?;
@@ -279,39 +281,55 @@ impl DbInner {
         let Some(files) = sv.version.cf(cf) else {
             return Ok(());
         };
-        for (_, file) in files.all_files() {
-            if !file.may_contain_key(key) {
-                continue;
-            }
-            let table = self.tables.table(file)?;
-            if !table.may_contain(key) {
-                continue;
-            }
-            let mut iter = table.iter();
-            iter.seek(&seek_key(key, snapshot))?;
-            while iter.valid() {
-                // The table iterator reports a malformed key when it decodes one; this is the
-                // same check, so a key it let through never ends the walk silently.
-                let Some(parsed) = iter.parsed_key() else {
-                    return Err(iter.corruption_here("malformed internal key").into());
-                };
-                if parsed.user_key != key {
-                    break;
+        let hash = cairn_sstable::bloom_hash(key);
+        for (level, level_files) in files.levels.iter().enumerate() {
+            for file in level_candidates(level, level_files, key) {
+                if !file.may_contain_key(key) {
+                    continue;
                 }
-                let met = Met {
-                    seqno: parsed.seqno,
-                    kind: parsed.kind,
-                    meta: iter.meta(),
-                    value: MetValue::Table(&iter),
-                };
-                if offer(met).is_break() {
+                let table = self.tables.table(file)?;
+                if table.may_contain_hash(hash)
+                    && walk_table(&table, key, snapshot, &mut offer)?.is_break()
+                {
                     return Ok(());
                 }
-                iter.next()?;
             }
         }
         Ok(())
     }
+}
+
+/// Offers each version of `key` in `table` visible at `snapshot`, newest first, until `offer`
+/// breaks.
+fn walk_table(
+    table: &cairn_sstable::Table,
+    key: &[u8],
+    snapshot: SeqNo,
+    mut offer: impl FnMut(Met<'_>) -> ControlFlow<()>,
+) -> Result<ControlFlow<()>> {
+    let mut iter = table.iter();
+    iter.seek(&seek_key(key, snapshot))?;
+    while iter.valid() {
+        // The table iterator reports a malformed key when it decodes one; this is the same
+        // check, so a key it let through never ends the walk silently.
+        let Some(parsed) = iter.parsed_key() else {
+            return Err(iter.corruption_here("malformed internal key").into());
+        };
+        if parsed.user_key != key {
+            break;
+        }
+        let met = Met {
+            seqno: parsed.seqno,
+            kind: parsed.kind,
+            meta: iter.meta(),
+            value: MetValue::Table(&iter),
+        };
+        if offer(met).is_break() {
+            return Ok(ControlFlow::Break(()));
+        }
+        iter.next()?;
+    }
+    Ok(ControlFlow::Continue(()))
 }
 
 /// One version a point read meets. Its value is sliced out (a reference count) only if the

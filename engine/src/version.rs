@@ -145,6 +145,33 @@ impl Version {
     }
 }
 
+/// Sorted levels of up to this many tables are searched one table after another: a binary
+/// search costs more than it saves there (readmissing at 1M keys, A/B: 5.1-5.5M lookups/s with
+/// it on every level against 6.0-6.5M without).
+const LINEAR_SEARCH_MAX: usize = 8;
+
+/// The tables of `level` that may hold `user_key`, a superset the caller filters by bounds, in
+/// the order a point read consults them: all of level 0 (newest first) or of a small level,
+/// else, by binary search, the run of tables from the first whose largest key is not below it
+/// to the last starting at or before it (neighbours may touch, so a key on the boundary gets
+/// both).
+pub(crate) fn level_candidates<'a>(
+    level: usize,
+    files: &'a [Arc<FileMeta>],
+    user_key: &[u8],
+) -> &'a [Arc<FileMeta>] {
+    if level == 0 || files.len() <= LINEAR_SEARCH_MAX {
+        return files;
+    }
+    let from = files.partition_point(|f| f.largest.as_ref() < user_key);
+    let rest = files.get(from..).unwrap_or_default();
+    let holding = rest
+        .iter()
+        .take_while(|f| f.smallest.as_ref() <= user_key)
+        .count();
+    rest.get(..holding).unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -167,6 +194,62 @@ mod tests {
         VersionEdit {
             new_files: files.into_iter().map(|(level, f)| (0, level, f)).collect(),
             ..VersionEdit::default()
+        }
+    }
+
+    #[test]
+    fn a_point_read_finds_the_same_tables_as_a_walk_over_every_table() {
+        let at = EditAt {
+            file: Path::new("MANIFEST-000001"),
+            offset: 0,
+        };
+        let mut base = Version::default();
+        base.cfs.insert(0, CfVersion::default());
+        let mut files = vec![
+            (0, table(1, "b", "m")),
+            (0, table(2, "a", "c")),
+            (0, table(3, "k", "k")),
+            // Level 1 with touching neighbours (a range tombstone's exclusive end).
+            (1, table(4, "b", "d")),
+            (1, table(5, "d", "f")),
+            (1, table(6, "h", "j")),
+            (1, table(7, "l", "l")),
+        ];
+        // Level 2, past the linear search: two tables a letter, "a".."a0" and "a0".."a5"
+        // touching, then a gap to the next letter.
+        let bounds: Vec<(String, String)> = ('a'..='k')
+            .flat_map(|c| {
+                [
+                    (format!("{c}"), format!("{c}0")),
+                    (format!("{c}0"), format!("{c}5")),
+                ]
+            })
+            .collect();
+        assert!(bounds.len() > LINEAR_SEARCH_MAX);
+        for (n, (smallest, largest)) in (10..).zip(bounds) {
+            let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+            files.push((2, table(n, leak(smallest), leak(largest))));
+        }
+        let version = base.apply(&add(files), at).expect("version");
+        let cf = version.cf(0).expect("cf");
+        let keys = [
+            "", "a", "a0", "a3", "a5", "a6", "b", "c", "c0", "d", "e", "f", "g", "h",
+        ];
+        for key in keys
+            .into_iter()
+            .chain(["i", "k", "k5", "k6", "l", "m", "z", "zz"])
+        {
+            let walked: Vec<u64> = cf
+                .all_files()
+                .filter(|(_, f)| f.may_contain_key(key.as_bytes()))
+                .map(|(_, f)| f.number)
+                .collect();
+            let found: Vec<u64> = (cf.levels.iter().enumerate())
+                .flat_map(|(level, files)| level_candidates(level, files, key.as_bytes()))
+                .filter(|f| f.may_contain_key(key.as_bytes()))
+                .map(|f| f.number)
+                .collect();
+            assert_eq!(found, walked, "key {key:?}");
         }
     }
 

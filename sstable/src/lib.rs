@@ -48,7 +48,7 @@ mod merge;
 mod meta;
 mod table;
 
-pub use bloom::DEFAULT_BITS_PER_KEY;
+pub use bloom::{DEFAULT_BITS_PER_KEY, bloom_hash};
 pub use cache::BlockCache;
 pub use error::{Error, Result};
 pub use iter::{Entry, InternalIterator};
