@@ -197,14 +197,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_point_read_finds_the_same_tables_as_a_walk_over_every_table() {
-        let at = EditAt {
-            file: Path::new("MANIFEST-000001"),
-            offset: 0,
-        };
+    /// A version with one empty column family (id 0), and where its edits are said to lie.
+    fn one_family(manifest: &'static str, offset: u64) -> (Version, EditAt<'static>) {
         let mut base = Version::default();
         base.cfs.insert(0, CfVersion::default());
+        let at = EditAt {
+            file: Path::new(manifest),
+            offset,
+        };
+        (base, at)
+    }
+
+    #[test]
+    fn a_point_read_finds_the_same_tables_as_a_walk_over_every_table() {
+        let (base, at) = one_family("MANIFEST-000001", 0);
         let mut files = vec![
             (0, table(1, "b", "m")),
             (0, table(2, "a", "c")),
@@ -255,12 +261,7 @@ mod tests {
 
     #[test]
     fn an_edit_that_overlaps_tables_below_level_0_is_refused_as_corruption() {
-        let at = EditAt {
-            file: Path::new("MANIFEST-000009"),
-            offset: 77,
-        };
-        let mut base = Version::default();
-        base.cfs.insert(0, CfVersion::default());
+        let (base, at) = one_family("MANIFEST-000009", 77);
         let one = base
             .apply(&add(vec![(1, table(1, "a", "c"))]), at)
             .expect("one table");

@@ -257,23 +257,12 @@ pub(crate) fn read_block(
     bound: BlockBound,
     raw: Raw,
 ) -> Result<Bytes> {
-    read_block_in(file, handle, origin, bound, raw, None)
+    read_block_ahead(file, handle, origin, bound, raw, None, None)
 }
 
-/// [`read_block`] for a block of a table that may have a dictionary.
-pub(crate) fn read_block_in(
-    file: &TableFile,
-    handle: BlockHandle,
-    origin: &Origin,
-    bound: BlockBound,
-    raw: Raw,
-    dictionary: Option<&Dictionary>,
-) -> Result<Bytes> {
-    read_block_ahead(file, handle, origin, bound, raw, dictionary, None)
-}
-
-/// [`read_block_in`] for an iterator, through its read-ahead if it has one (with the offset
-/// where the table's data blocks end, which a window does not pass).
+/// [`read_block`] for a block of a table that may have a dictionary, read by an iterator
+/// through its read-ahead if it has one (with the offset where the table's data blocks end,
+/// which a window does not pass).
 pub(crate) fn read_block_ahead(
     file: &TableFile,
     handle: BlockHandle,
@@ -493,7 +482,7 @@ mod tests {
         read_block_in(file, handle, origin, bound, raw, None)
     }
 
-    /// [`super::read_block_in`] over bytes held whole.
+    /// [`read_block_ahead`] over bytes held whole, without read-ahead.
     fn read_block_in(
         file: &Bytes,
         handle: BlockHandle,
@@ -503,7 +492,7 @@ mod tests {
         dictionary: Option<&Dictionary>,
     ) -> Result<Bytes> {
         let file = TableFile::Whole(file.clone());
-        super::read_block_in(&file, handle, origin, bound, raw, dictionary)
+        read_block_ahead(&file, handle, origin, bound, raw, dictionary, None)
     }
 
     fn encoded(raw: &[u8]) -> (Bytes, BlockHandle) {
