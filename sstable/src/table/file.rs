@@ -6,8 +6,8 @@
 //! filter, range tombstones, properties: heap, as RocksDB's with
 //! `cache_index_and_filter_blocks` off) and each iterator's read-ahead window. A mapped table
 //! reads a little faster on a miss, but every page a read or a compaction touches then counts in
-//! the process's resident set until the table closes. A table may also be held whole in memory (a mapping, or bytes
-//! built by a test); then reads slice it.
+//! the process's resident set until the table closes. A table may also be held whole in memory
+//! (a mapping, or bytes built by a test); then reads slice it.
 //!
 //! This module only fetches bytes and checks they lie inside the file; `block_io` verifies and
 //! decodes them.
