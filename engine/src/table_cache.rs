@@ -1,8 +1,9 @@
 //! Open tables by file number: opened on first use (read with `pread`, or mapped if
 //! `Options::mmap_reads`), kept in a bounded cache, and tracked while anyone holds them.
 //!
-//! The cache holds at most `Options::max_open_tables` tables; the least recently used one is
-//! closed when another is opened (a reader using it keeps its own handle until done). Every table
+//! The cache holds at most `Options::max_open_tables` tables, and tables read with `pread` (each
+//! holding a file descriptor) at most half the process's descriptor limit; the least recently
+//! used one is closed when another is opened (a reader using it keeps its own handle until done). Every table
 //! opened is also remembered weakly, so an audit can find one that is still open after its
 //! file was deleted: an open file or a mapping keeps an unlinked file's bytes on disk.
 
