@@ -118,8 +118,14 @@ fn manifest_faults(seed: u64) -> Result<StressReport, StressError> {
     cairn_stress::run_with_fault_plan(config, &plan)
 }
 
-/// Runs `run` for each seed without and with `bug`: every bug-free run must pass, and every run
-/// with the bug must fail with `expect`.
+/// Runs with a planted bug allowed per seed before it counts as missed. Four threads schedule
+/// differently from run to run, so one run of a seed may by chance never meet the bug's window:
+/// `DropAboveBottom` at seed 0 found no resurrected delete in about one run of six, at 883e273
+/// as after it. A harness blind to the bug misses it in every run and still fails.
+const ATTEMPTS: u32 = 3;
+
+/// Runs `run` for each seed without and with `bug`: every bug-free run must pass, and with the
+/// bug each seed must fail with `expect` within [`ATTEMPTS`] runs.
 fn caught(bug: Bug, expect: Failure, run: impl Fn(u64) -> Result<StressReport, StressError>) {
     let _serial = SERIAL
         .lock()
@@ -130,18 +136,24 @@ fn caught(bug: Bug, expect: Failure, run: impl Fn(u64) -> Result<StressReport, S
         let clean = run(seed).expect("the bug-free run");
         println!("{bug:?} seed {seed} without the bug:\n{}", clean.summary());
         assert_eq!(clean.exit_code(), 0, "seed {seed} fails without {bug:?}");
-        planted::set(bug, true);
-        let buggy = run(seed);
-        planted::set(bug, false);
-        let buggy = buggy.expect("the run with the bug");
-        println!("{bug:?} seed {seed} with the bug:\n{}", buggy.summary());
-        if buggy.failures.count(expect) == 0 {
+        let found = (1..=ATTEMPTS).any(|attempt| {
+            planted::set(bug, true);
+            let buggy = run(seed);
+            planted::set(bug, false);
+            let buggy = buggy.expect("the run with the bug");
+            println!(
+                "{bug:?} seed {seed} with the bug, run {attempt}:\n{}",
+                buggy.summary()
+            );
+            buggy.failures.count(expect) > 0
+        });
+        if !found {
             missed_by.push(seed);
         }
     }
     assert!(
         missed_by.is_empty(),
-        "{bug:?} went unnoticed as {expect:?} with seeds {missed_by:?}"
+        "{bug:?} went unnoticed as {expect:?} in {ATTEMPTS} runs with seeds {missed_by:?}"
     );
 }
 
