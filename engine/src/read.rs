@@ -342,14 +342,14 @@ pub(crate) struct Met<'a> {
 }
 
 enum MetValue<'a> {
-    Memtable(&'a Bytes),
+    Memtable(&'a [u8]),
     Table(&'a TableIter),
 }
 
 impl Met<'_> {
     fn value(&self) -> Bytes {
         match self.value {
-            MetValue::Memtable(value) => value.clone(),
+            MetValue::Memtable(value) => Bytes::copy_from_slice(value),
             MetValue::Table(iter) => iter.value_bytes(),
         }
     }

@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use cairn_sstable::{EntryMeta, Kind, SeqNo};
 
 use crate::log_record::BatchOp;
@@ -91,14 +90,14 @@ impl MemSet {
                             write_time,
                             ttl: *ttl,
                         },
-                        value.clone(),
+                        value,
                     );
                 }
                 BatchOp::Delete { key, .. } => {
-                    table.insert(key, seqno, Kind::Delete, meta, Bytes::new());
+                    table.insert(key, seqno, Kind::Delete, meta, &[]);
                 }
                 BatchOp::SingleDelete { key, .. } => {
-                    table.insert(key, seqno, Kind::SingleDelete, meta, Bytes::new());
+                    table.insert(key, seqno, Kind::SingleDelete, meta, &[]);
                 }
                 BatchOp::DeleteRange { start, end, .. } => {
                     table.insert_range_tombstone(start.clone(), end.clone(), seqno, write_time);
