@@ -16,7 +16,7 @@ use bytes::Bytes;
 use cairn_sstable::key::{KIND_FOR_SEEK, pack_trailer, user_key};
 use cairn_sstable::{
     EntryMeta, FragmentedRangeTombstones, InternalIterator, Kind, RangeTombstone,
-    RangeTombstoneMap, SeqNo, internal_key,
+    RangeTombstoneMap, SeqNo,
 };
 
 use crate::converted_runs::{ConvertedRuns, Learned, RunMap};
@@ -264,10 +264,9 @@ impl Memtable {
         if self.list.is_empty() {
             return ControlFlow::Continue(());
         }
-        let start = internal_key(key, snapshot, KIND_FOR_SEEK);
         let versions = self
             .list
-            .iter_from(&start)
+            .iter_from(key, pack_trailer(snapshot, KIND_FOR_SEEK))
             .take_while(|e| user_key(e.key) == key)
             .take(limit);
         for e in versions {
@@ -368,7 +367,7 @@ impl InternalIterator for MemtableIter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_sstable::{MAX_SEQNO, compare_internal_keys};
+    use cairn_sstable::{MAX_SEQNO, compare_internal_keys, internal_key};
 
     /// Wide range deletes over many narrow ones copy a version into every piece they cover;
     /// the memtable's size must grow with that, or it never reaches its flush trigger.

@@ -159,7 +159,7 @@ impl Options {
     }
 
     /// Bytes a memtable holds before it is frozen and flushed (default 64 MiB, at least 4 KiB):
-    /// the heap its entries take (skip-list nodes, keys, values), as RocksDB's
+    /// the arena its entries take (skip-list nodes holding keys and values), as RocksDB's
     /// `write_buffer_size` counts its arena. Range-delete fragments count: a write whose range
     /// deletes would carry the memtables past it goes to fresh ones, and a batch whose range
     /// deletes over each other would need more than four times this (and four times what they

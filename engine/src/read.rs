@@ -332,8 +332,8 @@ fn walk_table(
     Ok(ControlFlow::Continue(()))
 }
 
-/// One version a point read meets. Its value is sliced out (a reference count) only if the
-/// read takes it.
+/// One version a point read meets. Its value is taken only if the read returns it: copied out of
+/// a memtable's arena, or sliced out of a table's block (a reference count).
 pub(crate) struct Met<'a> {
     seqno: SeqNo,
     kind: Kind,

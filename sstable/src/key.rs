@@ -111,7 +111,9 @@ pub fn user_key(key: &[u8]) -> &[u8] {
         .unwrap_or_default()
 }
 
-fn trailer(key: &[u8]) -> u64 {
+/// The trailer (sequence number and kind, packed) of an internal key; 0 if it is too short to
+/// hold one.
+pub fn trailer(key: &[u8]) -> u64 {
     get_u64(key, key.len().saturating_sub(TRAILER_LEN)).unwrap_or(0)
 }
 

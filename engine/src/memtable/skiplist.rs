@@ -34,6 +34,7 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 
+use cairn_sstable::key::{self, compare_bytes};
 use cairn_sstable::{EntryMeta, compare_internal_keys};
 
 /// The most links a node has. With one node in four reaching each next level, 12 levels keep
@@ -203,9 +204,21 @@ impl SkipList {
         true
     }
 
-    /// The entries from the first whose key is at or after `key`, in order.
-    pub(crate) fn iter_from<'a>(&'a self, key: &[u8]) -> impl Iterator<Item = EntryRef<'a>> + 'a {
-        self.walk_from(self.find_ge(key, &mut [None; MAX_HEIGHT]))
+    /// The entries from the first whose internal key is at or after `user_key` followed by
+    /// `trailer` (built without allocating), in order.
+    pub(crate) fn iter_from<'a>(
+        &'a self,
+        user_key: &[u8],
+        trailer: u64,
+    ) -> impl Iterator<Item = EntryRef<'a>> + 'a {
+        let first = self.find_ge_by(
+            |node| {
+                compare_bytes(key::user_key(node), user_key)
+                    .then_with(|| trailer.cmp(&key::trailer(node)))
+            },
+            &mut [None; MAX_HEIGHT],
+        );
+        self.walk_from(first)
     }
 
     /// Every entry, in order.
@@ -255,6 +268,15 @@ impl SkipList {
         key: &[u8],
         prev: &mut [Option<NonNull<Node>>; MAX_HEIGHT],
     ) -> Option<NonNull<Node>> {
+        self.find_ge_by(|node| compare_internal_keys(node, key), prev)
+    }
+
+    /// [`Self::find_ge`] with the target given as how a node's key compares to it.
+    fn find_ge_by(
+        &self,
+        compare: impl Fn(&[u8]) -> Ordering,
+        prev: &mut [Option<NonNull<Node>>; MAX_HEIGHT],
+    ) -> Option<NonNull<Node>> {
         let mut at = None;
         let mut level = self
             .height
@@ -264,9 +286,7 @@ impl SkipList {
         loop {
             let next = self.next(at, level);
             // SAFETY: `next` is a node of this list.
-            if let Some(Ordering::Less) =
-                next.map(|n| compare_internal_keys(unsafe { node_key(n) }, key))
-            {
+            if let Some(Ordering::Less) = next.map(|n| compare(unsafe { node_key(n) })) {
                 at = next;
                 continue;
             }
@@ -533,48 +553,64 @@ impl Arena {
     }
 }
 
-/// One block of the arena: `len` bytes at `base`, owned by `_owner`.
+/// One block of the arena: its first byte, and what owns the memory.
 struct Block {
     base: NonNull<u8>,
     _owner: BlockMemory,
 }
 
-/// An anonymous mapping: its pages come from the system zeroed on first touch and go back
-/// whole on drop.
-#[cfg(not(miri))]
-type BlockMemory = memmap2::MmapMut;
+/// A block's memory: an anonymous mapping, whose pages come from the system zeroed on first
+/// touch and go back whole on drop; or, where mapping fails (and under Miri, which cannot map),
+/// a heap allocation owned by raw pointer, so that moving the owner never retags what the
+/// nodes point into.
+enum BlockMemory {
+    /// Held for its drop, which unmaps it.
+    #[cfg_attr(miri, allow(dead_code, reason = "Miri cannot map memory"))]
+    Mapped {
+        _map: memmap2::MmapMut,
+    },
+    Heap(NonNull<[std::mem::MaybeUninit<u64>]>),
+}
 
-/// Under Miri, which cannot map memory, a heap allocation owned by raw pointer (so that moving
-/// the owner never retags what the nodes point into).
-#[cfg(miri)]
-struct BlockMemory(NonNull<[std::mem::MaybeUninit<u64>]>);
-
-#[cfg(miri)]
 impl Drop for BlockMemory {
     fn drop(&mut self) {
-        // SAFETY: the pointer came from `Box::into_raw` in `Block::new` and is freed only here.
-        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+        if let Self::Heap(words) = self {
+            // SAFETY: the pointer came from `Box::leak` in `Block::heap` and is freed only here.
+            drop(unsafe { Box::from_raw(words.as_ptr()) });
+        }
     }
 }
 
 impl Block {
-    #[cfg(not(miri))]
+    /// A block of `len` bytes: mapped, or from the heap if mapping fails (a heap that cannot
+    /// give it either aborts, as every allocation does).
     fn new(len: usize) -> Self {
-        // Failing to map memory is out of memory, which the allocator treats the same way.
-        let mut map = memmap2::MmapMut::map_anon(len).unwrap_or_else(|e| {
-            panic!("the memtable could not map {len} bytes: {e}");
-        });
-        let base = NonNull::new(map.as_mut_ptr()).unwrap_or(NonNull::dangling());
-        Self { base, _owner: map }
+        if cfg!(miri) {
+            return Self::heap(len);
+        }
+        match memmap2::MmapMut::map_anon(len) {
+            Ok(mut map) => {
+                // Pages counted one by one, as the flush trigger counts the arena: a huge page
+                // would hold 2 MiB for the first bytes written to it.
+                #[cfg(target_os = "linux")]
+                let _ = map.advise(memmap2::Advice::NoHugePage);
+                match NonNull::new(map.as_mut_ptr()) {
+                    Some(base) => Self {
+                        base,
+                        _owner: BlockMemory::Mapped { _map: map },
+                    },
+                    None => Self::heap(len),
+                }
+            }
+            Err(_) => Self::heap(len),
+        }
     }
 
-    #[cfg(miri)]
-    fn new(len: usize) -> Self {
-        let words = len.div_ceil(8);
-        let raw = NonNull::from(Box::leak(Box::<[u64]>::new_uninit_slice(words)));
+    fn heap(len: usize) -> Self {
+        let words = NonNull::from(Box::leak(Box::<[u64]>::new_uninit_slice(len.div_ceil(8))));
         Self {
-            base: raw.cast(),
-            _owner: BlockMemory(raw),
+            base: words.cast(),
+            _owner: BlockMemory::Heap(words),
         }
     }
 }
@@ -700,32 +736,64 @@ mod tests {
         assert!(!list.is_empty());
     }
 
-    /// A reader walking while the writer inserts sees every key in order and never a torn node.
+    /// Readers walking and seeking while the writer inserts (and the list grows taller) see
+    /// every key in order and never a torn node; at least one walk overlaps inserts.
     #[test]
     fn readers_walk_in_order_while_the_writer_inserts() {
+        use std::sync::atomic::AtomicBool;
         let list = Arc::new(SkipList::new());
-        let n: u64 = if cfg!(miri) { 200 } else { 20_000 };
+        let n: u64 = if cfg!(miri) { 300 } else { 20_000 };
+        let done = AtomicBool::new(false);
+        let overlapped = AtomicUsize::new(0);
         std::thread::scope(|scope| {
-            let writer = Arc::clone(&list);
-            scope.spawn(move || {
+            scope.spawn(|| {
                 for i in 0..n {
                     let user = format!("k{:06}", (i * 7919) % n).into_bytes();
                     let value = user.repeat(2);
-                    assert!(writer.insert(&user, trailer(i + 1), EntryMeta::at(i), &value));
+                    assert!(list.insert(&user, trailer(i + 1), EntryMeta::at(i), &value));
                 }
+                done.store(true, AtomicOrdering::Release);
             });
-            for _ in 0..4 {
-                let mut previous: Option<Vec<u8>> = None;
-                for entry in list.iter() {
-                    let user = cairn_sstable::key::user_key(entry.key);
-                    assert_eq!(entry.value, user.repeat(2).as_slice(), "a whole node");
-                    if let Some(previous) = &previous {
-                        assert!(compare_internal_keys(previous, entry.key).is_lt());
+            for _ in 0..2 {
+                scope.spawn(|| {
+                    while !done.load(AtomicOrdering::Acquire) {
+                        let before = list.memory_used();
+                        check_walk(&list);
+                        let mut cursor = Cursor::new(Arc::clone(&list));
+                        let target = ikey(b"k001000", u64::MAX >> 8);
+                        cursor.seek(&target);
+                        if let Some(e) = cursor.entry() {
+                            assert!(compare_internal_keys(e.key, &target).is_ge());
+                        }
+                        if list.memory_used() != before {
+                            overlapped.fetch_add(1, AtomicOrdering::Relaxed);
+                        }
                     }
-                    previous = Some(entry.key.to_vec());
-                }
+                });
             }
         });
+        check_walk(&list);
         assert_eq!(list.iter().count(), usize::try_from(n).expect("fits"));
+        assert!(
+            list.height.load(AtomicOrdering::Relaxed) > 2,
+            "the list grew taller"
+        );
+        assert!(
+            overlapped.load(AtomicOrdering::Relaxed) > 0,
+            "no walk overlapped an insert"
+        );
+    }
+
+    /// Every entry in order, each whole (its value is its user key twice).
+    fn check_walk(list: &SkipList) {
+        let mut previous: Option<&[u8]> = None;
+        for entry in list.iter() {
+            let user = cairn_sstable::key::user_key(entry.key);
+            assert_eq!(entry.value, user.repeat(2).as_slice(), "a whole node");
+            if let Some(previous) = previous {
+                assert!(compare_internal_keys(previous, entry.key).is_lt());
+            }
+            previous = Some(entry.key);
+        }
     }
 }
