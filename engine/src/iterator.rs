@@ -66,6 +66,18 @@ impl Tombstones {
         }
     }
 
+    /// Where a tombstone here may next cover a key, for a reader that found none visible to it
+    /// covering `key`: no key from `key` up to the bound (exclusive) is covered either, and
+    /// `None` means no key after `key` is. Later range deletes into a memtable cut its pieces
+    /// further but add nothing a reader's snapshot sees, so the bound stays true for the read.
+    fn next_start_after(&self, key: &[u8]) -> cairn_sstable::Result<Option<Bytes>> {
+        match self {
+            Self::Memtable(mem) => Ok(mem.range_tombstone_next_start(key)),
+            Self::Table(table) => Ok(table.range_tombstones().next_start_after(key).cloned()),
+            Self::Level(level) => level.next_start_after(key),
+        }
+    }
+
     /// The newest tombstone seqno covering `key` visible at `snapshot`.
     fn covering_seqno(&self, key: &[u8], snapshot: SeqNo) -> cairn_sstable::Result<Option<SeqNo>> {
         match self {
@@ -94,6 +106,43 @@ pub(crate) struct SourceIter {
     /// Nothing to hide: no range tombstone or recorded run here or in a newer source, and no
     /// entry newer than the snapshot. Steps then skip the checks.
     plain: bool,
+    /// While walking forward: keys below this bound are covered by no tombstone of a newer
+    /// source nor of this one visible at the snapshot (see [`Clear`]), so steps skip the checks
+    /// (RocksDB's range-deletion aggregator keeps the same position in the fragments).
+    clear: Clear,
+}
+
+/// How far a forward walk knows a source's keys to be covered by no visible range tombstone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Clear {
+    /// Not known: check the next key.
+    Unknown,
+    /// Keys from the last checked one up to this one (exclusive).
+    Until(Bytes),
+    /// Every key from the last checked one on.
+    ToEnd,
+}
+
+impl Clear {
+    /// True if `key`, at or after the key the bound was found for, is known uncovered.
+    fn holds(&self, key: &[u8]) -> bool {
+        match self {
+            Self::Unknown => false,
+            Self::Until(bound) => key < bound.as_ref(),
+            Self::ToEnd => true,
+        }
+    }
+
+    /// The nearer of two bounds found at the same key.
+    fn min(self, other: Option<Bytes>) -> Self {
+        match (self, other) {
+            (Self::Unknown, _) => Self::Unknown,
+            (Self::ToEnd, None) => Self::ToEnd,
+            (Self::ToEnd, Some(b)) => Self::Until(b),
+            (Self::Until(a), None) => Self::Until(a),
+            (Self::Until(a), Some(b)) => Self::Until(a.min(b)),
+        }
+    }
 }
 
 impl SourceIter {
@@ -124,6 +173,16 @@ impl SourceIter {
         Ok(None)
     }
 
+    /// How far from `key`, which no tombstone of a newer source or of this one visible at the
+    /// snapshot covers, that stays true.
+    fn clear_after(&self, key: &[u8]) -> cairn_sstable::Result<Clear> {
+        let mut clear = Clear::ToEnd.min(self.own.next_start_after(key)?);
+        for tombstones in self.newer.iter() {
+            clear = clear.min(tombstones.next_start_after(key)?);
+        }
+        Ok(clear)
+    }
+
     /// True if the current entry (seqno `seqno`) is hidden by its own source's tombstones.
     fn hidden_by_own(&self, key: &[u8], seqno: SeqNo) -> cairn_sstable::Result<bool> {
         Ok(self
@@ -144,7 +203,9 @@ impl SourceIter {
                     .inner
                     .corruption_here("malformed internal key from a source"));
             };
-            if let Some((_, end)) = self.newer_cover(parsed.user_key)? {
+            let clear = self.clear.holds(parsed.user_key);
+            if !clear && let Some((_, end)) = self.newer_cover(parsed.user_key)? {
+                self.clear = Clear::Unknown;
                 self.inner.seek(&seek_key(&end, MAX_SEQNO))?;
                 continue;
             }
@@ -153,10 +214,19 @@ impl SourceIter {
                 self.inner.seek(&seek_key(&end, MAX_SEQNO))?;
                 continue;
             }
-            if parsed.seqno <= self.snapshot
-                && !self.hidden_by_own(parsed.user_key, parsed.seqno)?
-            {
-                return Ok(());
+            if parsed.seqno <= self.snapshot {
+                if clear {
+                    return Ok(());
+                }
+                match self.own.covering_seqno(parsed.user_key, self.snapshot)? {
+                    None => {
+                        self.clear = self.clear_after(parsed.user_key)?;
+                        return Ok(());
+                    }
+                    // Covered only by older tombstones of its own source: visible.
+                    Some(tombstone) if tombstone <= parsed.seqno => return Ok(()),
+                    Some(_) => {}
+                }
             }
             if parsed.seqno <= self.snapshot {
                 self.hidden += 1;
@@ -221,18 +291,22 @@ impl InternalIterator for SourceIter {
         self.inner.value_bytes()
     }
     fn seek_to_first(&mut self) -> cairn_sstable::Result<()> {
+        self.clear = Clear::Unknown;
         self.inner.seek_to_first()?;
         self.settle_forward()
     }
     fn seek_to_last(&mut self) -> cairn_sstable::Result<()> {
+        self.clear = Clear::Unknown;
         self.inner.seek_to_last()?;
         self.settle_backward()
     }
     fn seek(&mut self, target: &[u8]) -> cairn_sstable::Result<()> {
+        self.clear = Clear::Unknown;
         self.inner.seek(target)?;
         self.settle_forward()
     }
     fn seek_for_prev(&mut self, target: &[u8]) -> cairn_sstable::Result<()> {
+        self.clear = Clear::Unknown;
         self.inner.seek_for_prev(target)?;
         self.settle_backward()
     }
@@ -241,6 +315,7 @@ impl InternalIterator for SourceIter {
         self.settle_forward()
     }
     fn prev(&mut self) -> cairn_sstable::Result<()> {
+        self.clear = Clear::Unknown;
         self.inner.prev()?;
         self.settle_backward()
     }
@@ -315,6 +390,7 @@ fn sources(
             runs: Arc::new(runs.clone()),
             skipped_runs: 0,
             plain,
+            clear: Clear::Unknown,
         });
         if has_tombstones {
             newer.push(own);

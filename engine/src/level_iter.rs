@@ -266,6 +266,27 @@ impl LevelTombstones {
         Ok(None)
     }
 
+    /// Where a tombstone of this level may next cover a key, for a reader that found none
+    /// covering `key`: the first fragment start after `key` in a table holding it, or the
+    /// smallest key of the next table holding tombstones; `None` if neither exists.
+    pub(crate) fn next_start_after(&self, key: &[u8]) -> cairn_sstable::Result<Option<Bytes>> {
+        let mut next: Option<Bytes> = None;
+        for entry in self.holding(key) {
+            let tombstones = self.open(entry)?.range_tombstones();
+            if let Some(start) = tombstones.next_start_after(key) {
+                next = Some(next.map_or_else(|| start.clone(), |n| n.min(start.clone())));
+            }
+        }
+        let after = self
+            .tables
+            .partition_point(|t| t.file.smallest.as_ref() <= key);
+        if let Some(table) = self.tables.get(after) {
+            let smallest = &table.file.smallest;
+            next = Some(next.map_or_else(|| smallest.clone(), |n| n.min(smallest.clone())));
+        }
+        Ok(next)
+    }
+
     /// The newest tombstone seqno covering `key` visible at `snapshot`.
     pub(crate) fn covering_seqno(
         &self,

@@ -220,6 +220,19 @@ impl Memtable {
             .visible_cover(user_key, snapshot)
     }
 
+    /// The start of the first range-tombstone piece after `user_key`, if any: a reader that
+    /// found no tombstone visible to it covering `user_key` finds none before it either (later
+    /// range deletes cut pieces further, but add nothing its snapshot sees).
+    pub(crate) fn range_tombstone_next_start(&self, user_key: &[u8]) -> Option<Bytes> {
+        if !self.has_range_tombstones() {
+            return None;
+        }
+        self.read_tombstones()
+            .fragments
+            .next_start_after(user_key)
+            .cloned()
+    }
+
     /// Range tombstones as written, unfragmented.
     pub(crate) fn raw_range_tombstones(&self) -> Vec<RangeTombstone> {
         self.read_tombstones().raw.clone()

@@ -229,6 +229,16 @@ impl RangeTombstoneMap {
             .then(|| (start.clone(), piece.end.clone()))
     }
 
+    /// The start of the first piece after `user_key`: where a tombstone may next cover a key,
+    /// for a reader that found none covering `user_key` (pieces are disjoint, so every key from
+    /// `user_key` to it lies in `user_key`'s piece or in a gap). `None` if no piece follows.
+    pub fn next_start_after(&self, user_key: &[u8]) -> Option<&Bytes> {
+        self.pieces
+            .range::<[u8], _>((Bound::Excluded(user_key), Bound::Unbounded))
+            .next()
+            .map(|(start, _)| start)
+    }
+
     /// The fragments, touching pieces with the same tombstones merged: what
     /// [`FragmentedRangeTombstones::fragment`] gives for the tombstones inserted.
     pub fn to_fragmented(&self) -> FragmentedRangeTombstones {

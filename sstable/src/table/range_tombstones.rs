@@ -236,6 +236,15 @@ impl FragmentedRangeTombstones {
             .map(|_| (f.start.clone(), f.end.clone()))
     }
 
+    /// The start of the first fragment after `user_key` (as
+    /// [`RangeTombstoneMap::next_start_after`](crate::RangeTombstoneMap::next_start_after)).
+    pub fn next_start_after(&self, user_key: &[u8]) -> Option<&Bytes> {
+        let after = self
+            .fragments
+            .partition_point(|f| f.start.as_ref() <= user_key);
+        self.fragments.get(after).map(|f| &f.start)
+    }
+
     /// Every stored piece as a tombstone of its own, in key order then newest first.
     pub fn iter_tombstones(&self) -> impl Iterator<Item = RangeTombstone> + '_ {
         self.fragments.iter().flat_map(|f| {
