@@ -271,15 +271,20 @@ impl LevelTombstones {
     /// smallest key of the next table holding tombstones; `None` if neither exists.
     pub(crate) fn next_start_after(&self, key: &[u8]) -> cairn_sstable::Result<Option<Bytes>> {
         let mut next: Option<Bytes> = None;
-        for entry in self.holding(key) {
+        // Every table whose bounds hold `key` (not only the two `holding` gives a point lookup:
+        // a level may hold several tables touching at one key), then the first one after it.
+        let first = self
+            .tables
+            .partition_point(|t| t.file.largest.as_ref() < key);
+        let after = self
+            .tables
+            .partition_point(|t| t.file.smallest.as_ref() <= key);
+        for entry in self.tables.get(first..after).unwrap_or_default() {
             let tombstones = self.open(entry)?.range_tombstones();
             if let Some(start) = tombstones.next_start_after(key) {
                 next = Some(next.map_or_else(|| start.clone(), |n| n.min(start.clone())));
             }
         }
-        let after = self
-            .tables
-            .partition_point(|t| t.file.smallest.as_ref() <= key);
         if let Some(table) = self.tables.get(after) {
             let smallest = &table.file.smallest;
             next = Some(next.map_or_else(|| smallest.clone(), |n| n.min(smallest.clone())));

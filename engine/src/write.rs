@@ -102,6 +102,9 @@ impl DbInner {
             self.stop_with(&e);
             return Err(e);
         }
+        // Applied before their seqnos are visible: a reader's snapshot never sees a write still
+        // being applied, and a range read relies on every range delete that arrives while it
+        // walks being newer than its snapshot (`SourceIter`'s `Clear` bound, iterator.rs).
         mem.apply(first, write_time, ops.iter().copied());
         self.visible_seqno.store(last, Ordering::Release);
         if sync {

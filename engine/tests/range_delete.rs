@@ -460,10 +460,6 @@ fn a_failed_open_removes_the_tables_its_replay_wrote() -> cairn::Result<()> {
     Ok(())
 }
 
-/// A forward walk remembers how far no range tombstone covers its keys and skips the checks
-/// there. Range deletes written during the walk (invisible to it, but cutting the memtable's
-/// pieces), tombstones in the table the keys are in, and walks that turn back or seek backward
-/// must all still give exactly what the walk's snapshot holds.
 /// The number in a key made by [`key`].
 fn number(key: &[u8]) -> u32 {
     std::str::from_utf8(key.get(3..).unwrap_or_default())
@@ -472,6 +468,20 @@ fn number(key: &[u8]) -> u32 {
         .expect("a key made by `key`")
 }
 
+/// The numbers of the keys a cursor meets from where it is to the end.
+fn walk_on(cursor: &mut cairn::DbCursor) -> cairn::Result<Vec<u32>> {
+    let mut seen = Vec::new();
+    while let Some(k) = cursor.key() {
+        seen.push(number(k));
+        cursor.next()?;
+    }
+    Ok(seen)
+}
+
+/// A forward walk remembers how far no range tombstone covers its keys and skips the checks
+/// there. Range deletes written during the walk (invisible to it, but cutting the memtable's
+/// pieces), tombstones in the table the keys are in, and walks that turn back or seek backward
+/// must all still give exactly what the walk's snapshot holds.
 #[test]
 fn walks_skip_tombstone_checks_only_where_nothing_visible_covers() -> cairn::Result<()> {
     let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
@@ -529,6 +539,15 @@ fn walks_skip_tombstone_checks_only_where_nothing_visible_covers() -> cairn::Res
     );
     cursor.seek(key(560))?;
     assert_eq!(cursor.key(), Some(key(600).as_bytes()));
+    // Back to the first key from deep in a walk: the bound found there must not carry over.
+    cursor.seek(key(250))?;
+    cursor.next()?;
+    cursor.seek_to_first()?;
+    assert_eq!(
+        walk_on(&mut cursor)?,
+        all,
+        "a walk from the first key again"
+    );
     // A fresh walk sees the later deletes.
     let now: Vec<u32> = db
         .iter()?
@@ -542,6 +561,80 @@ fn walks_skip_tombstone_checks_only_where_nothing_visible_covers() -> cairn::Res
             .copied()
             .filter(|&i| later(i))
             .collect::<Vec<_>>()
+    );
+    Ok(())
+}
+
+/// The same over sorted levels of several tables (range tombstones crossing table bounds), a
+/// memtable holding puts on both sides of its own range deletes, an old snapshot, and range
+/// deletes written during the walk, all checked against a model.
+#[test]
+fn walks_over_levels_and_memtable_entries_match_a_model() -> cairn::Result<()> {
+    let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+    let options = Options::default()
+        .memtable_size(64 << 10)
+        .target_file_size(16 << 10);
+    let db = Db::open(dir.path(), options)?;
+    let mut model = std::collections::BTreeMap::new();
+    // Values that compress poorly, so the tables split at their target size.
+    let value = |i: u32| format!("{:0>200}", u64::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    for i in 0..4000 {
+        db.put(key(i), value(i))?;
+        model.insert(i, value(i));
+    }
+    // Held across the compaction, so the tables keep the range tombstones and what they cover.
+    let before_deletes = db.snapshot();
+    for (a, b) in [(300, 900), (1500, 1520), (2000, 2600)] {
+        db.delete_range(key(a), key(b))?;
+        model.retain(|&i, _| !(a..b).contains(&i));
+    }
+    db.flush()?;
+    db.compact_range::<&[u8]>(..)?;
+    let (l1, ranges) = db
+        .stats()
+        .levels
+        .iter()
+        .skip(1)
+        .fold((0, 0), |(files, ranges), l| {
+            (files + l.files, ranges + l.range_tombstones)
+        });
+    assert!(ranges > 0, "range tombstones in the sorted levels");
+    assert!(
+        l1 > 2,
+        "the keys spread over several tables below level 0 ({l1})"
+    );
+    // In the memtable: puts, a range delete over some of them, and puts again under it.
+    for i in 4000..4100 {
+        db.put(key(i), "old")?;
+        model.insert(i, "old".to_string());
+    }
+    db.delete_range(key(4010), key(4050))?;
+    model.retain(|&i, _| !(4010..4050).contains(&i));
+    for i in [4020, 4030] {
+        db.put(key(i), "new")?;
+        model.insert(i, "new".to_string());
+    }
+    let snapshot = db.snapshot();
+    let expected: Vec<u32> = model.keys().copied().collect();
+    let mut cursor = snapshot.cursor()?;
+    cursor.seek_to_first()?;
+    let mut seen = Vec::new();
+    while let Some(k) = cursor.key() {
+        let i = number(k);
+        if i == 1000 {
+            db.delete_range(key(1000), key(3000))?;
+            db.delete_range(key(4000), key(4100))?;
+            db.put(key(1700), "newer")?;
+        }
+        seen.push(i);
+        cursor.next()?;
+    }
+    assert_eq!(seen, expected, "a walk at the snapshot");
+    assert_eq!(snapshot.iter()?.count(), expected.len());
+    assert_eq!(
+        before_deletes.iter()?.count(),
+        4000,
+        "the held snapshot sees every key"
     );
     Ok(())
 }

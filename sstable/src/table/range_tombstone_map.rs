@@ -380,6 +380,36 @@ mod tests {
     }
 
     proptest! {
+        /// A reader that finds a key covered by nothing its snapshot sees finds nothing covered
+        /// before the next piece (or fragment) start either, in the map and in its fragments.
+        #[test]
+        fn nothing_visible_is_covered_before_the_next_start(
+            input in prop::collection::vec((0u8..40, 0u8..12, 1u64..30), 0..40),
+            snapshot in prop::sample::select(vec![0u64, 5, 10, 20, SeqNo::MAX]),
+        ) {
+            let mut map = RangeTombstoneMap::new();
+            for &(start, len, seqno) in &input {
+                map.insert(&tombstone(start, len, seqno, 0));
+            }
+            let whole = map.to_fragmented();
+            let covered = |k: u8| whole.covering_seqno(&[k], snapshot).is_some();
+            for key in (0u8..60).filter(|&k| !covered(k)) {
+                let bounds = [
+                    map.next_start_after(&[key]).cloned(),
+                    whole.next_start_after(&[key]).cloned(),
+                ];
+                for bound in bounds {
+                    let upto = bound.as_ref().and_then(|b| b.first().copied()).unwrap_or(u8::MAX);
+                    prop_assert!(bound.as_ref().is_none_or(|b| b.as_ref() > &[key][..]));
+                    for k in key..upto {
+                        prop_assert!(!covered(k), "{} covered below the bound {:?} from {}", k, bound, key);
+                    }
+                }
+            }
+        }
+    }
+
+    proptest! {
         /// `growth_of` predicts what the inserts add, over a map already holding tombstones:
         /// exactly when seqnos are distinct, never less when some repeat.
         #[test]
