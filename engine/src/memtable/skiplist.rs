@@ -261,6 +261,14 @@ impl SkipList {
         NonNull::new(self.link(node, level).load(AtomicOrdering::Acquire))
     }
 
+    /// The highest level a search starts at.
+    fn top_level(&self) -> usize {
+        self.height
+            .load(AtomicOrdering::Relaxed)
+            .clamp(1, MAX_HEIGHT)
+            - 1
+    }
+
     /// The first node at or after `key`; fills `prev` with the last node before `key` at each
     /// level (`None` for the head).
     fn find_ge(
@@ -278,11 +286,7 @@ impl SkipList {
         prev: &mut [Option<NonNull<Node>>; MAX_HEIGHT],
     ) -> Option<NonNull<Node>> {
         let mut at = None;
-        let mut level = self
-            .height
-            .load(AtomicOrdering::Relaxed)
-            .clamp(1, MAX_HEIGHT)
-            - 1;
+        let mut level = self.top_level();
         loop {
             let next = self.next(at, level);
             // SAFETY: `next` is a node of this list.
@@ -303,11 +307,7 @@ impl SkipList {
     /// The last node before `key` (at or before it if `inclusive`), or `None`.
     fn find_last_before(&self, key: Option<&[u8]>, inclusive: bool) -> Option<NonNull<Node>> {
         let mut at = None;
-        let mut level = self
-            .height
-            .load(AtomicOrdering::Relaxed)
-            .clamp(1, MAX_HEIGHT)
-            - 1;
+        let mut level = self.top_level();
         loop {
             let next = self.next(at, level);
             let advance = next.is_some_and(|n| {
