@@ -58,7 +58,7 @@ impl<'db> Transaction<'db> {
     /// the value at its snapshot. The key is checked for conflicts at commit.
     ///
     /// # Errors
-    /// As [`Db::get`].
+    /// As [`Db::get`](crate::Db::get).
     pub fn get(&mut self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
         self.read(DEFAULT_CF, key.as_ref())
     }
@@ -66,7 +66,7 @@ impl<'db> Transaction<'db> {
     /// Reads `key` from `cf`, as [`get`](Self::get).
     ///
     /// # Errors
-    /// As [`Db::get`]; `InvalidArgument` if `cf` belongs to another database.
+    /// As [`Db::get`](crate::Db::get); `InvalidArgument` if `cf` belongs to another database.
     pub fn get_cf(&mut self, cf: &ColumnFamily, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
         self.read_cf(cf, key.as_ref())
     }
@@ -151,7 +151,7 @@ impl<'db> Transaction<'db> {
     ///
     /// # Errors
     /// `Conflict` naming the first such key (nothing is written); `InvalidArgument` if a write
-    /// names a family of another database; otherwise as [`Db::write`].
+    /// names a family of another database; otherwise as [`Db::write`](crate::Db::write).
     pub fn commit(self) -> Result<SeqNo> {
         let Self {
             db,

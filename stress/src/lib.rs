@@ -8,7 +8,7 @@
 //!   `RocksDB`'s `db_stress` does. A snapshot is judged against the expected state at its own
 //!   sequence number when taken and when released, whatever compactions ran meanwhile. A
 //!   verification that cannot read the database is a failure, never a pass.
-//! - [`crashtest`]: the blackbox loop (a child process killed with SIGKILL, every acknowledged
+//! - [`blackbox`] and [`power_loss`]: the blackbox loop (a child process killed with SIGKILL, every acknowledged
 //!   write must survive) and the power-loss loop (in process, on the faulty file system: every
 //!   synced write survives, the rest recovered form a prefix).
 //! - [`run_with_faults`]: I/O errors injected one in N, failing as disks and kernels do; each

@@ -116,7 +116,7 @@ impl RangeTombstoneMap {
     /// walk stops and a sum above `cap` is returned. A writer asks before it commits to a batch
     /// whose range deletes over each other could need far more memory than they take in the
     /// log. Costs what the inserts' piece walks cost, bounded by `cap`: `O(k log k)` to copy the
-    /// `k` pieces the ranges touch, then about one step per [`VERSION_BYTES`] counted.
+    /// `k` pieces the ranges touch, then about one step per `VERSION_BYTES` counted.
     pub fn growth_of<'a>(
         &self,
         ranges: impl IntoIterator<Item = (&'a Bytes, &'a Bytes)>,
