@@ -52,6 +52,33 @@ impl ColumnFamily {
     pub(crate) fn id(&self) -> u32 {
         self.id
     }
+
+    /// The family's options now.
+    ///
+    /// # Errors
+    /// `ColumnFamilyNotFound` if the family was dropped.
+    pub fn options(&self) -> Result<CfOptions> {
+        self.db.super_version().cf_options(self.id)
+    }
+
+    /// Changes the family's options (`ttl`, `max_versions`, `tombstone_grace`), durably: the
+    /// change is in the MANIFEST before this returns, and reads and compactions that start after
+    /// it use the new options.
+    ///
+    /// Expiry is decided when data is read or compacted, never when it is written, so a change
+    /// applies to everything not yet compacted, as HBase's `alter` does: a shorter TTL hides
+    /// cells at once; removing a TTL (or lengthening it) makes cells visible again that had
+    /// expired under the old one but that no compaction has dropped yet; raising `max_versions`
+    /// likewise shows older versions compactions have not dropped. What compactions dropped is
+    /// gone.
+    ///
+    /// # Errors
+    /// `ColumnFamilyNotFound` if the family was dropped; `ReadOnly` on a read-only database;
+    /// `Io` if the MANIFEST cannot be written (which stops the database, as every MANIFEST
+    /// failure does).
+    pub fn set_options(&self, options: CfOptions) -> Result<()> {
+        self.db.set_cf_options(self.id, &self.name, options)
+    }
 }
 
 impl ColumnFamily {
@@ -264,6 +291,31 @@ impl DbInner {
             Ok(u64::from(id.get()))
         }))?;
         u32::try_from(id).map_err(|_| Error::invalid("column family id overflow"))
+    }
+
+    /// Replaces the options of column family `id` (an exclusive entry, as for creation). The
+    /// MANIFEST records it as the family's record again, with the new options: a record for a
+    /// family already present replaces its options, on replay as in the snapshot a rollover
+    /// writes.
+    pub(crate) fn set_cf_options(&self, id: u32, name: &str, options: CfOptions) -> Result<()> {
+        let name = name.to_string();
+        self.run_exclusive(Box::new(move |db: &DbInner| {
+            db.log_and_apply(
+                |state| {
+                    state.check_running()?;
+                    if state.meta.cfs.get(&id).is_none_or(|(n, _)| *n != name) {
+                        return Err(Error::ColumnFamilyNotFound(name));
+                    }
+                    Ok(Some(VersionEdit {
+                        added_cfs: vec![(id, name, options)],
+                        ..VersionEdit::default()
+                    }))
+                },
+                |_| (),
+            )?;
+            Ok(0)
+        }))?;
+        Ok(())
     }
 
     /// Drops column family `id` (an exclusive entry, as for creation); its tables go once no

@@ -1,0 +1,162 @@
+//! Changing a live column family's `ttl` and `max_versions` (`ColumnFamily::set_options`):
+//! durable across reopen and MANIFEST rollover, applied to everything not yet compacted (a TTL
+//! removed shows cells again, as HBase's `alter` does), and refused where it must be.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn::{CfOptions, Db, Error, ManualClock, Options};
+
+const START: u64 = 1_700_000_000_000;
+
+fn open(dir: &tempfile::TempDir, clock: &Arc<ManualClock>, options: Options) -> Db {
+    Db::open(dir.path(), options.clock(clock.clone())).expect("open")
+}
+
+fn get(cf: &cairn::ColumnFamily, key: &str) -> Option<Vec<u8>> {
+    cf.get(key).expect("get").map(|v| v.to_vec())
+}
+
+#[test]
+fn a_ttl_set_later_hides_old_cells_removed_shows_them_again_and_survives_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(START));
+    let ttl = CfOptions::default().ttl(Duration::from_secs(30));
+    {
+        let db = open(&dir, &clock, Options::default());
+        let cf = db
+            .create_column_family("events", CfOptions::default())
+            .expect("create");
+        cf.put("old", "1").expect("put");
+        clock.advance(Duration::from_secs(60));
+        cf.put("new", "2").expect("put");
+        // Kept in the memtable, which no compaction touches: only the options decide here.
+        cf.set_options(ttl.clone()).expect("set ttl");
+        assert_eq!(get(&cf, "old"), None, "written 60 s ago under a 30 s TTL");
+        assert_eq!(get(&cf, "new").as_deref(), Some(&b"2"[..]));
+        assert_eq!(cf.options().expect("options"), ttl);
+        cf.set_options(CfOptions::default()).expect("remove ttl");
+        assert_eq!(
+            get(&cf, "old").as_deref(),
+            Some(&b"1"[..]),
+            "no compaction dropped it: visible again"
+        );
+        cf.set_options(ttl.clone()).expect("set ttl again");
+    }
+    // Durable: the TTL holds after reopen (which flushes the log into a table that background
+    // compaction may then drop the expired cell from: hidden either way).
+    let db = open(&dir, &clock, Options::default());
+    let cf = db.column_family("events").expect("family");
+    assert_eq!(cf.options().expect("options"), ttl);
+    assert_eq!(get(&cf, "old"), None, "the TTL survived the reopen");
+    // Compacted under the TTL: dropped for good, whatever the options say after.
+    cf.compact_range::<&str>(..).expect("compact");
+    cf.set_options(CfOptions::default()).expect("remove ttl");
+    assert_eq!(get(&cf, "old"), None, "compaction dropped it under the TTL");
+    assert_eq!(
+        get(&cf, "new").as_deref(),
+        Some(&b"2"[..]),
+        "written at the clock's last reading: alive, and kept by the compaction"
+    );
+}
+
+#[test]
+fn max_versions_lowered_and_raised_applies_to_what_is_not_compacted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(START));
+    let db = open(&dir, &clock, Options::default());
+    let cf = db
+        .create_column_family("history", CfOptions::default().max_versions(3))
+        .expect("create");
+    for v in ["a", "b", "c"] {
+        cf.put("k", v).expect("put");
+    }
+    let versions = |cf: &cairn::ColumnFamily| cf.get_versions("k", 10).expect("versions").len();
+    assert_eq!(versions(&cf), 3);
+    cf.set_options(CfOptions::default().max_versions(1))
+        .expect("lower");
+    assert_eq!(versions(&cf), 1);
+    cf.set_options(CfOptions::default().max_versions(3))
+        .expect("raise");
+    assert_eq!(
+        versions(&cf),
+        3,
+        "nothing compacted yet: the versions show again"
+    );
+    cf.set_options(CfOptions::default().max_versions(1))
+        .expect("lower");
+    db.flush().expect("flush");
+    cf.compact_range::<&str>(..).expect("compact");
+    cf.set_options(CfOptions::default().max_versions(3))
+        .expect("raise");
+    assert_eq!(versions(&cf), 1, "compaction dropped the older versions");
+}
+
+#[test]
+fn options_survive_manifest_rollovers_and_apply_to_the_default_family() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(START));
+    // A small MANIFEST limit: flushes roll it over, so the options must be in its snapshot.
+    let options = || Options::default().max_manifest_bytes(1);
+    let ttl = CfOptions::default().ttl(Duration::from_secs(10));
+    {
+        let db = open(&dir, &clock, options());
+        let default = db.column_family("default").expect("default");
+        let current = || std::fs::read_to_string(dir.path().join("CURRENT")).expect("CURRENT");
+        let first = current();
+        default.set_options(ttl.clone()).expect("set");
+        for i in 0..80 {
+            db.put(format!("k{i}"), "v").expect("put");
+            db.flush().expect("flush");
+        }
+        assert_ne!(
+            current(),
+            first,
+            "the MANIFEST rolled over after the change"
+        );
+    }
+    let db = open(&dir, &clock, options());
+    let default = db.column_family("default").expect("default");
+    assert_eq!(default.options().expect("options"), ttl);
+    assert!(db.get("k0").expect("get").is_some());
+    clock.advance(Duration::from_secs(11));
+    assert!(
+        db.get("k0").expect("get").is_none(),
+        "the default family's TTL"
+    );
+}
+
+#[test]
+fn a_dropped_family_or_a_read_only_database_refuses_the_change() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(START));
+    {
+        let db = open(&dir, &clock, Options::default());
+        let cf = db
+            .create_column_family("gone", CfOptions::default())
+            .expect("create");
+        db.create_column_family("kept", CfOptions::default())
+            .expect("create");
+        db.drop_column_family("gone").expect("drop");
+        let err = cf
+            .set_options(CfOptions::default().max_versions(2))
+            .expect_err("dropped");
+        assert!(matches!(err, Error::ColumnFamilyNotFound(_)), "{err:?}");
+        // A new family of the same name is another family: the old handle cannot change it.
+        let again = db
+            .create_column_family("gone", CfOptions::default())
+            .expect("create again");
+        assert!(
+            cf.set_options(CfOptions::default().max_versions(2))
+                .is_err()
+        );
+        assert_eq!(again.options().expect("options"), CfOptions::default());
+    }
+    let db = Db::open_read_only(dir.path(), Options::default().clock(clock.clone()))
+        .expect("open read-only");
+    let kept = db.column_family("kept").expect("kept");
+    let err = kept
+        .set_options(CfOptions::default().max_versions(2))
+        .expect_err("read-only");
+    assert!(matches!(err, Error::ReadOnly), "{err:?}");
+}
