@@ -61,21 +61,26 @@ impl ColumnFamily {
         self.db.super_version().cf_options(self.id)
     }
 
-    /// Changes the family's options (`ttl`, `max_versions`, `tombstone_grace`), durably: the
-    /// change is in the MANIFEST before this returns, and reads and compactions that start after
-    /// it use the new options.
+    /// Changes the family's `ttl` and `max_versions`, durably: the change is in the MANIFEST
+    /// (synced) before this returns, and reads and compactions that start after it use the new
+    /// options. `tombstone_grace` cannot change: erasure deadlines already reported by
+    /// `audit_key` were computed with it.
     ///
     /// Expiry is decided when data is read or compacted, never when it is written, so a change
     /// applies to everything not yet compacted, as HBase's `alter` does: a shorter TTL hides
     /// cells at once; removing a TTL (or lengthening it) makes cells visible again that had
     /// expired under the old one but that no compaction has dropped yet; raising `max_versions`
     /// likewise shows older versions compactions have not dropped. What compactions dropped is
-    /// gone.
+    /// gone, and a compaction running when the options change finishes under the ones it began
+    /// with (call [`Db::wait_for_background_work`](crate::Db::wait_for_background_work) after
+    /// the change to be past those). Reads apply the options current when they run, at a
+    /// snapshot too; an iterator keeps the ones it began with.
     ///
     /// # Errors
-    /// `ColumnFamilyNotFound` if the family was dropped; `ReadOnly` on a read-only database;
-    /// `Io` if the MANIFEST cannot be written (which stops the database, as every MANIFEST
-    /// failure does).
+    /// `InvalidArgument` if `tombstone_grace` differs; `ColumnFamilyNotFound` if the family was
+    /// dropped; `ReadOnly` on a read-only database; `Io` if the MANIFEST cannot be written
+    /// (which stops the database, as every MANIFEST failure does; after a reopen the family
+    /// has the old options or the new ones).
     pub fn set_options(&self, options: CfOptions) -> Result<()> {
         self.db.set_cf_options(self.id, &self.name, options)
     }
@@ -303,8 +308,16 @@ impl DbInner {
             db.log_and_apply(
                 |state| {
                     state.check_running()?;
-                    if state.meta.cfs.get(&id).is_none_or(|(n, _)| *n != name) {
+                    let Some((_, current)) = state.meta.cfs.get(&id).filter(|(n, _)| *n == name)
+                    else {
                         return Err(Error::ColumnFamilyNotFound(name));
+                    };
+                    if current.tombstone_grace != options.tombstone_grace {
+                        return Err(Error::invalid(format!(
+                            "the tombstone grace of column family {name:?} cannot change \
+                             ({:?} to {:?}): erasure deadlines already reported depend on it",
+                            current.tombstone_grace, options.tombstone_grace
+                        )));
                     }
                     Ok(Some(VersionEdit {
                         added_cfs: vec![(id, name, options)],

@@ -146,10 +146,10 @@ fn a_dropped_family_or_a_read_only_database_refuses_the_change() {
         let again = db
             .create_column_family("gone", CfOptions::default())
             .expect("create again");
-        assert!(
-            cf.set_options(CfOptions::default().max_versions(2))
-                .is_err()
-        );
+        let err = cf
+            .set_options(CfOptions::default().max_versions(2))
+            .expect_err("another family now");
+        assert!(matches!(err, Error::ColumnFamilyNotFound(_)), "{err:?}");
         assert_eq!(again.options().expect("options"), CfOptions::default());
     }
     let db = Db::open_read_only(dir.path(), Options::default().clock(clock.clone()))
@@ -159,4 +159,26 @@ fn a_dropped_family_or_a_read_only_database_refuses_the_change() {
         .set_options(CfOptions::default().max_versions(2))
         .expect_err("read-only");
     assert!(matches!(err, Error::ReadOnly), "{err:?}");
+}
+
+/// The grace period is refused: erasure deadlines already reported (`audit_key`'s `gone_by`)
+/// and the compactions found futile until a grace ends were computed with the old one.
+#[test]
+fn the_tombstone_grace_of_a_live_family_cannot_change() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(START));
+    let db = open(&dir, &clock, Options::default());
+    let grace = CfOptions::default().tombstone_grace(Duration::from_secs(60));
+    let cf = db
+        .create_column_family("graced", grace.clone())
+        .expect("create");
+    for changed in [Duration::from_secs(7 * 86_400), Duration::ZERO] {
+        let err = cf
+            .set_options(grace.clone().tombstone_grace(changed))
+            .expect_err("grace changed");
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    }
+    assert_eq!(cf.options().expect("options"), grace);
+    cf.set_options(grace.clone().ttl(Duration::from_secs(5)))
+        .expect("the same grace with a TTL");
 }
