@@ -182,3 +182,75 @@ fn the_tombstone_grace_of_a_live_family_cannot_change() {
     cf.set_options(grace.clone().ttl(Duration::from_secs(5)))
         .expect("the same grace with a TTL");
 }
+
+/// Returned means synced: a power loss right after `set_options` returns keeps the change. A
+/// failed MANIFEST sync reports `Io`, stops the database, leaves the running options as they
+/// were, and a reopen finds the old options or the new ones, never anything else.
+#[test]
+fn a_returned_change_survives_power_loss_and_a_failed_sync_leaves_old_or_new() {
+    use cairn_fs::{FaultyFs, OpKind, PowerLoss, SyncFailure};
+    let old = CfOptions::default().max_versions(2);
+    let new = CfOptions::default()
+        .max_versions(5)
+        .ttl(Duration::from_secs(600));
+    let options = |fs: &FaultyFs| Options::default().file_system(Arc::new(fs.clone()));
+    // Returned, then the power goes.
+    {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fs = FaultyFs::new(1);
+        let db = Db::open(dir.path(), options(&fs)).expect("open");
+        let cf = db.create_column_family("t", old.clone()).expect("create");
+        cf.set_options(new.clone()).expect("set");
+        // The disk stops as a dying machine's would (a clean close would sync), then the power
+        // goes.
+        fs.set_active(false);
+        drop(cf);
+        drop(db);
+        fs.power_loss(PowerLoss::DropAllUnsynced)
+            .expect("power loss");
+        fs.set_active(true);
+        let db = Db::open(dir.path(), Options::default()).expect("reopen");
+        let cf = db.column_family("t").expect("family");
+        assert_eq!(
+            cf.options().expect("options"),
+            new,
+            "a returned change is durable"
+        );
+    }
+    // The sync fails, with its bytes kept or not, and the power goes or not.
+    for (kept, power_loss) in [(true, false), (true, true), (false, true)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fs = FaultyFs::new(2);
+        fs.set_sync_failure(if kept {
+            SyncFailure::KeepsBytes
+        } else {
+            SyncFailure::DropsUnsynced
+        });
+        let db = Db::open(dir.path(), options(&fs)).expect("open");
+        let cf = db.create_column_family("t", old.clone()).expect("create");
+        cf.put("k", "v").expect("put");
+        fs.fail_next(OpKind::Sync, "MANIFEST");
+        let err = cf.set_options(new.clone()).expect_err("the sync failed");
+        assert!(matches!(err, Error::Io(_)), "{err:?}");
+        assert_eq!(cf.options().expect("options"), old, "not applied");
+        assert!(
+            matches!(cf.put("k2", "v"), Err(Error::Stopped { .. })),
+            "the database stopped"
+        );
+        fs.set_active(false);
+        drop(cf);
+        drop(db);
+        if power_loss {
+            fs.power_loss(PowerLoss::DropAllUnsynced)
+                .expect("power loss");
+        }
+        fs.set_active(true);
+        let db = Db::open(dir.path(), Options::default()).expect("reopen");
+        let cf = db.column_family("t").expect("family");
+        let now = cf.options().expect("options");
+        assert!(
+            now == old || now == new,
+            "kept {kept}, power loss {power_loss}: {now:?}"
+        );
+    }
+}
