@@ -271,6 +271,11 @@ impl LevelTombstones {
     /// smallest key of the next table holding tombstones; `None` if neither exists.
     pub(crate) fn next_start_after(&self, key: &[u8]) -> cairn_sstable::Result<Option<Bytes>> {
         let mut next: Option<Bytes> = None;
+        let mut keep_nearer = |start: &Bytes| {
+            if next.as_ref().is_none_or(|n| start < n) {
+                next = Some(start.clone());
+            }
+        };
         // Every table whose bounds hold `key` (not only the two `holding` gives a point lookup:
         // a level may hold several tables touching at one key), then the first one after it.
         let first = self
@@ -282,12 +287,11 @@ impl LevelTombstones {
         for entry in self.tables.get(first..after).unwrap_or_default() {
             let tombstones = self.open(entry)?.range_tombstones();
             if let Some(start) = tombstones.next_start_after(key) {
-                next = Some(next.map_or_else(|| start.clone(), |n| n.min(start.clone())));
+                keep_nearer(start);
             }
         }
         if let Some(table) = self.tables.get(after) {
-            let smallest = &table.file.smallest;
-            next = Some(next.map_or_else(|| smallest.clone(), |n| n.min(smallest.clone())));
+            keep_nearer(&table.file.smallest);
         }
         Ok(next)
     }

@@ -111,15 +111,21 @@ pub fn user_key(key: &[u8]) -> &[u8] {
         .unwrap_or_default()
 }
 
-/// The trailer (sequence number and kind, packed) of an internal key; 0 if it is too short to
-/// hold one.
-pub fn trailer(key: &[u8]) -> u64 {
+fn trailer(key: &[u8]) -> u64 {
     get_u64(key, key.len().saturating_sub(TRAILER_LEN)).unwrap_or(0)
 }
 
 /// Orders internal keys: user key ascending, then trailer (seqno, kind) descending.
+#[inline]
 pub fn compare_internal_keys(a: &[u8], b: &[u8]) -> Ordering {
-    compare_bytes(user_key(a), user_key(b)).then_with(|| trailer(b).cmp(&trailer(a)))
+    compare_internal_key_to(a, user_key(b), trailer(b))
+}
+
+/// Orders internal key `a` against the internal key `user_key` followed by `trailer` (packed
+/// as [`pack_trailer`] packs it), as [`compare_internal_keys`] would, without building it.
+#[inline]
+pub fn compare_internal_key_to(a: &[u8], user_key_b: &[u8], trailer_b: u64) -> Ordering {
+    compare_bytes(user_key(a), user_key_b).then_with(|| trailer_b.cmp(&trailer(a)))
 }
 
 /// Orders byte strings as `[u8]::cmp` does, eight bytes at a time: keys are short, and for

@@ -34,7 +34,7 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 
-use cairn_sstable::key::{self, compare_bytes};
+use cairn_sstable::key::compare_internal_key_to;
 use cairn_sstable::{EntryMeta, compare_internal_keys};
 
 /// The most links a node has. With one node in four reaching each next level, 12 levels keep
@@ -212,10 +212,7 @@ impl SkipList {
         trailer: u64,
     ) -> impl Iterator<Item = EntryRef<'a>> + 'a {
         let first = self.find_ge_by(
-            |node| {
-                compare_bytes(key::user_key(node), user_key)
-                    .then_with(|| trailer.cmp(&key::trailer(node)))
-            },
+            |node| compare_internal_key_to(node, user_key, trailer),
             &mut [None; MAX_HEIGHT],
         );
         self.walk_from(first)
