@@ -22,6 +22,7 @@ use crate::log_record::{BatchOp, bytes};
 use crate::memtable::Memtable;
 use crate::options::CfOptions;
 use crate::read::Version;
+use crate::stats::{CompactionCounts, TableInfo};
 use crate::super_version::MemSet;
 use crate::version_edit::VersionEdit;
 
@@ -49,7 +50,8 @@ impl ColumnFamily {
         &self.name
     }
 
-    pub(crate) fn id(&self) -> u32 {
+    /// The family's id: fixed at creation, never reused, stored in the MANIFEST.
+    pub fn id(&self) -> u32 {
         self.id
     }
 
@@ -233,6 +235,36 @@ impl ColumnFamily {
     /// The error of a failed flush or compaction.
     pub fn compact_range<K: AsRef<[u8]>>(&self, range: impl RangeBounds<K>) -> Result<()> {
         self.db.compact_range(self.id, owned_bounds(&range))
+    }
+
+    /// Compacts the family's tables overlapping `range` down to the last level, as
+    /// [`compact_range`](Self::compact_range) does, but leaves the memtables alone (no flush).
+    /// Returns what the compactions it ran read and dropped, by rule.
+    ///
+    /// # Errors
+    /// `ColumnFamilyNotFound` if the family was dropped; the error of a failed compaction.
+    pub fn compact_tables<K: AsRef<[u8]>>(
+        &self,
+        range: impl RangeBounds<K>,
+    ) -> Result<CompactionCounts> {
+        self.options()?;
+        self.db.compact_tables(self.id, &owned_bounds(&range))
+    }
+
+    /// The family's tables now, level by level (newest first within level 0).
+    ///
+    /// # Errors
+    /// `ColumnFamilyNotFound` if the family was dropped.
+    pub fn tables(&self) -> Result<Vec<TableInfo>> {
+        let sv = self.db.super_version();
+        let cf = sv
+            .version
+            .cf(self.id)
+            .ok_or_else(|| Error::ColumnFamilyNotFound(self.name.to_string()))?;
+        Ok(cf
+            .all_files()
+            .map(|(level, file)| TableInfo::of(level, file))
+            .collect())
     }
 
     /// Every tombstone in `range` still in a memtable or table, and the garbage-collection

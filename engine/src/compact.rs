@@ -12,13 +12,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use cairn_compaction::job::{Grandparent, JobOutput, JobSpec, OutputFiles};
 use cairn_compaction::picker::{FileInfo, LevelsView, Pick, PickerConfig, Reason};
-use cairn_compaction::{BelowOracle, GcContext};
+use cairn_compaction::{BelowOracle, DropCounts, GcContext};
 use cairn_fs::WritableFile;
 use cairn_sstable::SeqNo;
 
 use crate::error::{Error, Result};
 use crate::filename;
 use crate::inner::{DbInner, DbState, Running};
+use crate::stats::CompactionCounts;
 use crate::version::Version;
 use crate::version_edit::{FileMeta, VersionEdit};
 
@@ -95,6 +96,9 @@ impl DbInner {
 
     /// Chooses a compaction for some column family and registers it as running.
     fn pick_compaction(&self, state: &mut DbState) -> Option<Running> {
+        if self.options.compaction.disable_auto {
+            return None;
+        }
         let cfs: Vec<u32> = state.meta.cfs.keys().copied().collect();
         for cf in cfs {
             let read_triggered = state.read_triggered.get(&cf).cloned().unwrap_or_default();
@@ -200,7 +204,7 @@ impl DbInner {
                 (Err(e), Some(panic))
             }
         };
-        if !matches!(result, Ok(Outcome::Installed)) {
+        if !matches!(result, Ok(Outcome::Installed { .. })) {
             for &n in &outputs.numbers {
                 let _ = self.fs.remove(&filename::temp_table_path(&self.dir, n));
             }
@@ -368,23 +372,42 @@ impl DbInner {
             },
         )?;
         Ok(if installed.is_some() {
-            Outcome::Installed
+            Outcome::Installed {
+                dropped: output.drops,
+                outputs: numbers.to_vec(),
+            }
         } else {
             Outcome::Abandoned
         })
     }
 
-    /// Compacts every table of `cf` overlapping `range` down to the last level, and rewrites the
-    /// last level's overlapping tables in place so every tombstone that can go does.
+    /// Flushes the memtables, then compacts `range` of `cf` as [`compact_tables`](Self::compact_tables) does.
     pub(crate) fn compact_range(&self, cf: u32, range: (Bound<Bytes>, Bound<Bytes>)) -> Result<()> {
         self.flush()?;
+        self.compact_tables(cf, &range).map(drop)
+    }
+
+    /// Compacts every table of `cf` overlapping `range` down to the last level, and rewrites the
+    /// last level's overlapping tables in place so every tombstone that can go does. Memtables
+    /// are left alone. Returns what the compactions this call ran read and dropped (not those
+    /// of a background compaction that took some of the tables first).
+    pub(crate) fn compact_tables(
+        &self,
+        cf: u32,
+        range: &(Bound<Bytes>, Bound<Bytes>),
+    ) -> Result<CompactionCounts> {
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        let mut counts = CompactionCounts::default();
+        let mut written = std::collections::HashSet::new();
         let last = crate::options::NUM_LEVELS - 1;
         for level in 0..=last {
             loop {
                 let mut state = self.lock_state();
                 state.check_running()?;
                 let view = state.levels_view(cf);
-                let Some((start, end)) = bounds_in(&view, &range) else {
+                let Some((start, end)) = bounds_in(&view, range) else {
                     break;
                 };
                 let config = self.picker_config(&state, cf, &[]);
@@ -404,8 +427,13 @@ impl DbInner {
                     drop(self.state_changed.wait_timeout(state, IDLE_POLL));
                     continue;
                 };
+                // Entries of tables an earlier step of this call wrote were counted already.
+                counts.entries_read += state.entries_in(cf, &running.pick, &written);
                 drop(state);
-                self.run_compaction(&running)?;
+                if let Outcome::Installed { dropped, outputs } = self.run_compaction(&running)? {
+                    counts.dropped.add(&dropped);
+                    written.extend(outputs);
+                }
                 break;
             }
         }
@@ -421,7 +449,7 @@ impl DbInner {
         }
         drop(state);
         self.delete_obsolete_files();
-        Ok(())
+        Ok(counts)
     }
 
     /// Waits until flushes are done and no compaction is running or would be picked.
@@ -492,6 +520,18 @@ impl DbInner {
 
 impl DbState {
     /// Registers `pick`, chosen at time `now`, as running unless it conflicts with one that is.
+    /// The point entries of `pick`'s inputs, leaving out the tables numbered in `skip`.
+    fn entries_in(&self, cf: u32, pick: &Pick, skip: &std::collections::HashSet<u64>) -> u64 {
+        let Some(version) = self.meta.version.cf(cf) else {
+            return 0;
+        };
+        version
+            .all_files()
+            .filter(|(_, f)| !skip.contains(&f.number) && pick.all_inputs().any(|n| n == f.number))
+            .map(|(_, f)| f.num_entries)
+            .sum()
+    }
+
     fn register(&mut self, cf: u32, pick: Pick, now: u64) -> Option<Running> {
         let files: Vec<&Arc<FileMeta>> = self
             .meta
@@ -552,9 +592,13 @@ enum Task {
 }
 
 /// How a compaction ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Outcome {
-    Installed,
+    /// Installed: what the job dropped, and the numbers of the tables it wrote.
+    Installed {
+        dropped: DropCounts,
+        outputs: Vec<u64>,
+    },
     /// Its column family was dropped: nothing installed, outputs deleted.
     Abandoned,
 }

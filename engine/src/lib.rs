@@ -87,5 +87,5 @@ pub use iterator::DbIterator;
 pub use options::{CfOptions, MAX_KEY_LEN, MAX_VALUE_LEN, Options, WriteOptions};
 pub use read::Version;
 pub use snapshot::Snapshot;
-pub use stats::{DropCounts, LevelStats, Stats};
+pub use stats::{CompactionCounts, DropCounts, LevelStats, Stats, TableInfo};
 pub use transaction::Transaction;

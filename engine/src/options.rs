@@ -86,6 +86,7 @@ pub(crate) struct CompactionOptions {
     pub(crate) target_file_size: u64,
     pub(crate) density_trigger: u32,
     pub(crate) read_trigger: u64,
+    pub(crate) disable_auto: bool,
 }
 
 impl Default for CompactionOptions {
@@ -98,6 +99,7 @@ impl Default for CompactionOptions {
             fan_out: 10,
             target_file_size: 64 << 20,
             density_trigger: 64,
+            disable_auto: false,
             read_trigger: 1000,
         }
     }
@@ -302,6 +304,16 @@ impl Options {
         self.compaction.l0_trigger = compact.max(1);
         self.compaction.l0_slowdown = slowdown.max(self.compaction.l0_trigger);
         self.compaction.l0_stop = stop.max(self.compaction.l0_slowdown);
+        self
+    }
+
+    /// Turns automatic compactions off (default: on), as RocksDB's `disable_auto_compactions`:
+    /// only `compact_range` and `compact_tables` compact. Flushes go on, and writes still slow
+    /// down and stop at the level-0 triggers, so a writer must compact by hand. For tests that
+    /// count what one compaction does, and for bulk loads followed by one manual compaction.
+    #[must_use]
+    pub fn disable_auto_compactions(mut self, yes: bool) -> Self {
+        self.compaction.disable_auto = yes;
         self
     }
 

@@ -23,6 +23,60 @@ pub struct LevelStats {
     pub range_tombstones: u64,
 }
 
+/// What the compactions of one `ColumnFamily::compact_tables` call read and dropped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CompactionCounts {
+    /// Point entries the compactions read from the tables the call found (every version and
+    /// tombstone); entries of tables an earlier compaction of the same call wrote are not
+    /// counted again when a later one reads them.
+    pub entries_read: u64,
+    /// Entries they dropped, by rule. A version over `max_versions` counts as shadowed even when
+    /// it has also expired: the rules ask about the version limit first.
+    pub dropped: DropCounts,
+}
+
+/// One table of a column family, as [`ColumnFamily::tables`](crate::ColumnFamily::tables)
+/// lists them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TableInfo {
+    /// The level it lies on.
+    pub level: usize,
+    /// Its file number (the file is `<number>.sst` in the database directory).
+    pub number: u64,
+    /// Its smallest user key.
+    pub smallest: bytes::Bytes,
+    /// Its largest user key (or the exclusive end of its last range tombstone).
+    pub largest: bytes::Bytes,
+    /// Its bytes on disk.
+    pub bytes: u64,
+    /// Point entries of every kind.
+    pub entries: u64,
+    /// `Delete` and `SingleDelete` entries.
+    pub point_tombstones: u64,
+    /// Range tombstone pieces.
+    pub range_tombstones: u64,
+    /// The earliest time (engine clock, ms) a cell TTL in it runs out, if any cell has one.
+    pub earliest_expiry: Option<u64>,
+}
+
+impl TableInfo {
+    pub(crate) fn of(level: usize, file: &crate::version_edit::FileMeta) -> Self {
+        Self {
+            level,
+            number: file.number,
+            smallest: file.smallest.clone(),
+            largest: file.largest.clone(),
+            bytes: file.file_size,
+            entries: file.num_entries,
+            point_tombstones: file.num_point_tombstones,
+            range_tombstones: file.num_range_tombstones,
+            earliest_expiry: file.earliest_expiry,
+        }
+    }
+}
+
 /// A snapshot of the engine's statistics.
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
@@ -74,6 +128,9 @@ pub struct Stats {
     /// Approximate bytes the memtables hold, the active and the frozen ones, as the flush
     /// trigger counts them (range-tombstone fragments included).
     pub memtable_bytes: u64,
+    /// The flush trigger: the bytes a memtable holds before it is frozen and flushed
+    /// (`Options::memtable_size`). `memtable_bytes` above it means flushes are behind.
+    pub memtable_flush_trigger: u64,
     /// Data blocks fetched (from the block cache or the file) since open, by reads and
     /// compactions: the cost of reads, for tests and tuning. Never decreases.
     pub data_blocks_read: u64,
@@ -145,6 +202,7 @@ impl crate::inner::DbInner {
             wal_bytes,
             memtable_entries,
             memtable_bytes,
+            memtable_flush_trigger: u64::try_from(self.options.memtable_size).unwrap_or(u64::MAX),
             data_blocks_read: self.tables.blocks_read(),
             open_tables: self.tables.open_tables(),
             levels,
