@@ -11,8 +11,11 @@
 //! garbage collection then erases the purged rows' bytes once their grace period and the delete
 //! persistence deadline pass, which `cairn::Db::audit_key` can prove.
 //!
+//! [`TtlTasks`] is the TTL task manager (OceanBase OBKV-HBase semantics): operator-controlled
+//! reclaiming of expired cells by compaction, with its task rows in two of these tables.
+//!
 //! Not here: SQL, joins, or queries beyond the primary key, unique lookups and scans. The
-//! purger over MySQL/PostgreSQL and the TTL task manager are later work.
+//! purger over MySQL/PostgreSQL is later work.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -52,6 +55,7 @@ mod schema;
 mod table;
 mod tables;
 mod targets;
+mod ttl;
 mod value;
 
 pub use config::{
@@ -69,4 +73,8 @@ pub use schema::{Column, Index, Schema};
 pub use table::{Rows, Table};
 pub use tables::{Tables, TablesOptions};
 pub use targets::{CUBEMASTER_LOCK, CUBEOPS_LOCK, cube_master_purge_tables, cube_ops_purge_tables};
+pub use ttl::{
+    DEFAULT_TABLET_BYTES, DutyDuration, HISTORY_TABLE, TASKS_TABLE, TaskRow, TaskStatus,
+    TriggerType, TtlError, TtlResult, TtlRunning, TtlSettings, TtlTasks,
+};
 pub use value::{ColumnType, Value};

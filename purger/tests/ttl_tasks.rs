@@ -1,0 +1,774 @@
+//! The TTL task manager (OBKV-HBase TTL tasks) on a manual clock: every command's transitions
+//! and errors, the counters a task leaves in history, periodic launches, history recycling, a
+//! pause under memtable pressure, restarts, and the task tables read through the table layer.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use cairn::{CfOptions, ColumnFamily, Db, ManualClock, Options};
+use cairn_fs::{FileLock, FileSystem, ReadableFile, RealFs, WritableFile};
+use cairn_purger::{
+    HISTORY_TABLE, TASKS_TABLE, Tables, TaskRow, TaskStatus, TriggerType, TtlError, TtlSettings,
+    TtlTasks, Value,
+};
+
+/// 2026-01-01 00:00:00 UTC.
+const START_MS: u64 = 1_767_225_600_000;
+const HOUR_MS: u64 = 3_600_000;
+const DAY_MS: u64 = 24 * HOUR_MS;
+const TTL: Duration = Duration::from_secs(3600);
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    clock: Arc<ManualClock>,
+    db: Arc<Db>,
+    tables: Tables,
+}
+
+/// Automatic compactions are off, so what a task counts is all its own.
+fn options(clock: &Arc<ManualClock>) -> Options {
+    Options::default()
+        .clock(clock.clone())
+        .disable_auto_compactions(true)
+        .target_file_size(64 << 10)
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let clock = Arc::new(ManualClock::new(START_MS));
+        Self::open(dir, clock, |o| o)
+    }
+
+    fn open(
+        dir: tempfile::TempDir,
+        clock: Arc<ManualClock>,
+        more: impl FnOnce(Options) -> Options,
+    ) -> Self {
+        let db = Arc::new(Db::open(dir.path(), more(options(&clock))).expect("open"));
+        let tables = Tables::open(Arc::clone(&db)).expect("tables");
+        Self {
+            _dir: dir,
+            clock,
+            db,
+            tables,
+        }
+    }
+
+    fn reopen(self) -> Self {
+        let Self {
+            _dir: dir,
+            clock,
+            db,
+            tables,
+        } = self;
+        drop(tables);
+        Arc::into_inner(db)
+            .expect("one handle")
+            .close()
+            .expect("close");
+        Self::open(dir, clock, |o| o)
+    }
+
+    fn ttl(&self, settings: TtlSettings) -> TtlTasks {
+        TtlTasks::open(self.tables.clone(), settings).expect("ttl tasks")
+    }
+
+    /// `keys` keys with `versions` versions each under `options`, each version in its own
+    /// table; values of about 100 bytes that do not compress.
+    fn family(&self, name: &str, options: CfOptions, keys: u32, versions: u32) -> ColumnFamily {
+        let cf = self
+            .db
+            .create_column_family(name, options)
+            .expect("create family");
+        for v in 0..versions {
+            for i in 0..keys {
+                cf.put(
+                    format!("key{i:06}"),
+                    value(u64::from(v) << 32 | u64::from(i)),
+                )
+                .expect("put");
+            }
+            self.db.flush().expect("flush");
+        }
+        cf
+    }
+}
+
+/// 96 bytes of noise seeded by `seed`.
+fn value(seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..12)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()
+        })
+        .collect()
+}
+
+fn enabled() -> TtlSettings {
+    TtlSettings {
+        enable_kv_ttl: true,
+        kv_ttl_duty_duration: "".parse().expect("empty window"),
+        kv_ttl_history_recycle_interval: Duration::from_secs(7 * 86_400),
+        ttl_thread_score: 2,
+    }
+}
+
+fn tenant(rows: &[TaskRow]) -> &TaskRow {
+    rows.iter().find(|r| r.is_tenant()).expect("a tenant row")
+}
+
+fn tablet_statuses(rows: &[TaskRow]) -> Vec<TaskStatus> {
+    rows.iter()
+        .filter(|r| !r.is_tenant())
+        .map(|r| r.status)
+        .collect()
+}
+
+#[test]
+fn with_ttl_off_every_command_says_so() {
+    let f = Fixture::new();
+    let ttl = f.ttl(TtlSettings::default());
+    let not_enabled = |r: Result<(), TtlError>| match r {
+        Err(e @ TtlError::NotEnabled) => {
+            assert_eq!(e.to_string(), "TTL not enabled (enable_kv_ttl is false)");
+        }
+        other => panic!("expected NotEnabled, got {other:?}"),
+    };
+    not_enabled(ttl.trigger().map(drop));
+    not_enabled(ttl.suspend());
+    not_enabled(ttl.resume());
+    not_enabled(ttl.cancel());
+    not_enabled(ttl.run_until_idle());
+    not_enabled(ttl.tick().map(drop));
+    not_enabled(ttl.start().map(drop));
+    assert!(
+        ttl.tasks().expect("tasks").is_empty(),
+        "reading is still allowed"
+    );
+}
+
+#[test]
+fn commands_move_the_task_through_its_states_and_refuse_the_rest() {
+    let f = Fixture::new();
+    f.family("t1$cf1", CfOptions::default().ttl(TTL), 100, 1);
+    let ttl = f.ttl(enabled());
+    for (name, result) in [
+        ("suspend", ttl.suspend()),
+        ("resume", ttl.resume()),
+        ("cancel", ttl.cancel()),
+    ] {
+        assert!(
+            matches!(result, Err(TtlError::NoTaskRunning)),
+            "{name}: {result:?}"
+        );
+    }
+
+    let task = ttl.trigger().expect("trigger");
+    let rows = ttl.tasks().expect("tasks");
+    assert_eq!(tenant(&rows).status, TaskStatus::RsTriggering);
+    assert_eq!(tenant(&rows).task_id, task);
+    assert_eq!(tenant(&rows).trigger_type, TriggerType::User);
+    assert_eq!(tablet_statuses(&rows), [TaskStatus::Prepared]);
+    assert!(matches!(ttl.trigger(), Err(TtlError::CmdNotAllowed)));
+    assert!(matches!(ttl.resume(), Err(TtlError::CmdNotAllowed)));
+
+    ttl.suspend().expect("suspend");
+    let rows = ttl.tasks().expect("tasks");
+    assert_eq!(tenant(&rows).status, TaskStatus::RsSuspending);
+    assert_eq!(tablet_statuses(&rows), [TaskStatus::Pending]);
+    assert!(matches!(ttl.suspend(), Err(TtlError::CmdNotAllowed)));
+    assert!(matches!(ttl.trigger(), Err(TtlError::CmdNotAllowed)));
+    ttl.run_until_idle().expect("run");
+    let rows = ttl.tasks().expect("tasks");
+    assert_eq!(
+        tablet_statuses(&rows),
+        [TaskStatus::Pending],
+        "a suspended task does not run"
+    );
+    assert_eq!(rows.iter().map(|r| r.scan_cnt).sum::<u64>(), 0);
+
+    ttl.resume().expect("resume");
+    let rows = ttl.tasks().expect("tasks");
+    assert_eq!(tenant(&rows).status, TaskStatus::RsTriggering);
+    assert_eq!(tablet_statuses(&rows), [TaskStatus::Prepared]);
+
+    ttl.cancel().expect("cancel");
+    assert!(
+        ttl.tasks().expect("tasks").is_empty(),
+        "a canceled task moves to history"
+    );
+    let history = ttl.history().expect("history");
+    assert_eq!(tenant(&history).status, TaskStatus::Canceled);
+    assert_eq!(tablet_statuses(&history), [TaskStatus::Canceled]);
+    assert!(matches!(ttl.cancel(), Err(TtlError::NoTaskRunning)));
+    assert_eq!(ttl.trigger().expect("a new task"), task + 1);
+}
+
+#[test]
+fn a_command_during_a_step_wins_once_the_step_ends() {
+    let f = Fixture::new();
+    f.family("t1$cf1", CfOptions::default().ttl(TTL), 2000, 1);
+    f.db.column_family("t1$cf1")
+        .expect("family")
+        .compact_range::<&str>(..)
+        .expect("spread over the last level");
+    f.clock.advance(TTL * 2);
+    let ttl = f.ttl(TtlSettings {
+        ttl_thread_score: 1,
+        ..enabled()
+    });
+    ttl.trigger().expect("trigger");
+    // During the tablet's first step: suspend, resume, then cancel; cancel again is refused.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    ttl.on_step(move |handle, row| {
+        let mut log = log.lock().expect("log");
+        if !log.is_empty() {
+            return;
+        }
+        log.push(format!("step {}", row.status));
+        handle.suspend().expect("suspend during a step");
+        let rows = handle.tasks().expect("tasks");
+        log.push(format!(
+            "{} {:?}",
+            tenant(&rows).status,
+            tablet_statuses(&rows)
+        ));
+        handle.resume().expect("resume");
+        handle.cancel().expect("cancel");
+        let rows = handle.tasks().expect("tasks");
+        log.push(format!(
+            "{} {:?}",
+            tenant(&rows).status,
+            tablet_statuses(&rows)
+        ));
+        log.push(format!("{:?}", handle.cancel()));
+        log.push(format!("{:?}", handle.suspend()));
+    });
+    ttl.run_until_idle().expect("run");
+    let log = seen.lock().expect("log").clone();
+    assert_eq!(
+        log,
+        [
+            "step RUNNING",
+            "RS_SUSPENDING [Pending]",
+            "RS_CANCELING [Canceled]",
+            "Err(CmdNotAllowed)",
+            "Err(CmdNotAllowed)",
+        ]
+    );
+    let history = ttl.history().expect("history");
+    assert_eq!(tenant(&history).status, TaskStatus::Canceled);
+    let tablet = history.iter().find(|r| !r.is_tenant()).expect("tablet");
+    assert!(
+        tablet.scan_cnt > 0 && tablet.scan_cnt < 2000,
+        "one step counted: {tablet:?}"
+    );
+    assert!(ttl.tasks().expect("tasks").is_empty());
+}
+
+#[test]
+fn a_task_reclaims_expired_cells_and_versions_and_counts_them_once() {
+    let f = Fixture::new();
+    let options = CfOptions::default().ttl(TTL).max_versions(2);
+    let cf = f.family("t1$cf1", options, 10_000, 4);
+    let untouched = f.family("plain", CfOptions::default(), 100, 1);
+    f.clock.advance(TTL + Duration::from_secs(1));
+    let ttl = f.ttl(enabled());
+    ttl.trigger().expect("trigger");
+    ttl.run_until_idle().expect("run");
+
+    assert!(ttl.tasks().expect("tasks").is_empty());
+    let history = ttl.history().expect("history");
+    assert_eq!(
+        history.len(),
+        2,
+        "a family without TTL or versions has no tablet: {history:?}"
+    );
+    let tablet = history.iter().find(|r| !r.is_tenant()).expect("tablet");
+    assert_eq!(tablet.table_name.as_deref(), Some("t1$cf1"));
+    assert_eq!(tablet.table_id, i64::from(cf.id()));
+    assert_eq!(tablet.status, TaskStatus::Finished);
+    assert_eq!(tablet.ret_code, "SUCCESS");
+    assert_eq!(tablet.scan_cnt, 40_000);
+    assert_eq!(
+        tablet.max_version_del_cnt, 20_000,
+        "the two oldest of each key"
+    );
+    assert_eq!(tablet.ttl_del_cnt, 20_000, "the two newest, expired");
+    let total = tenant(&history);
+    assert_eq!(total.status, TaskStatus::Finished);
+    assert_eq!(
+        (total.scan_cnt, total.ttl_del_cnt, total.max_version_del_cnt),
+        (40_000, 20_000, 20_000)
+    );
+    assert!(
+        cf.tables().expect("tables").is_empty(),
+        "no entry and no tombstone left"
+    );
+    assert_eq!(cf.iter().expect("iter").count(), 0);
+    assert_eq!(untouched.tables().expect("tables").len(), 1);
+}
+
+#[test]
+fn every_partition_gets_a_tablet_task_and_the_workers_finish_them_all() {
+    let f = Fixture::new();
+    let a = f.family("a", CfOptions::default().ttl(TTL), 3000, 1);
+    let b = f.family("b", CfOptions::default().max_versions(3), 3000, 5);
+    a.compact_range::<&str>(..)
+        .expect("spread over the last level");
+    let cells = f.family("cells", CfOptions::default(), 0, 0);
+    cells
+        .put_with_ttl("short", "lived", Duration::from_secs(1))
+        .expect("put");
+    f.db.flush().expect("flush");
+    f.clock.advance(TTL * 2);
+    let ttl = f.ttl(TtlSettings {
+        ttl_thread_score: 3,
+        ..enabled()
+    });
+    ttl.set_tablet_bytes(100 << 10);
+    ttl.trigger().expect("trigger");
+    let rows = ttl.tasks().expect("tasks");
+    for (cf, table) in [(&a, "a"), (&b, "b"), (&cells, "cells")] {
+        let ids: Vec<i64> = rows
+            .iter()
+            .filter(|r| r.table_name.as_deref() == Some(table))
+            .map(|r| r.tablet_id)
+            .collect();
+        let bytes: u64 = cf.tables().expect("tables").iter().map(|t| t.bytes).sum();
+        let expected = usize::try_from(bytes.div_ceil(100 << 10)).expect("small");
+        assert!(
+            !ids.is_empty() && ids.len() <= expected.max(1),
+            "{table}: {ids:?} for {bytes} bytes"
+        );
+        assert_eq!(
+            ids,
+            (1..=i64::try_from(ids.len()).expect("small")).collect::<Vec<_>>()
+        );
+    }
+    assert!(
+        rows.iter()
+            .filter(|r| r.table_name.as_deref() == Some("a"))
+            .count()
+            > 1
+    );
+    ttl.run_until_idle().expect("run");
+    let history = ttl.history().expect("history");
+    assert!(
+        tablet_statuses(&history)
+            .iter()
+            .all(|s| *s == TaskStatus::Finished)
+    );
+    let sum = |table: &str, f: fn(&TaskRow) -> u64| {
+        history
+            .iter()
+            .filter(|r| r.table_name.as_deref() == Some(table))
+            .map(f)
+            .sum::<u64>()
+    };
+    assert_eq!(sum("a", |r| r.ttl_del_cnt), 3000);
+    assert_eq!(sum("cells", |r| r.ttl_del_cnt), 1);
+    assert_eq!(sum("b", |r| r.ttl_del_cnt), 0, "no TTL on b");
+    assert_eq!(
+        sum("b", |r| r.max_version_del_cnt),
+        6000,
+        "two of five versions over three"
+    );
+    assert_eq!(sum("a", |r| r.max_version_del_cnt), 0);
+    assert!(a.tables().expect("tables").is_empty());
+    assert!(cells.tables().expect("tables").is_empty());
+    assert_eq!(
+        b.iter().expect("iter").count(),
+        3000,
+        "b keeps its newest versions"
+    );
+}
+
+#[test]
+fn a_periodic_task_starts_once_per_window_entry_and_never_beside_another() {
+    let f = Fixture::new();
+    f.family("t1$cf1", CfOptions::default().ttl(TTL), 10, 1);
+    let ttl = f.ttl(TtlSettings {
+        kv_ttl_duty_duration: "[22:00:00, 24:00:00]".parse().expect("window"),
+        ..enabled()
+    });
+    let at = |day: u64, hour: u64| f.clock.set(START_MS + day * DAY_MS + hour * HOUR_MS);
+    at(0, 21);
+    assert!(!ttl.tick().expect("tick"), "before the window");
+    at(0, 22);
+    assert!(ttl.tick().expect("tick"), "entering the window");
+    let rows = ttl.tasks().expect("tasks");
+    assert_eq!(tenant(&rows).trigger_type, TriggerType::Periodic);
+    assert!(!ttl.tick().expect("tick"), "once per window");
+    ttl.run_until_idle().expect("run");
+    at(0, 23);
+    assert!(
+        !ttl.tick().expect("tick"),
+        "finished, but this window had its task"
+    );
+
+    // The next day a user task is active when the window opens: no periodic one.
+    at(1, 12);
+    ttl.trigger().expect("user task");
+    at(1, 22);
+    assert!(!ttl.tick().expect("tick"));
+    ttl.run_until_idle().expect("run");
+    assert!(!ttl.tick().expect("tick"), "decided when the window opened");
+    at(2, 22);
+    assert!(ttl.tick().expect("tick"), "the day after");
+    ttl.run_until_idle().expect("run");
+    let history = ttl.history().expect("history");
+    let tenants: Vec<TriggerType> = history
+        .iter()
+        .filter(|r| r.is_tenant())
+        .map(|r| r.trigger_type)
+        .collect();
+    assert_eq!(
+        tenants,
+        [
+            TriggerType::Periodic,
+            TriggerType::User,
+            TriggerType::Periodic
+        ]
+    );
+
+    // A restart inside the window does not start a second task for it.
+    drop(ttl);
+    let f = f.reopen();
+    let ttl = f.ttl(TtlSettings {
+        kv_ttl_duty_duration: "[22:00:00, 24:00:00]".parse().expect("window"),
+        ..enabled()
+    });
+    f.clock.set(START_MS + 2 * DAY_MS + 23 * HOUR_MS);
+    assert!(!ttl.tick().expect("tick"));
+}
+
+#[test]
+fn without_a_duty_window_no_task_starts_by_itself() {
+    let f = Fixture::new();
+    f.family("t1$cf1", CfOptions::default().ttl(TTL), 10, 1);
+    let ttl = f.ttl(enabled());
+    for hour in 0..48 {
+        f.clock.set(START_MS + hour * HOUR_MS);
+        assert!(!ttl.tick().expect("tick"));
+    }
+    assert!(ttl.history().expect("history").is_empty());
+}
+
+#[test]
+fn history_older_than_the_recycle_interval_is_deleted() {
+    let f = Fixture::new();
+    f.family("t1$cf1", CfOptions::default().ttl(TTL), 10, 1);
+    let ttl = f.ttl(TtlSettings {
+        kv_ttl_history_recycle_interval: Duration::from_secs(86_400),
+        ..enabled()
+    });
+    let run = || {
+        ttl.trigger().expect("trigger");
+        ttl.run_until_idle().expect("run");
+    };
+    run();
+    f.clock.advance(Duration::from_secs(12 * 3600));
+    run();
+    assert_eq!(ttl.history().expect("history").len(), 4);
+    f.clock.advance(Duration::from_secs(12 * 3600));
+    ttl.tick().expect("tick");
+    assert_eq!(
+        ttl.history().expect("history").len(),
+        4,
+        "exactly a day old: kept"
+    );
+    f.clock.advance(Duration::from_millis(1));
+    ttl.tick().expect("tick");
+    let left = ttl.history().expect("history");
+    assert_eq!(left.len(), 2, "the first task went: {left:?}");
+    assert!(left.iter().all(|r| r.task_id == 2));
+    f.clock.advance(Duration::from_secs(86_400));
+    ttl.tick().expect("tick");
+    assert!(ttl.history().expect("history").is_empty());
+}
+
+#[test]
+fn the_task_tables_are_tables_like_any_other() {
+    let f = Fixture::new();
+    f.family("t1$cf1", CfOptions::default().ttl(TTL), 10, 1);
+    let ttl = f.ttl(enabled());
+    ttl.trigger().expect("trigger");
+    assert!(f.tables.table_names().iter().any(|n| n == TASKS_TABLE));
+    let table = f.tables.table(TASKS_TABLE).expect("table");
+    assert_eq!(table.count().expect("count"), 2);
+    let rows: Vec<_> = table
+        .scan()
+        .expect("scan")
+        .map(|r| r.expect("row"))
+        .collect();
+    let tenant_row = rows
+        .iter()
+        .find(|r| r.get("table_id") == Some(&Value::Integer(-1)))
+        .expect("tenant row");
+    assert_eq!(tenant_row.get("table_name"), Some(&Value::Null));
+    assert_eq!(
+        tenant_row.get("status"),
+        Some(&Value::from("RS_TRIGGERING"))
+    );
+    assert_eq!(tenant_row.get("trigger_type"), Some(&Value::from("USER")));
+    ttl.run_until_idle().expect("run");
+    let history = f.tables.table(HISTORY_TABLE).expect("table");
+    assert_eq!(history.count().expect("count"), 2);
+    assert_eq!(table.count().expect("count"), 0);
+}
+
+#[test]
+fn a_task_survives_a_restart_and_a_move_interrupted_by_one_finishes() {
+    let f = Fixture::new();
+    let cf = f.family("t1$cf1", CfOptions::default().ttl(TTL), 2000, 1);
+    cf.compact_range::<&str>(..)
+        .expect("spread over the last level");
+    f.clock.advance(TTL * 2);
+    let ttl = f.ttl(TtlSettings {
+        ttl_thread_score: 1,
+        ..enabled()
+    });
+    ttl.trigger().expect("trigger");
+    let once = AtomicBool::new(false);
+    ttl.on_step(move |handle, _| {
+        if !once.swap(true, Ordering::SeqCst) {
+            handle.suspend().expect("suspend");
+        }
+    });
+    ttl.run_until_idle().expect("run one step");
+    let before = ttl.tasks().expect("tasks");
+    drop((ttl, cf));
+    let f = f.reopen();
+    let ttl = f.ttl(enabled());
+    assert_eq!(
+        ttl.tasks().expect("tasks"),
+        before,
+        "the rows survive the restart"
+    );
+    ttl.resume().expect("resume");
+    ttl.run_until_idle().expect("run");
+    let history = ttl.history().expect("history");
+    let tablet = history.iter().find(|r| !r.is_tenant()).expect("tablet");
+    assert_eq!(
+        tablet.ttl_del_cnt, 2000,
+        "each cell counted once across the restart"
+    );
+    assert_eq!(tablet.scan_cnt, 2000);
+
+    // A crash in the middle of a move leaves the tenant row RS_MOVING: the next run ends it,
+    // and no command is allowed meanwhile.
+    ttl.trigger().expect("trigger");
+    let table = f.tables.table(TASKS_TABLE).expect("table");
+    let rows: Vec<_> = table
+        .scan()
+        .expect("scan")
+        .map(|r| r.expect("row"))
+        .collect();
+    for row in &rows {
+        let status = if row.get("table_id") == Some(&Value::Integer(-1)) {
+            "RS_MOVING"
+        } else {
+            "FINISHED"
+        };
+        table
+            .update(row.id(), cairn_purger::Row::new().set("status", status))
+            .expect("update");
+    }
+    for result in [ttl.cancel(), ttl.suspend(), ttl.trigger().map(drop)] {
+        assert!(matches!(result, Err(TtlError::CmdNotAllowed)), "{result:?}");
+    }
+    ttl.run_until_idle().expect("run");
+    assert!(ttl.tasks().expect("tasks").is_empty());
+    assert_eq!(ttl.history().expect("history").len(), 4);
+}
+
+#[test]
+fn memtable_pressure_pauses_running_tablets_after_their_step_until_it_falls() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let gate = Arc::new(FlushGate::default());
+    let fs = Arc::clone(&gate);
+    let f = Fixture::open(dir, clock, move |o| {
+        o.file_system(fs)
+            .memtable_size(64 << 10)
+            .max_immutable_memtables(8)
+    });
+    // Declared after `f`, so dropped before it: a failed assertion must not leave the flush
+    // thread waiting while the database closes.
+    let _open_at_end = OpenOnDrop(Arc::clone(&gate));
+    let cf = f.family("t1$cf1", CfOptions::default().ttl(TTL), 2000, 1);
+    cf.compact_range::<&str>(..)
+        .expect("spread over the last level");
+    let tables_before = cf.tables().expect("tables").len();
+    assert!(tables_before > 3, "{tables_before} tables");
+    f.clock.advance(TTL * 2);
+    let ttl = f.ttl(TtlSettings {
+        ttl_thread_score: 1,
+        ..enabled()
+    });
+    ttl.trigger().expect("trigger");
+    // After the first step, flushes stop and writes fill the memtables past the trigger.
+    let (db, steps) = (Arc::clone(&f.db), Arc::new(AtomicUsize::new(0)));
+    let (gate_in_step, steps_seen) = (Arc::clone(&gate), Arc::clone(&steps));
+    ttl.on_step(move |_, _| {
+        if steps_seen.fetch_add(1, Ordering::SeqCst) == 0 {
+            gate_in_step.close();
+            for i in 0..1500 {
+                db.put(format!("filler{i:05}"), [7u8; 100]).expect("put");
+            }
+            let stats = db.stats();
+            assert!(
+                stats.memtable_bytes > stats.memtable_flush_trigger,
+                "{stats:?}"
+            );
+        }
+    });
+    ttl.run_until_idle().expect("run until pressure stops it");
+    let rows = ttl.tasks().expect("tasks");
+    assert_eq!(tenant(&rows).status, TaskStatus::RsTriggering);
+    assert_eq!(
+        tablet_statuses(&rows),
+        [TaskStatus::Pending],
+        "paused by pressure"
+    );
+    assert_eq!(
+        steps.load(Ordering::SeqCst),
+        2,
+        "the step running when it began finished"
+    );
+    assert!(!cf.tables().expect("tables").is_empty());
+    ttl.run_until_idle().expect("run");
+    assert_eq!(
+        steps.load(Ordering::SeqCst),
+        2,
+        "still under pressure: nothing runs"
+    );
+
+    gate.open();
+    f.db.flush().expect("flush");
+    let stats = f.db.stats();
+    assert!(
+        stats.memtable_bytes <= stats.memtable_flush_trigger,
+        "{stats:?}"
+    );
+    ttl.run_until_idle().expect("run");
+    assert!(ttl.tasks().expect("tasks").is_empty());
+    let history = ttl.history().expect("history");
+    assert_eq!(tablet_statuses(&history), [TaskStatus::Finished]);
+    assert_eq!(tenant(&history).ttl_del_cnt, 2000);
+    assert!(cf.tables().expect("tables").is_empty());
+}
+
+#[test]
+fn the_background_loop_runs_a_triggered_task_to_history() {
+    let f = Fixture::new();
+    let cf = f.family("t1$cf1", CfOptions::default().ttl(TTL), 500, 1);
+    f.clock.advance(TTL * 2);
+    let ttl = f.ttl(enabled());
+    let running = ttl.start().expect("start");
+    assert!(matches!(ttl.start(), Err(TtlError::InvalidArgument(_))));
+    ttl.trigger().expect("trigger");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while ttl.history().expect("history").is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the task did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    running.stop().expect("stop");
+    assert!(cf.tables().expect("tables").is_empty());
+    assert_eq!(tenant(&ttl.history().expect("history")).ttl_del_cnt, 500);
+}
+
+/// A file system that, while closed, makes the flush thread wait before it creates a file: the
+/// memtables then pile up as when flushes fall behind.
+#[derive(Debug, Default)]
+struct FlushGate {
+    closed: Mutex<bool>,
+    opened: Condvar,
+}
+
+impl FlushGate {
+    fn close(&self) {
+        *self.closed.lock().expect("gate") = true;
+    }
+
+    fn open(&self) {
+        *self
+            .closed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = false;
+        self.opened.notify_all();
+    }
+
+    fn wait_if_flushing(&self) {
+        if std::thread::current().name() != Some("cairn-flush") {
+            return;
+        }
+        let mut closed = self.closed.lock().expect("gate");
+        while *closed {
+            closed = self.opened.wait(closed).expect("gate");
+        }
+    }
+}
+
+/// Opens the gate when dropped.
+struct OpenOnDrop(Arc<FlushGate>);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
+
+impl FileSystem for FlushGate {
+    fn create(&self, path: &Path) -> cairn_fs::Result<Box<dyn WritableFile>> {
+        self.wait_if_flushing();
+        RealFs.create(path)
+    }
+    fn open_append(&self, path: &Path) -> cairn_fs::Result<Box<dyn WritableFile>> {
+        RealFs.open_append(path)
+    }
+    fn open_read(&self, path: &Path) -> cairn_fs::Result<Box<dyn ReadableFile>> {
+        RealFs.open_read(path)
+    }
+    fn map(&self, path: &Path) -> cairn_fs::Result<bytes::Bytes> {
+        RealFs.map(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> cairn_fs::Result<()> {
+        RealFs.rename(from, to)
+    }
+    fn remove(&self, path: &Path) -> cairn_fs::Result<()> {
+        RealFs.remove(path)
+    }
+    fn create_dir_all(&self, dir: &Path) -> cairn_fs::Result<()> {
+        RealFs.create_dir_all(dir)
+    }
+    fn list(&self, dir: &Path) -> cairn_fs::Result<Vec<String>> {
+        RealFs.list(dir)
+    }
+    fn sync_dir(&self, dir: &Path) -> cairn_fs::Result<()> {
+        RealFs.sync_dir(dir)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        RealFs.exists(path)
+    }
+    fn file_size(&self, path: &Path) -> cairn_fs::Result<u64> {
+        RealFs.file_size(path)
+    }
+    fn lock(&self, path: &Path) -> cairn_fs::Result<FileLock> {
+        RealFs.lock(path)
+    }
+    fn lock_shared(&self, path: &Path) -> cairn_fs::Result<Option<FileLock>> {
+        RealFs.lock_shared(path)
+    }
+}
