@@ -13,6 +13,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod purge;
 mod purge_demo;
+mod ttl;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -33,6 +34,8 @@ enum Command {
     Crashtest(CrashArgs),
     /// The soft-delete tombstone purger over a database's tables; `purge demo` shows it end to end.
     Purge(purge::PurgeArgs),
+    /// TTL tasks: status|trigger|suspend|resume|cancel|history of a database's expiry reclaiming.
+    Ttl(ttl::TtlArgs),
 }
 
 #[derive(Debug, Args)]
@@ -164,6 +167,7 @@ fn main() -> ExitCode {
         Command::Stress(args) => stress(args),
         Command::Crashtest(args) => crashtest(&args),
         Command::Purge(args) => purge::run(args),
+        Command::Ttl(args) => ttl::run(&args),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(2))
 }

@@ -147,6 +147,20 @@ impl TtlTasks {
         Ok(Self { inner })
     }
 
+    /// The current tasks and the history of `tables`, without opening a manager: for tools
+    /// reading a database opened read-only. Empty if the task tables were never created.
+    ///
+    /// # Errors
+    /// `Tables` if the rows cannot be read.
+    pub fn views(tables: &Tables) -> TtlResult<(Vec<TaskRow>, Vec<TaskRow>)> {
+        let read = |name: &str| match tables.table(name) {
+            Ok(table) => view(&table),
+            Err(Error::NoSuchTable(_)) => Ok(Vec::new()),
+            Err(e) => Err(e.into()),
+        };
+        Ok((read(TASKS_TABLE)?, read(HISTORY_TABLE)?))
+    }
+
     /// The settings it was opened with.
     pub fn settings(&self) -> &TtlSettings {
         &self.inner.settings

@@ -1,0 +1,245 @@
+//! `cairn ttl`: the TTL task manager of a database, as OceanBase's `ALTER SYSTEM TRIGGER |
+//! SUSPEND | RESUME | CANCEL TTL` and its `DBA_OB_KV_TTL_TASKS` / `_HISTORY` views.
+//!
+//! `status` and `history` open the database read-only, so they run beside a stopped service
+//! without changing anything. The commands open it for writing: the database must not be open
+//! elsewhere. Since the process that holds the database is the one that runs its tasks,
+//! `trigger` and `resume` run the task to the end here (with progress on stderr) unless
+//! `--no-wait` leaves it for the service's `TtlTasks::start` to run.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use cairn::{Db, Options};
+use cairn_purger::{Tables, TaskRow, TtlError, TtlSettings, TtlTasks};
+use clap::{Args, ValueEnum};
+
+/// The column family the table layer keeps its tables (the task tables too) in.
+const TABLES_FAMILY: &str = "cairn.tables";
+
+#[derive(Debug, Args)]
+pub struct TtlArgs {
+    /// What to do.
+    action: Action,
+    /// Database directory (must exist).
+    #[arg(long)]
+    db: PathBuf,
+    /// Print the rows as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Worker threads running tablet tasks (`ttl_thread_score`).
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// With `trigger` or `resume`: record the change and exit; the service runs the task.
+    #[arg(long)]
+    no_wait: bool,
+    /// No progress line on stderr.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Action {
+    /// The current task, as `DBA_OB_KV_TTL_TASKS` shows it (read-only).
+    Status,
+    /// Start a task now and, unless --no-wait, run it to the end.
+    Trigger,
+    /// Suspend the active task.
+    Suspend,
+    /// Resume a suspended task and, unless --no-wait, run it to the end.
+    Resume,
+    /// Cancel the active task; it moves to history.
+    Cancel,
+    /// Finished and canceled tasks, as `DBA_OB_KV_TTL_TASK_HISTORY` shows them (read-only).
+    History,
+}
+
+/// Exit codes: 0 done, 1 the command was refused (`CMD_NOT_ALLOWED`, `NO_TASK_RUNNING`), 2 the
+/// database or the engine failed, 3 bad arguments.
+pub fn run(args: &TtlArgs) -> i32 {
+    // With the progress line on, only errors are logged, so no log line tears it; a failed
+    // tablet task says why in its RET_CODE either way.
+    crate::init_logging_with(if args.no_progress {
+        "cairn=error,info"
+    } else {
+        "error"
+    });
+    if args.threads == 0 {
+        return crate::bad_args("--threads must be at least 1");
+    }
+    let result = match args.action {
+        Action::Status | Action::History => show(args),
+        _ => command(args),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e @ (TtlError::CmdNotAllowed | TtlError::NoTaskRunning)) => {
+            eprintln!("cairn ttl: {e}");
+            1
+        }
+        Err(e) => {
+            eprintln!("cairn ttl: {}: {e}", args.db.display());
+            2
+        }
+    }
+}
+
+/// `status` and `history`, from a read-only open.
+fn show(args: &TtlArgs) -> Result<(), TtlError> {
+    let db = Arc::new(Db::open_read_only(&args.db, Options::default())?);
+    let (tasks, history) = if db.list_column_families().iter().any(|n| n == TABLES_FAMILY) {
+        TtlTasks::views(&Tables::open(db)?)?
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let rows = if args.action == Action::Status {
+        tasks
+    } else {
+        history
+    };
+    print_rows(&rows, args.json);
+    Ok(())
+}
+
+/// `trigger`, `suspend`, `resume` and `cancel`, then the rows the command left.
+fn command(args: &TtlArgs) -> Result<(), TtlError> {
+    let ttl = open(&args.db, args.threads)?;
+    match args.action {
+        Action::Trigger => drop(ttl.trigger()?),
+        Action::Suspend => ttl.suspend()?,
+        Action::Resume => ttl.resume()?,
+        Action::Cancel => ttl.cancel()?,
+        Action::Status | Action::History => {}
+    }
+    let runs = matches!(args.action, Action::Trigger | Action::Resume) && !args.no_wait;
+    if runs {
+        run_with_progress(&ttl, !args.no_progress)?;
+    }
+    let tasks = ttl.tasks()?;
+    if tasks.is_empty() {
+        // Done or canceled: show the task as history has it.
+        let history = ttl.history()?;
+        let last = history.iter().map(|r| r.task_id).max();
+        let rows: Vec<TaskRow> = history
+            .into_iter()
+            .filter(|r| Some(r.task_id) == last)
+            .collect();
+        print_rows(&rows, args.json);
+    } else {
+        print_rows(&tasks, args.json);
+    }
+    Ok(())
+}
+
+fn open(dir: &Path, threads: usize) -> Result<TtlTasks, TtlError> {
+    let db = Db::open(dir, Options::default().create_if_missing(false))?;
+    let tables = Tables::open(Arc::new(db))?;
+    let settings = TtlSettings {
+        enable_kv_ttl: true,
+        ttl_thread_score: threads,
+        ..TtlSettings::default()
+    };
+    TtlTasks::open(tables, settings)
+}
+
+fn run_with_progress(ttl: &TtlTasks, progress: bool) -> Result<(), TtlError> {
+    let tablets = ttl.tasks()?.iter().filter(|r| !r.is_tenant()).count();
+    let bar = if progress {
+        indicatif::ProgressBar::new(u64::try_from(tablets).unwrap_or(u64::MAX))
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{elapsed:>4} [{bar:30}] {pos}/{len} tablets, {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    let steps_bar = bar.clone();
+    ttl.on_step(move |_, row| {
+        if row.status.is_done() {
+            steps_bar.inc(1);
+        }
+        steps_bar.set_message(format!(
+            "{} scanned in {}#{}",
+            row.scan_cnt,
+            row.table_name.as_deref().unwrap_or("?"),
+            row.tablet_id
+        ));
+    });
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let result = ttl.run_until_idle();
+    bar.finish_and_clear();
+    result
+}
+
+fn print_rows(rows: &[TaskRow], json: bool) {
+    if json {
+        match serde_json::to_string_pretty(rows) {
+            Ok(text) => println!("{text}"),
+            Err(e) => eprintln!("cannot encode the rows: {e}"),
+        }
+        return;
+    }
+    let header = [
+        "TABLE_NAME",
+        "TABLE_ID",
+        "TABLET_ID",
+        "TASK_ID",
+        "START_TIME",
+        "END_TIME",
+        "TRIGGER_TYPE",
+        "STATUS",
+        "TTL_DEL_CNT",
+        "MAX_VERSION_DEL_CNT",
+        "SCAN_CNT",
+        "RET_CODE",
+    ];
+    let cells: Vec<Vec<String>> = rows.iter().map(cells_of).collect();
+    let widths: Vec<usize> = header
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            cells
+                .iter()
+                .filter_map(|c| c.get(i).map(String::len))
+                .chain([h.len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |values: &mut dyn Iterator<Item = &str>| {
+        let parts: Vec<String> = values
+            .zip(&widths)
+            .map(|(v, w)| format!("{v:<w$}"))
+            .collect();
+        println!("| {} |", parts.join(" | "));
+    };
+    line(&mut header.iter().copied());
+    for row in &cells {
+        line(&mut row.iter().map(String::as_str));
+    }
+    println!("{} rows", rows.len());
+}
+
+fn cells_of(r: &TaskRow) -> Vec<String> {
+    let time = |ms: u64| {
+        humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+    };
+    vec![
+        r.table_name.clone().unwrap_or_else(|| "NULL".to_owned()),
+        r.table_id.to_string(),
+        r.tablet_id.to_string(),
+        r.task_id.to_string(),
+        time(r.start_time),
+        time(r.end_time),
+        r.trigger_type.to_string(),
+        r.status.to_string(),
+        r.ttl_del_cnt.to_string(),
+        r.max_version_del_cnt.to_string(),
+        r.scan_cnt.to_string(),
+        r.ret_code.clone(),
+    ]
+}

@@ -1,0 +1,122 @@
+//! `cairn ttl`: the TTL task commands and views against a database built in the test.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use cairn::{CfOptions, Db, Options};
+
+fn cairn(args: &[&str], db: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .arg("ttl")
+        .args(args)
+        .arg("--db")
+        .arg(db)
+        .output()
+        .expect("run cairn")
+}
+
+fn json(out: &Output) -> Vec<serde_json::Value> {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("a JSON array of rows")
+}
+
+fn field<'a>(
+    rows: &'a [serde_json::Value],
+    tenant: bool,
+    name: &str,
+) -> Vec<&'a serde_json::Value> {
+    rows.iter()
+        .filter(|r| (r["table_id"] == -1) == tenant)
+        .map(|r| &r[name])
+        .collect()
+}
+
+/// A family over `max_versions = 2` with three versions of 1000 keys, each version in its own
+/// table. (Nothing expired: the `cairn` process's background compactions would reclaim expired
+/// cells before the task could count them.)
+fn build(dir: &Path) {
+    let db = Db::open(dir, Options::default()).expect("open");
+    let versions = CfOptions::default()
+        .max_versions(2)
+        .ttl(Duration::from_secs(3600));
+    let cf = db.create_column_family("t1$cf1", versions).expect("create");
+    for v in 0..3 {
+        for i in 0..1000 {
+            cf.put(format!("row{i:04}"), format!("v{v}")).expect("put");
+        }
+        db.flush().expect("flush");
+    }
+    db.close().expect("close");
+}
+
+#[test]
+fn trigger_runs_a_task_to_history_and_the_views_show_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    build(dir.path());
+    assert!(json(&cairn(&["status", "--json"], dir.path())).is_empty());
+
+    let refused = cairn(&["suspend"], dir.path());
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("NO_TASK_RUNNING"));
+
+    let rows = json(&cairn(&["trigger", "--json", "--no-progress"], dir.path()));
+    assert_eq!(field(&rows, true, "status"), ["FINISHED"]);
+    assert_eq!(field(&rows, true, "trigger_type"), ["USER"]);
+    assert_eq!(field(&rows, true, "max_version_del_cnt"), [1000]);
+    assert_eq!(field(&rows, true, "ttl_del_cnt"), [0]);
+    assert_eq!(field(&rows, true, "scan_cnt"), [3000]);
+    assert_eq!(field(&rows, false, "status"), ["FINISHED"]);
+
+    let history = json(&cairn(&["history", "--json"], dir.path()));
+    assert_eq!(history, rows);
+    let table = cairn(&["history"], dir.path());
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.starts_with("| TABLE_NAME | TABLE_ID |"), "{text}");
+    assert!(text.contains("| t1$cf1 "), "{text}");
+    assert!(text.ends_with("2 rows\n"), "{text}");
+}
+
+#[test]
+fn a_task_left_for_the_service_refuses_a_second_trigger_and_can_be_canceled() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    build(dir.path());
+    let rows = json(&cairn(&["trigger", "--no-wait", "--json"], dir.path()));
+    assert_eq!(field(&rows, true, "status"), ["RS_TRIGGERING"]);
+    assert_eq!(field(&rows, false, "status"), ["PREPARED"]);
+    let again = cairn(&["trigger", "--no-wait"], dir.path());
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("CMD_NOT_ALLOWED"));
+    let status = json(&cairn(&["status", "--json"], dir.path()));
+    assert_eq!(status, rows, "status reads what trigger left");
+
+    let rows = json(&cairn(&["suspend", "--json"], dir.path()));
+    assert_eq!(field(&rows, true, "status"), ["RS_SUSPENDING"]);
+    assert_eq!(field(&rows, false, "status"), ["PENDING"]);
+    let rows = json(&cairn(&["cancel", "--json"], dir.path()));
+    assert_eq!(field(&rows, true, "status"), ["CANCELED"]);
+    assert!(json(&cairn(&["status", "--json"], dir.path())).is_empty());
+}
+
+#[test]
+fn a_database_in_use_or_missing_is_an_engine_failure() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    build(dir.path());
+    let db = Db::open(dir.path(), Options::default()).expect("open");
+    let busy = cairn(&["trigger"], dir.path());
+    assert_eq!(busy.status.code(), Some(2));
+    assert!(!busy.stderr.is_empty());
+    drop(db);
+    let missing = cairn(&["trigger"], &dir.path().join("nope"));
+    assert_eq!(missing.status.code(), Some(2));
+    let bad = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["ttl", "explode", "--db", "x"])
+        .output()
+        .expect("run cairn");
+    assert_eq!(bad.status.code(), Some(3));
+}
