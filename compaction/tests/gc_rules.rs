@@ -524,6 +524,49 @@ fn expired_versions_are_dropped_and_still_count_with_several_versions() {
     assert_eq!((drops.expired, drops.shadowed), (1, 1));
 }
 
+#[test]
+fn expired_version_is_kept_with_several_versions_while_an_older_one_lies_below_or_in_another_stripe()
+ {
+    // v@5 expired (cell TTL); v@4 and v@3 alive. Dropped, @5 would let @2 (below, or in the
+    // stripe of the snapshot at 2) into a reader's three candidates.
+    let input = || vec![put_ttl("k", 5, 0, 50), put("k", 4, 50), put("k", 3, 50)];
+    let below = Setup {
+        now: 100,
+        max_versions: 3,
+        below: &EverythingBelow,
+        ..Setup::default()
+    };
+    let (out, _, drops) = run(&below, input(), vec![]);
+    assert_eq!(
+        out,
+        vec![
+            s("k", 5, Kind::Put),
+            s("k", 4, Kind::Put),
+            s("k", 3, Kind::Put)
+        ]
+    );
+    assert_eq!(drops.expired, 0);
+    let snapshot = Setup {
+        now: 100,
+        max_versions: 3,
+        snapshots: &[2],
+        ..Setup::default()
+    };
+    let mut older = input();
+    older.push(put("k", 2, 0));
+    let (out, _, _) = run(&snapshot, older.clone(), vec![]);
+    assert_eq!(out.first(), Some(&s("k", 5, Kind::Put)), "{out:?}");
+    // Without the snapshot and with nothing below, @5 goes and still counts: @2 is shadowed.
+    let bottom = Setup {
+        now: 100,
+        max_versions: 3,
+        ..Setup::default()
+    };
+    let (out, _, drops) = run(&bottom, older, vec![]);
+    assert_eq!(out, vec![s("k", 4, Kind::Put), s("k", 3, Kind::Put)]);
+    assert_eq!((drops.expired, drops.shadowed), (1, 1));
+}
+
 // --- filter ---
 
 #[derive(Debug)]
