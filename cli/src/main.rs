@@ -93,6 +93,12 @@ struct StressArgs {
     /// Print only the summary.
     #[arg(long)]
     quiet: bool,
+    /// Leave out the TTL work (the TTL families and the clock the harness moves).
+    #[arg(long)]
+    no_ttl: bool,
+    /// Keys per TTL family.
+    #[arg(long, default_value_t = 1_000)]
+    ttl_keys: usize,
 }
 
 #[derive(Debug, Subcommand)]
@@ -232,6 +238,8 @@ fn stress(args: StressArgs) -> i32 {
         op_log: args.op_log,
         expected_journal: args.expected_journal,
         progress: !args.no_progress && !args.quiet,
+        ttl: !args.no_ttl,
+        ttl_keys: args.ttl_keys,
     };
     if let Err(e) = config.validate() {
         return bad_args(&e);
