@@ -136,8 +136,8 @@ pub struct CompactionIter<'a, I> {
     entries_in: u64,
     /// The earliest expiry, still to come, of a put kept.
     next_expiry: Option<u64>,
-    /// Expired puts kept as they are (with `max_versions > 1`, where dropping one would let an
-    /// older version into a reader's candidates).
+    /// Expired puts kept (with `max_versions > 1`, where dropping one would let an older
+    /// version into a reader's candidates).
     kept_expired: u64,
 }
 
@@ -211,10 +211,10 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
         self.next_expiry
     }
 
-    /// Expired puts written out as they are: with `max_versions > 1`, a put whose drop would
-    /// let an older version (in an older stripe, or below the output level) into the
-    /// candidates of a reader. Another rewrite keeps them until a snapshot or what lies below
-    /// changes.
+    /// Expired puts written out (their values emptied): with `max_versions > 1`, a put with an
+    /// older version under it, in the output or below, which dropping it would move into a
+    /// reader's candidates (a reader counts the newer versions of other levels too, which this
+    /// compaction does not see).
     pub fn kept_expired(&self) -> u64 {
         self.kept_expired
     }
@@ -349,13 +349,12 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
             }
             if v.kind == Kind::Put {
                 puts_in_stripe += 1;
-                // Do all the versions still to come share this stripe, and does no put of a
-                // newer stripe survive? Then nothing older can move into a reader's candidates.
+                // Do all the versions still to come share this stripe? Then none of them survives
+                // a put that hides what is older.
                 let place = Place {
                     newest: index == 0,
                     stripe,
                     rest_in_stripe: oldest_stripe == Some(stripe),
-                    alone: out.iter().all(|o| self.ctx.stripe(o.seqno) == stripe),
                 };
                 match self.decide_put(key, place, v, &mut below) {
                     PutFate::Keep(kept) => {
@@ -395,6 +394,7 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
                 self.drops.obsolete_tombstone += 1;
             }
         }
+        self.trim_expired(&mut out, &mut below);
         out
     }
 
@@ -410,11 +410,10 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
             newest,
             stripe,
             rest_in_stripe,
-            alone,
         } = place;
         match rules::expiry(v.meta, self.ctx.cf_ttl_ms) {
             Some(expiry) if self.ctx.now >= expiry => {
-                return self.decide_expired(v, expiry, rest_in_stripe && alone, below);
+                return self.decide_expired(v, expiry, rest_in_stripe, below);
             }
             Some(expiry) => {
                 self.next_expiry = Some(self.next_expiry.map_or(expiry, |e| e.min(expiry)));
@@ -439,33 +438,49 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
         }
     }
 
-    /// The expired rule for a put that expired at `expiry`; `last` when no older version of
-    /// the key survives in another stripe and no put of a newer stripe survives.
+    /// The expired rule for a put that expired at `expiry`; `rest_in_stripe` when every older
+    /// version of the key shares its stripe. With `max_versions > 1` it stays a candidate, its
+    /// value emptied, until [`trim_expired`](Self::trim_expired) finds nothing older under it.
     fn decide_expired(
         &mut self,
         v: KeyVersion,
         expiry: u64,
-        last: bool,
+        rest_in_stripe: bool,
         below: &mut Below<'_>,
     ) -> PutFate {
-        let nothing_older = last && !below.get(&self.ctx);
         if crate::planted::active(crate::planted::GcBug::ExpiredResurrects) {
             // Planted bug: an expired put simply goes, whatever lies under it.
             self.drops.expired += 1;
             return PutFate::Drop { hides_older: false };
         }
-        if nothing_older {
-            self.drops.expired += 1;
-            return PutFate::Drop {
-                hides_older: self.ctx.max_versions == 1,
-            };
+        if self.ctx.max_versions > 1 {
+            return PutFate::Keep(KeyVersion {
+                value: Bytes::new(),
+                ..v
+            });
         }
+        self.drops.expired += 1;
+        if rest_in_stripe && !below.get(&self.ctx) {
+            return PutFate::Drop { hides_older: true };
+        }
+        PutFate::Keep(tombstone_for(v.seqno, expiry))
+    }
+
+    /// With `max_versions > 1`, drops the expired puts with no version older than them left in
+    /// the output or below: no reader can count them any more. The others stay, counted as kept.
+    fn trim_expired(&mut self, out: &mut Vec<KeyVersion>, below: &mut Below<'_>) {
         if self.ctx.max_versions == 1 {
-            self.drops.expired += 1;
-            return PutFate::Keep(tombstone_for(v.seqno, expiry));
+            return;
         }
-        self.kept_expired += 1;
-        PutFate::Keep(v)
+        let cf_ttl = self.ctx.cf_ttl_ms;
+        let now = self.ctx.now;
+        let expired = |v: &KeyVersion| v.kind == Kind::Put && rules::expired(v.meta, cf_ttl, now);
+        while out.last().is_some_and(expired) && !below.get(&self.ctx) {
+            out.pop();
+            self.drops.expired += 1;
+        }
+        let kept = out.iter().filter(|v| expired(v)).count();
+        self.kept_expired += u64::try_from(kept).unwrap_or(u64::MAX);
     }
 
     /// True if the obsolete-tombstone rule lets a tombstone at `seqno` written at
@@ -498,8 +513,6 @@ struct Place {
     stripe: usize,
     /// Every older version of the key shares its stripe.
     rest_in_stripe: bool,
-    /// No version of a newer stripe has been kept.
-    alone: bool,
 }
 
 /// What happens to a put.

@@ -67,19 +67,21 @@
 //! with a reason to stay (an older one only when every newer one may go, which takes a later
 //! deletion time, as clocks may step back), and the others are redundant and dropped.
 //!
-//! **expired** — a put whose TTL is over (`now >= write_time + min(cf_ttl, cell_ttl)`). It is
-//! dropped when no older version of the key survives in another stripe, no put of a newer stripe
-//! survives, and no older version can lie below. Otherwise, with `max_versions = 1` it is
-//! rewritten as a `Delete` at the same seqno, deleted at its expiry time, so no older value comes
-//! back at any snapshot; with `max_versions > 1` it is written out as it is. Expired puts count as
-//! candidates for `max_versions`, as they do for reads, so results never depend on whether
-//! compaction ran: dropping one while an older version survives elsewhere would move that version
-//! into a reader's candidates.
+//! **expired** — a put whose TTL is over (`now >= write_time + min(cf_ttl, cell_ttl)`). With
+//! `max_versions = 1` it is dropped only when no older version survives in the output and none can
+//! lie below; otherwise it is rewritten as a `Delete` at the same seqno, deleted at its expiry
+//! time, so no older value comes back at any snapshot. With `max_versions > 1` it stays a
+//! candidate, written out with its value emptied, until no older version of the key survives in
+//! the output and none can lie below; then it is dropped. Expired puts count as candidates for
+//! `max_versions`, as they do for reads, so results never depend on whether compaction ran: a
+//! reader also counts the newer versions of levels this compaction does not see, and dropping an
+//! expired one with an older version under it would move that version into its candidates.
 //!
 //! ```text
-//! max_versions = 3, no snapshots:  k@9 Put (expired) | k@8 Put "b" | k@7 Put "a" | k@6 Put "z"
-//!   bottommost:        drop @9, keep @8 and @7, drop @6 (shadowed: @9 still counts)
-//!   k@1 Put "old" below: keep @9 as it is, so a reader's candidates stay @9, @8, @7
+//! max_versions = 2:   k@9 Put "c" (in L0) | k@7 Put (expired, in L1) | k@6 Put "b" | k@5 Put "a"
+//! compaction of L1, nothing below: keep @7 (value emptied), keep @6, drop @5 (shadowed)
+//!   a reader sees @9 and @7 as its candidates: "c" alone, before and after
+//! once @6 has expired too: drop @7 and @6 (nothing older is left under them)
 //! ```
 //!
 //! **filter** — a user [`CompactionFilter`](crate::CompactionFilter) is asked about the newest version of a key only, and

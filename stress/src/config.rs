@@ -103,6 +103,23 @@ impl OpWeights {
         ]
     }
 
+    /// These weights with only the TTL work, flushes, compactions and reopens left in.
+    #[must_use]
+    pub fn only_ttl(self) -> Self {
+        Self {
+            get: 0,
+            scan: 0,
+            put: 0,
+            batch: 0,
+            delete: 0,
+            single_delete: 0,
+            delete_range: 0,
+            snapshot: 0,
+            transaction: 0,
+            ..self
+        }
+    }
+
     /// These weights with the TTL work left out.
     #[must_use]
     pub fn without_ttl(self) -> Self {
