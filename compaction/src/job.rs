@@ -74,8 +74,8 @@ pub struct JobOutput {
     pub next_change: Option<u64>,
     /// The oldest snapshot the rules were applied with.
     pub oldest_snapshot: Option<SeqNo>,
-    /// Expired puts written out as they are (`CompactionIter::kept_expired`): a rewrite in
-    /// place at the last level cannot drop them before the oldest snapshot changes.
+    /// Expired puts written out (`CompactionIter::kept_expired`): a rewrite in place at the
+    /// last level cannot drop them before the oldest snapshot changes or more expires.
     pub kept_expired: u64,
     /// The earliest expiry, still to come, of a put written out.
     pub next_expiry: Option<u64>,

@@ -28,7 +28,7 @@
 //! oldest snapshot changes or the clock reaches the first grace end that rewrite kept, so the
 //! picker does not choose it again and again. The TTL picker, whose bottom rewrites drop the
 //! expired value that chose them, ignores the mark, unless the rewrite had to keep an expired
-//! value (`max_versions > 1` and a snapshot between versions): then it leaves the table until
+//! value (`max_versions > 1` with an older version under it): then it leaves the table until
 //! the oldest snapshot changes or another value in it expires
 //! ([`FileInfo::futile_for_ttl`]).
 
@@ -71,7 +71,7 @@ pub struct FileInfo {
     /// differ, each kept for its own reason.) The TTL picker does not look at it.
     pub futile: bool,
     /// The output of an automatic in-place rewrite at the last level that kept expired puts
-    /// (`max_versions > 1`, a snapshot between their versions), while the oldest snapshot is
+    /// (`max_versions > 1`, an older version under them), while the oldest snapshot is
     /// the same and no other put in it has expired since: the TTL picker leaves it, or it
     /// could rewrite it for those puts forever.
     pub futile_for_ttl: bool,
@@ -414,7 +414,7 @@ impl LevelsView {
 
     fn pick_ttl(&self, config: &PickerConfig<'_>) -> Option<Pick> {
         // Not `worth_rewriting`: at the bottom it fires only on an expired value, which the
-        // rewrite drops (or, if a snapshot makes it keep it, marks `futile_for_ttl`), so it
+        // rewrite drops (or, if it must keep it, marks `futile_for_ttl`), so it
         // cannot loop, and skipping would only delay the expiry.
         self.files().find_map(|(level, file)| {
             let cell_expired = file.earliest_expiry.is_some_and(|e| config.now >= e);
