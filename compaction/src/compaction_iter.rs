@@ -413,7 +413,7 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
         } = place;
         match rules::expiry(v.meta, self.ctx.cf_ttl_ms) {
             Some(expiry) if self.ctx.now >= expiry => {
-                return self.decide_expired(v, expiry, rest_in_stripe, below);
+                return self.decide_expired(&v, expiry, rest_in_stripe, below);
             }
             Some(expiry) => {
                 self.next_expiry = Some(self.next_expiry.map_or(expiry, |e| e.min(expiry)));
@@ -443,7 +443,7 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
     /// value emptied, until [`trim_expired`](Self::trim_expired) finds nothing older under it.
     fn decide_expired(
         &mut self,
-        v: KeyVersion,
+        v: &KeyVersion,
         expiry: u64,
         rest_in_stripe: bool,
         below: &mut Below<'_>,
@@ -455,8 +455,10 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
         }
         if self.ctx.max_versions > 1 {
             return PutFate::Keep(KeyVersion {
+                seqno: v.seqno,
+                kind: v.kind,
+                meta: v.meta,
                 value: Bytes::new(),
-                ..v
             });
         }
         self.drops.expired += 1;
