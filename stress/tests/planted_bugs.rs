@@ -35,7 +35,8 @@ fn deletion_heavy(seed: u64) -> StressConfig {
         compact_range: 150,
         flush: 150,
         reopen: 3,
-        ..OpWeights::default()
+        // Calibrated on the default family's work alone.
+        ..OpWeights::default().without_ttl()
     };
     StressConfig {
         threads: 4,
@@ -60,7 +61,8 @@ fn snapshot_heavy(seed: u64) -> StressConfig {
         flush: 400,
         compact_range: 300,
         reopen: 3,
-        ..OpWeights::default()
+        // Calibrated on the default family's work alone.
+        ..OpWeights::default().without_ttl()
     };
     StressConfig {
         threads: 4,
@@ -79,7 +81,8 @@ fn transaction_heavy(seed: u64) -> StressConfig {
         get: 100,
         put: 1000,
         transaction: 1000,
-        ..OpWeights::default()
+        // Calibrated on the default family's work alone.
+        ..OpWeights::default().without_ttl()
     };
     StressConfig {
         threads: 4,
@@ -126,7 +129,8 @@ fn manifest_faults(seed: u64) -> Result<StressReport, StressError> {
         flush: 300,
         compact_range: 100,
         reopen: 3,
-        ..OpWeights::default()
+        // Calibrated on the default family's work alone.
+        ..OpWeights::default().without_ttl()
     };
     let config = StressConfig {
         threads: 4,
