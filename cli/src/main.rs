@@ -332,7 +332,7 @@ fn crashtest(args: &CrashArgs) -> i32 {
         match result {
             Ok(report) => {
                 println!(
-                    "{}: {} cycles survived in {:.1}s ({} with a disk fault), {} writes, {} keys verified; lost writes {}, resurrected deletes {}, holes {}, wrong values {}",
+                    "{}: {} cycles survived in {:.1}s ({} with a disk fault), {} writes, {} keys verified; lost writes {}, resurrected deletes {}, holes {}, wrong values {}, expiry violations {}",
                     report.mode,
                     report.cycles,
                     report.seconds,
@@ -342,7 +342,8 @@ fn crashtest(args: &CrashArgs) -> i32 {
                     report.failures.lost_writes,
                     report.failures.resurrected_deletes,
                     report.failures.holes,
-                    report.failures.wrong_values
+                    report.failures.wrong_values,
+                    report.failures.expiry_violations
                 );
                 for m in &report.failures.messages {
                     println!("  {m}");
