@@ -96,6 +96,12 @@ struct StressArgs {
     /// Print only the summary.
     #[arg(long)]
     quiet: bool,
+    /// Leave out the TTL work (the TTL families and the clock the harness moves).
+    #[arg(long)]
+    no_ttl: bool,
+    /// Keys per TTL family.
+    #[arg(long, default_value_t = 1_000)]
+    ttl_keys: usize,
 }
 
 #[derive(Debug, Subcommand)]
@@ -236,6 +242,8 @@ fn stress(args: StressArgs) -> i32 {
         op_log: args.op_log,
         expected_journal: args.expected_journal,
         progress: !args.no_progress && !args.quiet,
+        ttl: !args.no_ttl,
+        ttl_keys: args.ttl_keys,
     };
     if let Err(e) = config.validate() {
         return bad_args(&e);
@@ -328,7 +336,7 @@ fn crashtest(args: &CrashArgs) -> i32 {
         match result {
             Ok(report) => {
                 println!(
-                    "{}: {} cycles survived in {:.1}s ({} with a disk fault), {} writes, {} keys verified; lost writes {}, resurrected deletes {}, holes {}, wrong values {}",
+                    "{}: {} cycles survived in {:.1}s ({} with a disk fault), {} writes, {} keys verified; lost writes {}, resurrected deletes {}, holes {}, wrong values {}, expiry violations {}",
                     report.mode,
                     report.cycles,
                     report.seconds,
@@ -338,7 +346,8 @@ fn crashtest(args: &CrashArgs) -> i32 {
                     report.failures.lost_writes,
                     report.failures.resurrected_deletes,
                     report.failures.holes,
-                    report.failures.wrong_values
+                    report.failures.wrong_values,
+                    report.failures.expiry_violations
                 );
                 for m in &report.failures.messages {
                     println!("  {m}");

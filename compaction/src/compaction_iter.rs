@@ -134,6 +134,11 @@ pub struct CompactionIter<'a, I> {
     next_change: Option<u64>,
     single_delete_misuse: u64,
     entries_in: u64,
+    /// The earliest expiry, still to come, of a put kept.
+    next_expiry: Option<u64>,
+    /// Expired puts kept (with `max_versions > 1`, where dropping one would let an older
+    /// version into a reader's candidates).
+    kept_expired: u64,
 }
 
 impl<I> std::fmt::Debug for CompactionIter<'_, I> {
@@ -165,6 +170,8 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
             next_change: None,
             single_delete_misuse: 0,
             entries_in: 0,
+            next_expiry: None,
+            kept_expired: 0,
         })
     }
 
@@ -197,6 +204,19 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
     /// none did (every tombstone kept is then pinned by a snapshot, or has data below).
     pub fn next_change(&self) -> Option<u64> {
         self.next_change
+    }
+
+    /// The earliest expiry still to come of a put written out, if any put kept can expire.
+    pub fn next_expiry(&self) -> Option<u64> {
+        self.next_expiry
+    }
+
+    /// Expired puts written out (their values emptied): with `max_versions > 1`, a put with an
+    /// older version under it, in the output or below, which dropping it would move into a
+    /// reader's candidates (a reader counts the newer versions of other levels too, which this
+    /// compaction does not see).
+    pub fn kept_expired(&self) -> u64 {
+        self.kept_expired
     }
 
     /// `SingleDelete`s found covering more than one put.
@@ -302,7 +322,7 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
 
     /// Applies the rules to one key's versions (newest first); returns those to write.
     fn decide(&mut self, key: &[u8], versions: Vec<KeyVersion>) -> Vec<KeyVersion> {
-        let mut out = Vec::new();
+        let mut out: Vec<KeyVersion> = Vec::new();
         let mut below = Below::new(key);
         let mut stripe_now = usize::MAX;
         let mut puts_in_stripe = 0u32;
@@ -331,8 +351,12 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
                 puts_in_stripe += 1;
                 // Do all the versions still to come share this stripe? Then none of them survives
                 // a put that hides what is older.
-                let rest_in_stripe = oldest_stripe == Some(stripe);
-                match self.decide_put(key, index == 0, stripe, rest_in_stripe, v, &mut below) {
+                let place = Place {
+                    newest: index == 0,
+                    stripe,
+                    rest_in_stripe: oldest_stripe == Some(stripe),
+                };
+                match self.decide_put(key, place, v, &mut below) {
                     PutFate::Keep(kept) => {
                         tombstone_in_stripe = kept.kind != Kind::Put;
                         out.push(kept);
@@ -370,6 +394,7 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
                 self.drops.obsolete_tombstone += 1;
             }
         }
+        self.trim_expired(&mut out, &mut below);
         out
     }
 
@@ -377,23 +402,23 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
     fn decide_put(
         &mut self,
         key: &[u8],
-        newest: bool,
-        stripe: usize,
-        rest_in_stripe: bool,
+        place: Place,
         v: KeyVersion,
         below: &mut Below<'_>,
     ) -> PutFate {
-        if let Some(expiry) =
-            rules::expiry(v.meta, self.ctx.cf_ttl_ms).filter(|&e| self.ctx.now >= e)
-        {
-            self.drops.expired += 1;
-            if self.ctx.max_versions > 1 {
-                return PutFate::Drop { hides_older: false };
+        let Place {
+            newest,
+            stripe,
+            rest_in_stripe,
+        } = place;
+        match rules::expiry(v.meta, self.ctx.cf_ttl_ms) {
+            Some(expiry) if self.ctx.now >= expiry => {
+                return self.decide_expired(&v, expiry, rest_in_stripe, below);
             }
-            if rest_in_stripe && !below.get(&self.ctx) {
-                return PutFate::Drop { hides_older: true };
+            Some(expiry) => {
+                self.next_expiry = Some(self.next_expiry.map_or(expiry, |e| e.min(expiry)));
             }
-            return PutFate::Keep(tombstone_for(v.seqno, expiry));
+            None => {}
         }
         let top_stripe = stripe == self.ctx.snapshots.len();
         let Some((filter, cf)) = self.ctx.filter.filter(|_| newest && top_stripe) else {
@@ -411,6 +436,53 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
                 }
             }
         }
+    }
+
+    /// The expired rule for a put that expired at `expiry`; `rest_in_stripe` when every older
+    /// version of the key shares its stripe. With `max_versions > 1` it stays a candidate, its
+    /// value emptied, until [`trim_expired`](Self::trim_expired) finds nothing older under it.
+    fn decide_expired(
+        &mut self,
+        v: &KeyVersion,
+        expiry: u64,
+        rest_in_stripe: bool,
+        below: &mut Below<'_>,
+    ) -> PutFate {
+        if crate::planted::active(crate::planted::GcBug::ExpiredResurrects) {
+            // Planted bug: an expired put simply goes, whatever lies under it.
+            self.drops.expired += 1;
+            return PutFate::Drop { hides_older: false };
+        }
+        if self.ctx.max_versions > 1 {
+            return PutFate::Keep(KeyVersion {
+                seqno: v.seqno,
+                kind: v.kind,
+                meta: v.meta,
+                value: Bytes::new(),
+            });
+        }
+        self.drops.expired += 1;
+        if rest_in_stripe && !below.get(&self.ctx) {
+            return PutFate::Drop { hides_older: true };
+        }
+        PutFate::Keep(tombstone_for(v.seqno, expiry))
+    }
+
+    /// With `max_versions > 1`, drops the expired puts with no version older than them left in
+    /// the output or below: no reader can count them any more. The others stay, counted as kept.
+    fn trim_expired(&mut self, out: &mut Vec<KeyVersion>, below: &mut Below<'_>) {
+        if self.ctx.max_versions == 1 {
+            return;
+        }
+        let cf_ttl = self.ctx.cf_ttl_ms;
+        let now = self.ctx.now;
+        let expired = |v: &KeyVersion| v.kind == Kind::Put && rules::expired(v.meta, cf_ttl, now);
+        while out.last().is_some_and(expired) && !below.get(&self.ctx) {
+            out.pop();
+            self.drops.expired += 1;
+        }
+        let kept = out.iter().filter(|v| expired(v)).count();
+        self.kept_expired += u64::try_from(kept).unwrap_or(u64::MAX);
     }
 
     /// True if the obsolete-tombstone rule lets a tombstone at `seqno` written at
@@ -432,6 +504,17 @@ fn note_grace_end<B>(next_change: &mut Option<u64>, reason: Option<&rules::KeepR
     if let Some(&rules::KeepReason::GraceUntil { time }) = reason {
         *next_change = Some(next_change.map_or(time, |t| t.min(time)));
     }
+}
+
+/// Where a put stands among its key's versions.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    /// It is the key's newest version.
+    newest: bool,
+    /// Its snapshot stripe.
+    stripe: usize,
+    /// Every older version of the key shares its stripe.
+    rest_in_stripe: bool,
 }
 
 /// What happens to a put.

@@ -74,6 +74,11 @@ pub struct JobOutput {
     pub next_change: Option<u64>,
     /// The oldest snapshot the rules were applied with.
     pub oldest_snapshot: Option<SeqNo>,
+    /// Expired puts written out (`CompactionIter::kept_expired`): a rewrite in place at the
+    /// last level cannot drop them before the oldest snapshot changes or more expires.
+    pub kept_expired: u64,
+    /// The earliest expiry, still to come, of a put written out.
+    pub next_expiry: Option<u64>,
 }
 
 /// Runs a compaction.
@@ -128,6 +133,8 @@ pub fn run(spec: JobSpec<'_>, outputs: &mut dyn OutputFiles) -> Result<JobOutput
         drops: *iter.drops(),
         next_change: iter.next_change(),
         oldest_snapshot,
+        kept_expired: iter.kept_expired(),
+        next_expiry: iter.next_expiry(),
         single_delete_misuse: iter.single_delete_misuse(),
         bytes_read,
         entries_in: iter.entries_in(),

@@ -26,8 +26,11 @@
 //! a wall clock steps back), and then the rewrite drops nothing: the engine marks its output
 //! [`FileInfo::futile`] (as it does every automatic rewrite in place at the bottom) until the
 //! oldest snapshot changes or the clock reaches the first grace end that rewrite kept, so the
-//! picker does not choose it again and again. The TTL picker, whose bottom rewrites always drop
-//! the expired value that chose them, ignores the mark.
+//! picker does not choose it again and again. The TTL picker, whose bottom rewrites drop the
+//! expired value that chose them, ignores the mark, unless the rewrite had to keep an expired
+//! value (`max_versions > 1` with an older version under it): then it leaves the table until
+//! the oldest snapshot changes or another value in it expires
+//! ([`FileInfo::futile_for_ttl`]).
 
 use bytes::Bytes;
 use cairn_sstable::{EntryMeta, SeqNo};
@@ -67,6 +70,11 @@ pub struct FileInfo {
     /// rewrite it forever. (A table's oldest tombstone by seqno and its oldest by time can
     /// differ, each kept for its own reason.) The TTL picker does not look at it.
     pub futile: bool,
+    /// The output of an automatic in-place rewrite at the last level that kept expired puts
+    /// (`max_versions > 1`, an older version under them), while the oldest snapshot is
+    /// the same and no other put in it has expired since: the TTL picker leaves it, or it
+    /// could rewrite it for those puts forever.
+    pub futile_for_ttl: bool,
 }
 
 impl FileInfo {
@@ -406,7 +414,8 @@ impl LevelsView {
 
     fn pick_ttl(&self, config: &PickerConfig<'_>) -> Option<Pick> {
         // Not `worth_rewriting`: at the bottom it fires only on an expired value, which the
-        // rewrite drops, so it cannot loop, and skipping would only delay the expiry.
+        // rewrite drops (or, if it must keep it, marks `futile_for_ttl`), so it
+        // cannot loop, and skipping would only delay the expiry.
         self.files().find_map(|(level, file)| {
             let cell_expired = file.earliest_expiry.is_some_and(|e| config.now >= e);
             // The family TTL is judged by the oldest write, which a tombstone left in place of an
@@ -423,6 +432,9 @@ impl LevelsView {
                 return None;
             }
             if level == self.last_level() {
+                if file.futile_for_ttl {
+                    return None;
+                }
                 return self.push_down(Reason::Ttl, level, file);
             }
             self.advance(Reason::Ttl, level, file, config)

@@ -15,6 +15,10 @@ pub enum GcBug {
     /// Every compaction believes it is bottommost: tombstones go while older versions lie below,
     /// which then come back.
     DropAboveBottom,
+    /// An expired put is simply dropped, even when older versions survive or lie below: with
+    /// `max_versions = 1` the value it replaced comes back, and with more versions an older
+    /// one moves into the candidates.
+    ExpiredResurrects,
 }
 
 impl GcBug {
@@ -22,6 +26,7 @@ impl GcBug {
         match self {
             Self::IgnoreSnapshots => 1,
             Self::DropAboveBottom => 2,
+            Self::ExpiredResurrects => 4,
         }
     }
 }

@@ -68,11 +68,21 @@
 //! deletion time, as clocks may step back), and the others are redundant and dropped.
 //!
 //! **expired** — a put whose TTL is over (`now >= write_time + min(cf_ttl, cell_ttl)`). With
-//! `max_versions > 1` it is dropped: older versions are meant to show through. With
 //! `max_versions = 1` it is dropped only when no older version survives in the output and none can
 //! lie below; otherwise it is rewritten as a `Delete` at the same seqno, deleted at its expiry
-//! time, so no older value comes back at any snapshot. Expired puts still count as candidates for
-//! `max_versions`, as they do for reads, so results never depend on whether compaction ran.
+//! time, so no older value comes back at any snapshot. With `max_versions > 1` it stays a
+//! candidate, written out with its value emptied, until no older version of the key survives in
+//! the output and none can lie below; then it is dropped. Expired puts count as candidates for
+//! `max_versions`, as they do for reads, so results never depend on whether compaction ran: a
+//! reader also counts the newer versions of levels this compaction does not see, and dropping an
+//! expired one with an older version under it would move that version into its candidates.
+//!
+//! ```text
+//! max_versions = 2:   k@9 Put "c" (in L0) | k@7 Put (expired, in L1) | k@6 Put "b" | k@5 Put "a"
+//! compaction of L1, nothing below: keep @7 (value emptied), keep @6, drop @5 (shadowed)
+//!   a reader sees @9 and @7 as its candidates: "c" alone, before and after
+//! once @6 has expired too: drop @7 and @6 (nothing older is left under them)
+//! ```
 //!
 //! **filter** — a user [`CompactionFilter`](crate::CompactionFilter) is asked about the newest version of a key only, and
 //! only when no live snapshot can read it (it is newer than every snapshot: the top stripe), so a

@@ -507,21 +507,81 @@ fn expired_put_becomes_a_tombstone_when_an_older_version_survives_or_lies_below(
 }
 
 #[test]
-fn expired_versions_are_dropped_and_still_count_with_several_versions() {
+fn expired_versions_stay_as_candidates_with_several_versions_while_an_older_one_survives() {
+    // v@5 expired (cell TTL), v@4 alive, v@3 beyond the two candidates. A reader that also
+    // counts a newer version of another level (say @6) sees @6 alone: dropping @5 would let @4
+    // in. So @5 stays, its value emptied, and still counts: @3 is shadowed.
     let setup = Setup {
         now: 100,
         max_versions: 2,
         ttl: Some(1_000),
         ..Setup::default()
     };
-    // v@5 expired (cell TTL), v@4 alive, v@3 beyond the two candidates.
-    let (out, _, drops) = run(
+    let mut iter = compaction(
         &setup,
         vec![put_ttl("k", 5, 0, 50), put("k", 4, 50), put("k", 3, 50)],
         vec![],
     );
+    let kept = iter.next_entry().expect("read").expect("@5");
+    assert!(kept.value.is_empty(), "an expired candidate keeps no value");
+    let (out, _, drops, _) = outcome(iter);
     assert_eq!(out, vec![s("k", 4, Kind::Put)]);
-    assert_eq!((drops.expired, drops.shadowed), (1, 1));
+    assert_eq!((drops.expired, drops.shadowed), (0, 1));
+}
+
+#[test]
+fn expired_versions_with_nothing_older_left_are_dropped_with_several_versions() {
+    let bottom = Setup {
+        now: 100,
+        max_versions: 3,
+        ..Setup::default()
+    };
+    let input = || {
+        vec![
+            put("k", 5, 0),
+            put_ttl("k", 4, 0, 50),
+            put_ttl("k", 3, 0, 0),
+        ]
+    };
+    let (out, _, drops) = run(&bottom, input(), vec![]);
+    assert_eq!(
+        out,
+        vec![s("k", 5, Kind::Put)],
+        "both expired at the tail go"
+    );
+    assert_eq!(drops.expired, 2);
+    let below = Setup {
+        below: &EverythingBelow,
+        ..bottom
+    };
+    let (out, _, drops) = run(&below, input(), vec![]);
+    assert_eq!(
+        out,
+        vec![
+            s("k", 5, Kind::Put),
+            s("k", 4, Kind::Put),
+            s("k", 3, Kind::Put)
+        ],
+        "an older version may lie below: they still count"
+    );
+    assert_eq!(drops.expired, 0);
+    let snapshot = Setup {
+        snapshots: &[2],
+        ..bottom
+    };
+    let mut older = input();
+    older.push(put("k", 2, 0));
+    let (out, _, _) = run(&snapshot, older, vec![]);
+    assert_eq!(
+        out,
+        vec![
+            s("k", 5, Kind::Put),
+            s("k", 4, Kind::Put),
+            s("k", 3, Kind::Put),
+            s("k", 2, Kind::Put)
+        ],
+        "the snapshot reads @2, which dropping @4 and @3 would let into the candidates now"
+    );
 }
 
 // --- filter ---

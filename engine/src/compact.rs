@@ -643,6 +643,8 @@ fn note_futile_rewrite(
     let guard = FutileRewrite {
         oldest_snapshot: output.oldest_snapshot,
         retry_at: output.next_change.unwrap_or(u64::MAX),
+        // Expired puts it had to keep would send the TTL picker back to it at once.
+        ttl_retry_at: (output.kept_expired > 0).then(|| output.next_expiry.unwrap_or(u64::MAX)),
     };
     for &n in numbers {
         state.futile.insert(n, guard);
@@ -655,12 +657,20 @@ fn note_futile_rewrite(
 pub(crate) struct FutileRewrite {
     oldest_snapshot: Option<SeqNo>,
     retry_at: u64,
+    /// If the rewrite kept expired puts: when the first put it kept unexpired expires, the
+    /// earliest a TTL rewrite could drop more.
+    ttl_retry_at: Option<u64>,
 }
 
 impl FutileRewrite {
     /// Still futile with `oldest_snapshot` the oldest snapshot at `now`.
     fn holds(self, oldest_snapshot: Option<SeqNo>, now: u64) -> bool {
         self.oldest_snapshot == oldest_snapshot && now < self.retry_at
+    }
+
+    /// Still futile for the TTL picker.
+    fn holds_for_ttl(self, oldest_snapshot: Option<SeqNo>, now: u64) -> bool {
+        self.oldest_snapshot == oldest_snapshot && self.ttl_retry_at.is_some_and(|t| now < t)
     }
 }
 
@@ -669,10 +679,10 @@ impl FutileRewrite {
 fn automatic_view(state: &DbState, cf: u32, config: &PickerConfig<'_>) -> LevelsView {
     let mut view = state.levels_view(cf);
     for file in view.levels.iter_mut().flatten() {
-        file.futile = state
-            .futile
-            .get(&file.number)
-            .is_some_and(|f| f.holds(config.oldest_snapshot, config.now));
+        let guard = state.futile.get(&file.number);
+        file.futile = guard.is_some_and(|f| f.holds(config.oldest_snapshot, config.now));
+        file.futile_for_ttl =
+            guard.is_some_and(|f| f.holds_for_ttl(config.oldest_snapshot, config.now));
     }
     view
 }
@@ -694,6 +704,7 @@ fn file_info(f: &FileMeta, busy: bool) -> FileInfo {
         oldest_write_time: f.oldest_write_time,
         being_compacted: busy,
         futile: false,
+        futile_for_ttl: false,
     }
 }
 

@@ -24,17 +24,21 @@ pub enum Bug {
     /// A transaction commits without checking whether a key it read was written since its
     /// snapshot.
     IgnoreConflicts,
+    /// Compaction drops an expired put even when older versions survive or lie below, so the
+    /// value it replaced (`max_versions = 1`) or an older version (more) comes back.
+    ExpiredResurrects,
 }
 
 #[cfg_attr(not(feature = "planted-bugs"), allow(dead_code))]
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 5] = [
+    pub const ALL: [Bug; 6] = [
         Bug::IgnoreSnapshots,
         Bug::DropAboveBottom,
         Bug::SnapshotBeforeRegister,
         Bug::DeleteAfterManifestFailure,
         Bug::IgnoreConflicts,
+        Bug::ExpiredResurrects,
     ];
 
     fn engine_bit(self) -> Option<u8> {
@@ -42,7 +46,7 @@ impl Bug {
             Self::SnapshotBeforeRegister => Some(1),
             Self::DeleteAfterManifestFailure => Some(2),
             Self::IgnoreConflicts => Some(4),
-            Self::IgnoreSnapshots | Self::DropAboveBottom => None,
+            Self::IgnoreSnapshots | Self::DropAboveBottom | Self::ExpiredResurrects => None,
         }
     }
 
@@ -50,6 +54,7 @@ impl Bug {
         match self {
             Self::IgnoreSnapshots => Some(GcBug::IgnoreSnapshots),
             Self::DropAboveBottom => Some(GcBug::DropAboveBottom),
+            Self::ExpiredResurrects => Some(GcBug::ExpiredResurrects),
             Self::SnapshotBeforeRegister
             | Self::DeleteAfterManifestFailure
             | Self::IgnoreConflicts => None,

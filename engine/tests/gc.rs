@@ -492,3 +492,79 @@ fn a_held_snapshot_keeps_tombstones_past_the_deadline_and_explain_names_it() {
             .is_empty()
     );
 }
+
+#[test]
+fn expired_versions_above_an_older_live_one_below_do_not_reveal_it_with_several_versions() {
+    let dir = tempdir();
+    let clock = Arc::new(ManualClock::new(START));
+    let options = Options::default()
+        .level_base_bytes(4096)
+        .level0_triggers(1, 20, 36)
+        .target_file_size(64 * 1024)
+        .compression(cairn::Compression::None);
+    let db = open(&dir, &clock, options);
+    let cf = db
+        .create_column_family("h", CfOptions::default().max_versions(3))
+        .expect("create");
+    let value = vec![b'x'; 1000];
+    for i in 0..300 {
+        cf.put(format!("key{i:04}"), &value).expect("put");
+    }
+    cf.compact_range::<&str>(..).expect("compact to the bottom");
+    for v in ["a", "b", "c"] {
+        cf.put_with_ttl("key0100", v, Duration::from_secs(1))
+            .expect("put");
+    }
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(
+        cf.get("key0100").expect("get"),
+        None,
+        "the three newest candidates have expired"
+    );
+    db.flush().expect("flush");
+    db.wait_for_background_work().expect("settle");
+    assert_eq!(
+        cf.get("key0100").expect("get"),
+        None,
+        "a compaction above the older version must not reveal it (DESIGN §2 rule 5)"
+    );
+    assert_eq!(cf.get_versions("key0100", 10).expect("versions"), vec![]);
+}
+
+#[test]
+fn an_expired_version_kept_at_the_bottom_does_not_make_ttl_rewrite_it_forever() {
+    let dir = tempdir();
+    let clock = Arc::new(ManualClock::new(START));
+    let db = open(&dir, &clock, Options::default());
+    let cf = db
+        .create_column_family("h", CfOptions::default().max_versions(3))
+        .expect("create");
+    cf.put("k", "old").expect("put");
+    cf.put_with_ttl("k", "new", Duration::from_secs(1))
+        .expect("put");
+    cf.compact_range::<&str>(..).expect("compact to the bottom");
+    clock.advance(Duration::from_secs(2));
+    cf.put("other", "v").expect("put");
+    db.flush().expect("flush");
+    db.wait_for_background_work().expect("settle");
+    let settled = db.stats().compactions;
+    std::thread::sleep(Duration::from_millis(200));
+    db.wait_for_background_work().expect("settle");
+    assert!(
+        db.stats().compactions <= settled + 1,
+        "the TTL picker keeps rewriting a table whose expired value must stay: {} → {}",
+        settled,
+        db.stats().compactions
+    );
+    cf.compact_range::<&str>(..).expect("compact");
+    let versions: Vec<_> = cf
+        .get_versions("k", 3)
+        .expect("versions")
+        .into_iter()
+        .map(|v| v.value)
+        .collect();
+    assert_eq!(versions, vec!["old"], "the expired one still hides nothing");
+    cf.delete("k").expect("delete");
+    cf.compact_range::<&str>(..).expect("compact");
+    assert!(versions_left(&db, "k").is_empty());
+}

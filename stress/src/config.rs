@@ -32,6 +32,24 @@ pub struct OpWeights {
     pub compact_range: u32,
     /// Close and reopen the database (all threads pause).
     pub reopen: u32,
+    /// Puts on the TTL families, with no cell TTL, a zero, short or long one.
+    #[serde(default)]
+    pub ttl_put: u32,
+    /// Point and range deletes on the TTL families.
+    #[serde(default)]
+    pub ttl_delete: u32,
+    /// `get` and `get_versions` on the TTL families, judged at the clock's reading.
+    #[serde(default)]
+    pub ttl_get: u32,
+    /// Short scans of the TTL families.
+    #[serde(default)]
+    pub ttl_scan: u32,
+    /// Flushes and `compact_range` of the TTL families.
+    #[serde(default)]
+    pub ttl_compact: u32,
+    /// Moves the harness's clock on by up to two seconds.
+    #[serde(default)]
+    pub advance_clock: u32,
 }
 
 impl Default for OpWeights {
@@ -50,13 +68,19 @@ impl Default for OpWeights {
             flush: 30,
             compact_range: 20,
             reopen: 1,
+            ttl_put: 900,
+            ttl_delete: 250,
+            ttl_get: 900,
+            ttl_scan: 200,
+            ttl_compact: 10,
+            advance_clock: 40,
         }
     }
 }
 
 impl OpWeights {
     /// The weights as `(name, weight)` pairs, in a fixed order.
-    pub fn entries(&self) -> [(&'static str, u32); 12] {
+    pub fn entries(&self) -> [(&'static str, u32); 18] {
         [
             ("get", self.get),
             ("scan", self.scan),
@@ -70,7 +94,44 @@ impl OpWeights {
             ("flush", self.flush),
             ("compact_range", self.compact_range),
             ("reopen", self.reopen),
+            ("ttl_put", self.ttl_put),
+            ("ttl_delete", self.ttl_delete),
+            ("ttl_get", self.ttl_get),
+            ("ttl_scan", self.ttl_scan),
+            ("ttl_compact", self.ttl_compact),
+            ("advance_clock", self.advance_clock),
         ]
+    }
+
+    /// These weights with only the TTL work, flushes, compactions and reopens left in.
+    #[must_use]
+    pub fn only_ttl(self) -> Self {
+        Self {
+            get: 0,
+            scan: 0,
+            put: 0,
+            batch: 0,
+            delete: 0,
+            single_delete: 0,
+            delete_range: 0,
+            snapshot: 0,
+            transaction: 0,
+            ..self
+        }
+    }
+
+    /// These weights with the TTL work left out.
+    #[must_use]
+    pub fn without_ttl(self) -> Self {
+        Self {
+            ttl_put: 0,
+            ttl_delete: 0,
+            ttl_get: 0,
+            ttl_scan: 0,
+            ttl_compact: 0,
+            advance_clock: 0,
+            ..self
+        }
     }
 
     /// Sets a weight by name.
@@ -91,6 +152,12 @@ impl OpWeights {
             "flush" => &mut self.flush,
             "compact_range" => &mut self.compact_range,
             "reopen" => &mut self.reopen,
+            "ttl_put" => &mut self.ttl_put,
+            "ttl_delete" => &mut self.ttl_delete,
+            "ttl_get" => &mut self.ttl_get,
+            "ttl_scan" => &mut self.ttl_scan,
+            "ttl_compact" => &mut self.ttl_compact,
+            "advance_clock" => &mut self.advance_clock,
             other => return Err(format!("unknown operation {other:?} in the op mix")),
         };
         *slot = weight;
@@ -160,6 +227,13 @@ pub struct StressConfig {
     pub expected_journal: Option<PathBuf>,
     /// Show a progress bar.
     pub progress: bool,
+    /// Run the TTL work (families with TTLs and version limits, a clock the harness moves).
+    /// Fault runs leave it out whatever this says.
+    #[serde(default)]
+    pub ttl: bool,
+    /// Keys per TTL family.
+    #[serde(default)]
+    pub ttl_keys: usize,
 }
 
 impl Default for StressConfig {
@@ -179,6 +253,8 @@ impl Default for StressConfig {
             op_log: None,
             expected_journal: None,
             progress: false,
+            ttl: true,
+            ttl_keys: 1_000,
         }
     }
 }
@@ -205,6 +281,12 @@ impl StressConfig {
             return Err(format!(
                 "max value size must be 32..=1048576, not {}",
                 self.max_value_size
+            ));
+        }
+        if self.ttl && !(16..=1_000_000).contains(&self.ttl_keys) {
+            return Err(format!(
+                "ttl keys must be 16..=1000000, not {}",
+                self.ttl_keys
             ));
         }
         if let Limit::Ops(0) = self.limit {

@@ -19,17 +19,23 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
-use cairn::{CfOptions, Db, Options};
+use cairn::{CfOptions, Db, ManualClock, Options};
 use cairn_fs::{FaultyFs, FileSystem};
 
 use crate::config::{Limit, StressConfig};
 use crate::expected::{Acceptable, ExpectedState, KeyState, SeqNo, intersect};
 use crate::report::{Failure, Observed, StressReport, Tally};
+use crate::ttl_model::{TTL_FAMILIES, TtlState};
+use crate::ttl_worker::TtlWork;
 use crate::value::key_index;
 use crate::worker::{Worker, observe};
 
 /// The column family the harness stresses (it has the configured grace period).
 pub const STRESS_CF: &str = "stress";
+
+/// Where the harness's clock starts when no journal says otherwise (ms; any fixed reading will
+/// do, the TTL families measure against it alone).
+const CLOCK_START_MS: u64 = 1_000_000_000_000;
 
 /// A fault run that reopened fewer times than this exercised too little.
 pub const MIN_FAULT_REOPENS: u64 = 10;
@@ -112,6 +118,8 @@ pub struct Harness {
     /// counters start again at zero when it is opened.
     carried: Mutex<cairn::Stats>,
     op_log: Option<Mutex<std::fs::File>>,
+    /// The TTL work's clock, model and counters, when it runs.
+    pub(crate) ttl: Option<TtlWork>,
 }
 
 impl std::fmt::Debug for Harness {
@@ -139,7 +147,15 @@ impl Harness {
         fs: Arc<dyn FileSystem>,
         faults: Option<FaultyFs>,
     ) -> Result<Self, StressError> {
+        let mut config = config;
         config.validate().map_err(StressError::Config)?;
+        // Fault runs may lose a suffix of the writes, which the TTL model does not follow.
+        let ttl = if config.ttl && faults.is_none() {
+            Some(open_ttl_state(&config)?)
+        } else {
+            config.weights = config.weights.without_ttl();
+            None
+        };
         let mut options = Options::default()
             .file_system(fs)
             .memtable_size(config.memtable_size)
@@ -149,7 +165,13 @@ impl Harness {
         if let Some(deadline) = config.deadline {
             options = options.delete_persistence_deadline(deadline);
         }
+        if let Some(work) = &ttl {
+            options = options.clock(work.clock.clone());
+        }
         let db = Db::open(path, options.clone())?;
+        if ttl.is_some() {
+            create_ttl_families(&db)?;
+        }
         if db.column_family(STRESS_CF).is_err() {
             db.create_column_family(
                 STRESS_CF,
@@ -197,6 +219,7 @@ impl Harness {
             fatal: Mutex::new(None),
             carried: Mutex::new(cairn::Stats::default()),
             op_log,
+            ttl,
         })
     }
 
@@ -418,6 +441,9 @@ impl Harness {
     /// Checks every key of `db` against every write made, and settles the keys whose last
     /// write's outcome was unknown.
     fn verify_db(&self, db: &Db, context: &str) {
+        if let Some(work) = &self.ttl {
+            crate::ttl_worker::verify_all(self, work, db, context);
+        }
         let Some(found) = self.read_all(db, context) else {
             return;
         };
@@ -683,6 +709,7 @@ impl Harness {
             stopped_ops: self.stopped_ops.load(Ordering::Relaxed),
             fatal: self.fatal_error(),
             conflicts: self.tally.conflicts(),
+            ttl: self.ttl.as_ref().map(TtlWork::counts).unwrap_or_default(),
             failures: self.tally.summary(),
         }
     }
@@ -707,6 +734,42 @@ impl Harness {
     pub fn with_db<T>(&self, f: impl FnOnce(&Db) -> T) -> Option<T> {
         self.db().as_ref().map(f)
     }
+}
+
+/// The TTL model (from the journal beside the expected state's, if the config names one) and a
+/// clock at the reading the journal last recorded.
+fn open_ttl_state(config: &StressConfig) -> Result<TtlWork, StressError> {
+    let mut state = match &config.expected_journal {
+        Some(journal) => TtlState::from_journal(&ttl_journal(journal), config.ttl_keys)?,
+        None => TtlState::new(config.ttl_keys),
+    };
+    if let Some(journal) = &config.expected_journal {
+        state.journal_to(&ttl_journal(journal))?;
+    }
+    let clock = Arc::new(ManualClock::new(state.clock_ms.unwrap_or(CLOCK_START_MS)));
+    Ok(TtlWork::new(state, clock))
+}
+
+/// The TTL model's journal, beside the expected state's.
+fn ttl_journal(journal: &Path) -> PathBuf {
+    let mut name = journal.as_os_str().to_owned();
+    name.push(".ttl");
+    PathBuf::from(name)
+}
+
+/// Creates the TTL families a database lacks.
+fn create_ttl_families(db: &Db) -> Result<(), StressError> {
+    for family in TTL_FAMILIES {
+        if db.column_family(family.name).is_err() {
+            db.create_column_family(
+                family.name,
+                CfOptions::default()
+                    .ttl(Duration::from_millis(family.cf_ttl_ms))
+                    .max_versions(family.max_versions),
+            )?;
+        }
+    }
+    Ok(())
 }
 
 fn per_sec(count: u64, seconds: f64) -> f64 {

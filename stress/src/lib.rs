@@ -8,6 +8,11 @@
 //!   `RocksDB`'s `db_stress` does. A snapshot is judged against the expected state at its own
 //!   sequence number when taken and when released, whatever compactions ran meanwhile. A
 //!   verification that cannot read the database is a failure, never a pass.
+//! - The TTL work (on by default, off in fault runs): two more column families, one with a TTL
+//!   and `max_versions = 1`, one with a TTL and `max_versions = 3`, written with plain puts,
+//!   cell TTLs (zero, short, long), deletes and range deletes, flushed and compacted while the
+//!   harness moves its `ManualClock`; every read of them is judged exactly at the clock's
+//!   reading, and every reopen, kill cycle and run end checks all their keys.
 //! - [`blackbox`] and [`power_loss`]: the blackbox loop (a child process killed with SIGKILL, every acknowledged
 //!   write must survive) and the power-loss loop (in process, on the faulty file system: every
 //!   synced write survives, the rest recovered form a prefix).
@@ -24,6 +29,8 @@ mod harness;
 mod replay;
 mod report;
 mod run;
+mod ttl_model;
+mod ttl_worker;
 mod value;
 mod worker;
 
@@ -31,5 +38,5 @@ pub use config::{Limit, OpWeights, StressConfig};
 pub use crashtest::{CrashConfig, CrashReport, blackbox, power_loss, work_dir};
 pub use harness::{Harness, MIN_FAULT_REOPENS, STRESS_CF, StressError};
 pub use replay::replay;
-pub use report::{Failure, Failures, StressReport};
+pub use report::{Failure, Failures, StressReport, TtlCounts};
 pub use run::{FaultPlan, run_stress, run_with_fault_plan, run_with_faults};

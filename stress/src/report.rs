@@ -29,10 +29,13 @@ pub enum Failure {
     /// The run did not exercise what it claims: a fault run with too few fault → reopen cycles,
     /// or one whose operations mostly met a stopped database.
     Unexercised,
+    /// A TTL family showed versions the expiry and `max_versions` rules do not allow at the
+    /// clock's reading: an expired one, one a newer write replaced, or too few.
+    Expiry,
 }
 
 impl Failure {
-    const ALL: [Failure; 8] = [
+    const ALL: [Failure; 9] = [
         Failure::LostWrite,
         Failure::ResurrectedDelete,
         Failure::WrongValue,
@@ -41,6 +44,7 @@ impl Failure {
         Failure::LostUpdate,
         Failure::Unreadable,
         Failure::Unexercised,
+        Failure::Expiry,
     ];
 
     fn index(self) -> usize {
@@ -53,7 +57,7 @@ impl Failure {
 pub(crate) struct Tally {
     ops: Mutex<BTreeMap<&'static str, u64>>,
     verifications: AtomicU64,
-    failures: [AtomicU64; 8],
+    failures: [AtomicU64; 9],
     engine_errors: AtomicU64,
     conflicts: AtomicU64,
     messages: Mutex<Vec<String>>,
@@ -157,6 +161,7 @@ impl Tally {
             lost_updates: get(Failure::LostUpdate),
             unreadable: get(Failure::Unreadable),
             unexercised: get(Failure::Unexercised),
+            expiry_violations: get(Failure::Expiry),
             messages: self
                 .messages
                 .lock()
@@ -230,6 +235,9 @@ pub struct Failures {
     pub unreadable: u64,
     /// Claims the run could not back (see [`Failure::Unexercised`]).
     pub unexercised: u64,
+    /// Reads of TTL families the expiry rules do not allow (see [`Failure::Expiry`]).
+    #[serde(default)]
+    pub expiry_violations: u64,
     /// The first few failures, described.
     pub messages: Vec<String>,
 }
@@ -245,6 +253,7 @@ impl Failures {
         self.lost_updates += other.lost_updates;
         self.unreadable += other.unreadable;
         self.unexercised += other.unexercised;
+        self.expiry_violations += other.expiry_violations;
         let room = MAX_MESSAGES.saturating_sub(self.messages.len());
         self.messages.extend(other.messages.into_iter().take(room));
     }
@@ -264,6 +273,7 @@ impl Failures {
             + self.lost_updates
             + self.unreadable
             + self.unexercised
+            + self.expiry_violations
     }
 
     /// How many failures of `kind`.
@@ -277,6 +287,7 @@ impl Failures {
             Failure::LostUpdate => self.lost_updates,
             Failure::Unreadable => self.unreadable,
             Failure::Unexercised => self.unexercised,
+            Failure::Expiry => self.expiry_violations,
         }
     }
 }
@@ -318,6 +329,10 @@ pub struct StressReport {
     pub fatal: Option<String>,
     /// Transactions that failed with a conflict.
     pub conflicts: u64,
+    /// The TTL work: reads of TTL families checked, those where a candidate had expired, and
+    /// how far the clock moved (zero when the TTL work is off).
+    #[serde(default)]
+    pub ttl: TtlCounts,
     /// What went wrong.
     pub failures: Failures,
 }
@@ -369,11 +384,20 @@ impl StressReport {
             self.stopped_ops,
             self.conflicts
         );
+        if self.ttl.checks > 0 {
+            let _ = writeln!(
+                out,
+                "ttl families: {} reads checked ({} with an expired candidate), clock advanced {} s",
+                self.ttl.checks,
+                self.ttl.expiry_checks,
+                self.ttl.clock_advanced_ms / 1000
+            );
+        }
         let f = &self.failures;
         let _ = writeln!(
             out,
             "lost writes {}, resurrected deletes {}, holes {}, wrong values {}, snapshot \
-             mismatches {}, lost updates {}, unreadable {}, unexercised {}",
+             mismatches {}, lost updates {}, unreadable {}, unexercised {}, expiry violations {}",
             f.lost_writes,
             f.resurrected_deletes,
             f.holes,
@@ -381,7 +405,8 @@ impl StressReport {
             f.snapshot_mismatches,
             f.lost_updates,
             f.unreadable,
-            f.unexercised
+            f.unexercised,
+            f.expiry_violations
         );
         for m in &f.messages {
             let _ = writeln!(out, "  {m}");
@@ -397,4 +422,15 @@ impl StressReport {
         let _ = write!(out, "{verdict}");
         out
     }
+}
+
+/// What the TTL work of a run did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TtlCounts {
+    /// Reads of TTL families judged.
+    pub checks: u64,
+    /// Of those, the ones where a candidate version had expired.
+    pub expiry_checks: u64,
+    /// How far the harness moved its clock, ms.
+    pub clock_advanced_ms: u64,
 }

@@ -171,6 +171,11 @@ impl<'h> Worker<'h> {
                 }
             }
             "compact_range" => self.compact_range(),
+            "ttl_put" | "ttl_delete" | "ttl_get" | "ttl_scan" | "ttl_compact" | "advance_clock" => {
+                if let Some(work) = &self.h.ttl {
+                    crate::ttl_worker::step(self.h, work, db, &mut self.rng, op);
+                }
+            }
             _ => {}
         }
         self.age_snapshots();

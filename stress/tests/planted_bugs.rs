@@ -35,7 +35,8 @@ fn deletion_heavy(seed: u64) -> StressConfig {
         compact_range: 150,
         flush: 150,
         reopen: 3,
-        ..OpWeights::default()
+        // Calibrated on the default family's work alone.
+        ..OpWeights::default().without_ttl()
     };
     StressConfig {
         threads: 4,
@@ -60,7 +61,8 @@ fn snapshot_heavy(seed: u64) -> StressConfig {
         flush: 400,
         compact_range: 300,
         reopen: 3,
-        ..OpWeights::default()
+        // Calibrated on the default family's work alone.
+        ..OpWeights::default().without_ttl()
     };
     StressConfig {
         threads: 4,
@@ -79,7 +81,8 @@ fn transaction_heavy(seed: u64) -> StressConfig {
         get: 100,
         put: 1000,
         transaction: 1000,
-        ..OpWeights::default()
+        // Calibrated on the default family's work alone.
+        ..OpWeights::default().without_ttl()
     };
     StressConfig {
         threads: 4,
@@ -91,6 +94,34 @@ fn transaction_heavy(seed: u64) -> StressConfig {
     }
 }
 
+/// TTL work alone over few keys: puts with short and zero cell TTLs over older versions, the
+/// clock moving often, flushes and compactions of the TTL families all the time, with reopens.
+fn ttl_heavy(seed: u64) -> StressConfig {
+    let weights = OpWeights {
+        ttl_put: 3000,
+        ttl_delete: 300,
+        ttl_get: 2000,
+        ttl_scan: 300,
+        ttl_compact: 150,
+        advance_clock: 40,
+        // Snapshots (of the default family) cut every family's versions into stripes, so an
+        // older version of a TTL key often survives a compaction beside the expired newer one.
+        snapshot: 300,
+        reopen: 3,
+        ..OpWeights::default().only_ttl()
+    };
+    StressConfig {
+        threads: 4,
+        keys: 64,
+        ttl_keys: 200,
+        seed,
+        limit: Limit::Ops(20_000),
+        weights,
+        memtable_size: 16 * 1024,
+        ..StressConfig::default()
+    }
+}
+
 /// A fault run whose MANIFEST syncs fail keeping their bytes (the edit of a failed sync may be
 /// durable), with reopens after every fault.
 fn manifest_faults(seed: u64) -> Result<StressReport, StressError> {
@@ -98,7 +129,8 @@ fn manifest_faults(seed: u64) -> Result<StressReport, StressError> {
         flush: 300,
         compact_range: 100,
         reopen: 3,
-        ..OpWeights::default()
+        // Calibrated on the default family's work alone.
+        ..OpWeights::default().without_ttl()
     };
     let config = StressConfig {
         threads: 4,
@@ -203,5 +235,12 @@ fn deleting_after_a_failed_manifest_sync_is_caught_as_an_unreadable_database() {
 fn commits_that_skip_the_conflict_check_are_caught_as_lost_updates() {
     caught(Bug::IgnoreConflicts, Failure::LostUpdate, 1, |seed| {
         cairn_stress::run_stress(transaction_heavy(seed))
+    });
+}
+
+#[test]
+fn expired_puts_dropped_over_older_versions_are_caught_as_expiry_violations() {
+    caught(Bug::ExpiredResurrects, Failure::Expiry, 1, |seed| {
+        cairn_stress::run_stress(ttl_heavy(seed))
     });
 }
