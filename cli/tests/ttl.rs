@@ -2,11 +2,25 @@
 
 use std::path::Path;
 use std::process::{Command, Output};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use cairn::{CfOptions, Db, Options};
 
+/// Held while a test opens a database in this process or runs `cairn`: a child forked while
+/// another test's database is open inherits its lock's descriptor until it execs, and a close and
+/// reopen of that database in that window finds it locked (the `flock` lock follows the open
+/// file, which the child still holds). Serialising the two keeps the tests from each other.
+static PROCESS: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    PROCESS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn cairn(args: &[&str], db: &Path) -> Output {
+    let _serial = serial();
     Command::new(env!("CARGO_BIN_EXE_cairn"))
         .arg("ttl")
         .args(args)
@@ -41,6 +55,7 @@ fn field<'a>(
 /// table. (Nothing expired: the `cairn` process's background compactions would reclaim expired
 /// cells before the task could count them.)
 fn build(dir: &Path) {
+    let _serial = serial();
     let db = Db::open(dir, Options::default()).expect("open");
     let versions = CfOptions::default()
         .max_versions(2)
@@ -107,7 +122,10 @@ fn a_task_left_for_the_service_refuses_a_second_trigger_and_can_be_canceled() {
 fn a_database_in_use_or_missing_is_an_engine_failure() {
     let dir = tempfile::tempdir().expect("tempdir");
     build(dir.path());
-    let db = Db::open(dir.path(), Options::default()).expect("open");
+    let db = {
+        let _serial = serial();
+        Db::open(dir.path(), Options::default()).expect("open")
+    };
     let busy = cairn(&["trigger"], dir.path());
     assert_eq!(busy.status.code(), Some(2));
     assert!(!busy.stderr.is_empty());
