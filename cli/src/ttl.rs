@@ -4,10 +4,14 @@
 //! `status` and `history` open the database read-only, so they run beside a stopped service
 //! without changing anything. The commands open it for writing: the database must not be open
 //! elsewhere. Since the process that holds the database is the one that runs its tasks,
-//! `trigger` and `resume` run the task to the end here (with progress on stderr) unless
+//! `trigger`, `resume` and `run` run the task to the end here (with progress on stderr) unless
 //! `--no-wait` leaves it for the service's `TtlTasks::start` to run.
+//!
+//! The commands open the database with the default options: the system clock, no compaction
+//! filter. Expiry is judged against that clock, so run them only on a database whose service uses
+//! the system clock too; a service with a clock of its own triggers its tasks through the API.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -17,6 +21,9 @@ use clap::{Args, ValueEnum};
 
 /// The column family the table layer keeps its tables (the task tables too) in.
 const TABLES_FAMILY: &str = "cairn.tables";
+
+/// The most worker threads `--threads` takes.
+const MAX_THREADS: usize = 64;
 
 #[derive(Debug, Args)]
 pub struct TtlArgs {
@@ -51,29 +58,36 @@ enum Action {
     Resume,
     /// Cancel the active task; it moves to history.
     Cancel,
+    /// Run the active task to the end here (one a killed `trigger` left, say).
+    Run,
     /// Finished and canceled tasks, as `DBA_OB_KV_TTL_TASK_HISTORY` shows them (read-only).
     History,
 }
 
-/// Exit codes: 0 done, 1 the command was refused (`CMD_NOT_ALLOWED`, `NO_TASK_RUNNING`), 2 the
-/// database or the engine failed, 3 bad arguments.
+/// Exit codes: 0 done, 1 the command was refused (`CMD_NOT_ALLOWED`, `NO_TASK_RUNNING`) or a
+/// tablet task failed (its `RET_CODE` says why), 2 the database or the engine failed, 3 bad
+/// arguments.
 pub fn run(args: &TtlArgs) -> i32 {
     // With the progress line on, only errors are logged, so no log line tears it; a failed
     // tablet task says why in its RET_CODE either way.
     crate::init_logging_with(if args.no_progress {
-        "cairn=error,info"
+        "cairn::=error,info"
     } else {
         "error"
     });
-    if args.threads == 0 {
-        return crate::bad_args("--threads must be at least 1");
+    if !(1..=MAX_THREADS).contains(&args.threads) {
+        return crate::bad_args(&format!("--threads must be from 1 to {MAX_THREADS}"));
     }
     let result = match args.action {
         Action::Status | Action::History => show(args),
         _ => command(args),
     };
     match result {
-        Ok(()) => 0,
+        Ok(true) => 0,
+        Ok(false) => {
+            eprintln!("cairn ttl: a tablet task failed; its RET_CODE says why");
+            1
+        }
         Err(e @ (TtlError::CmdNotAllowed | TtlError::NoTaskRunning)) => {
             eprintln!("cairn ttl: {e}");
             1
@@ -85,8 +99,8 @@ pub fn run(args: &TtlArgs) -> i32 {
     }
 }
 
-/// `status` and `history`, from a read-only open.
-fn show(args: &TtlArgs) -> Result<(), TtlError> {
+/// `status` and `history`, from a read-only open. True (nothing failed) always.
+fn show(args: &TtlArgs) -> Result<bool, TtlError> {
     let db = Arc::new(Db::open_read_only(&args.db, Options::default())?);
     let (tasks, history) = if db.list_column_families().iter().any(|n| n == TABLES_FAMILY) {
         TtlTasks::views(&Tables::open(db)?)?
@@ -99,42 +113,56 @@ fn show(args: &TtlArgs) -> Result<(), TtlError> {
         history
     };
     print_rows(&rows, args.json);
-    Ok(())
+    Ok(true)
 }
 
-/// `trigger`, `suspend`, `resume` and `cancel`, then the rows the command left.
-fn command(args: &TtlArgs) -> Result<(), TtlError> {
-    let ttl = open(&args.db, args.threads)?;
+/// `trigger`, `suspend`, `resume`, `cancel` and `run`, then the rows the command left. False if
+/// a tablet task of the task shown failed.
+fn command(args: &TtlArgs) -> Result<bool, TtlError> {
+    let db = Arc::new(Db::open(
+        &args.db,
+        Options::default().create_if_missing(false),
+    )?);
+    let has_tables = db.list_column_families().iter().any(|n| n == TABLES_FAMILY);
+    if !has_tables && args.action != Action::Trigger {
+        // No task was ever triggered here: refuse without creating anything.
+        return Err(TtlError::NoTaskRunning);
+    }
+    let ttl = open(db, args.threads)?;
     match args.action {
         Action::Trigger => drop(ttl.trigger()?),
         Action::Suspend => ttl.suspend()?,
         Action::Resume => ttl.resume()?,
         Action::Cancel => ttl.cancel()?,
+        Action::Run => {
+            if ttl.tasks()?.is_empty() {
+                return Err(TtlError::NoTaskRunning);
+            }
+        }
         Action::Status | Action::History => {}
     }
-    let runs = matches!(args.action, Action::Trigger | Action::Resume) && !args.no_wait;
-    if runs {
+    let runs = matches!(args.action, Action::Trigger | Action::Resume | Action::Run);
+    if runs && !args.no_wait {
         run_with_progress(&ttl, !args.no_progress)?;
     }
     let tasks = ttl.tasks()?;
-    if tasks.is_empty() {
+    let rows = if tasks.is_empty() {
         // Done or canceled: show the task as history has it.
         let history = ttl.history()?;
         let last = history.iter().map(|r| r.task_id).max();
-        let rows: Vec<TaskRow> = history
+        history
             .into_iter()
             .filter(|r| Some(r.task_id) == last)
-            .collect();
-        print_rows(&rows, args.json);
+            .collect()
     } else {
-        print_rows(&tasks, args.json);
-    }
-    Ok(())
+        tasks
+    };
+    print_rows(&rows, args.json);
+    Ok(rows.iter().all(|r| !r.ret_code.starts_with("ERROR")))
 }
 
-fn open(dir: &Path, threads: usize) -> Result<TtlTasks, TtlError> {
-    let db = Db::open(dir, Options::default().create_if_missing(false))?;
-    let tables = Tables::open(Arc::new(db))?;
+fn open(db: Arc<Db>, threads: usize) -> Result<TtlTasks, TtlError> {
+    let tables = Tables::open(db)?;
     let settings = TtlSettings {
         enable_kv_ttl: true,
         ttl_thread_score: threads,

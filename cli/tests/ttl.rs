@@ -138,3 +138,30 @@ fn a_database_in_use_or_missing_is_an_engine_failure() {
         .expect("run cairn");
     assert_eq!(bad.status.code(), Some(3));
 }
+
+#[test]
+fn run_finishes_a_task_left_behind_and_a_refusal_on_a_bare_database_writes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    build(dir.path());
+    let refused = cairn(&["cancel"], dir.path());
+    assert_eq!(refused.status.code(), Some(1));
+    {
+        let _serial = serial();
+        let db = Db::open(dir.path(), Options::default()).expect("open");
+        assert!(
+            !db.list_column_families()
+                .iter()
+                .any(|n| n == "cairn.tables"),
+            "a refused command created the tables"
+        );
+    }
+    assert_eq!(
+        cairn(&["run"], dir.path()).status.code(),
+        Some(1),
+        "no task to run"
+    );
+    json(&cairn(&["trigger", "--no-wait", "--json"], dir.path()));
+    let rows = json(&cairn(&["run", "--json", "--no-progress"], dir.path()));
+    assert_eq!(field(&rows, true, "status"), ["FINISHED"]);
+    assert_eq!(field(&rows, true, "max_version_del_cnt"), [1000]);
+}

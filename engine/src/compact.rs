@@ -467,11 +467,13 @@ impl DbInner {
                 && !self.memtable_deadline_due(&state)
                 && !state.freeze_requested
                 && !self.manifest_roll_due(&state)
-                && state.meta.cfs.keys().all(|&cf| {
-                    let read_triggered = state.read_triggered.get(&cf).cloned().unwrap_or_default();
-                    let config = self.picker_config(&state, cf, &read_triggered);
-                    automatic_view(&state, cf, &config).pick(&config).is_none()
-                });
+                && (self.options.compaction.disable_auto
+                    || state.meta.cfs.keys().all(|&cf| {
+                        let read_triggered =
+                            state.read_triggered.get(&cf).cloned().unwrap_or_default();
+                        let config = self.picker_config(&state, cf, &read_triggered);
+                        automatic_view(&state, cf, &config).pick(&config).is_none()
+                    }));
             if idle {
                 drop(state);
                 // Work is done; files older readers held may have been left for a later sweep.
@@ -519,7 +521,6 @@ impl DbInner {
 }
 
 impl DbState {
-    /// Registers `pick`, chosen at time `now`, as running unless it conflicts with one that is.
     /// The point entries of `pick`'s inputs, leaving out the tables numbered in `skip`.
     fn entries_in(&self, cf: u32, pick: &Pick, skip: &std::collections::HashSet<u64>) -> u64 {
         let Some(version) = self.meta.version.cf(cf) else {
@@ -532,6 +533,7 @@ impl DbState {
             .sum()
     }
 
+    /// Registers `pick`, chosen at time `now`, as running unless it conflicts with one that is.
     fn register(&mut self, cf: u32, pick: Pick, now: u64) -> Option<Running> {
         let files: Vec<&Arc<FileMeta>> = self
             .meta

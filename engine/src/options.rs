@@ -273,6 +273,12 @@ impl Options {
                  Options::compression, compression_per_level or bottommost_compression",
             ));
         }
+        if self.compaction.disable_auto && self.delete_persistence_deadline.is_some() {
+            // Only automatic compactions keep the deadline's promise (`audit_key`'s `gone_by`).
+            return Err(crate::error::Error::invalid(
+                "delete_persistence_deadline needs automatic compactions to keep its promise:                  do not set it with disable_auto_compactions",
+            ));
+        }
         Ok(())
     }
 
@@ -311,6 +317,8 @@ impl Options {
     /// only `compact_range` and `compact_tables` compact. Flushes go on, and writes still slow
     /// down and stop at the level-0 triggers, so a writer must compact by hand. For tests that
     /// count what one compaction does, and for bulk loads followed by one manual compaction.
+    /// Opening with a [`delete_persistence_deadline`](Self::delete_persistence_deadline) too is
+    /// refused (`InvalidArgument`): nothing would keep it.
     #[must_use]
     pub fn disable_auto_compactions(mut self, yes: bool) -> Self {
         self.compaction.disable_auto = yes;

@@ -156,3 +156,37 @@ fn a_read_only_database_refuses_and_a_dropped_family_is_named() {
         Err(Error::ReadOnly)
     ));
 }
+
+#[test]
+fn with_auto_compactions_off_a_deadline_is_refused_and_waiting_for_background_work_ends() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let refused = Db::open(
+        dir.path(),
+        Options::default()
+            .disable_auto_compactions(true)
+            .delete_persistence_deadline(Duration::from_secs(3600)),
+    );
+    match refused {
+        Err(Error::InvalidArgument(why)) => {
+            assert!(why.contains("delete_persistence_deadline"), "{why}");
+        }
+        other => panic!("expected InvalidArgument, got {:?}", other.map(drop)),
+    }
+
+    let clock = Arc::new(ManualClock::new(START));
+    let db = Arc::new(open(&dir, &clock));
+    // More level-0 tables than the compaction trigger: a compaction would be picked, were
+    // automatic compactions on.
+    for round in 0..6 {
+        db.put(format!("k{round}"), "v").expect("put");
+        db.flush().expect("flush");
+    }
+    let waiter = Arc::clone(&db);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(waiter.wait_for_background_work().map(drop)));
+    let outcome = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("wait_for_background_work returned");
+    outcome.expect("no error");
+    assert_eq!(db.stats().levels.first().map(|l| l.files), Some(6));
+}

@@ -7,6 +7,7 @@
 //! first, so a command that lands during a step (suspend, cancel) wins: the step's counts are
 //! added and the worker lets the tablet go.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use cairn::CompactionCounts;
@@ -14,11 +15,14 @@ use cairn::CompactionCounts;
 use super::error::{TtlError, TtlResult};
 use super::plan::{self, Step};
 use super::record::Record;
-use super::{Inner, TaskStatus, TriggerType, TtlTasks, records};
+use super::{Inner, TaskRow, TaskStatus, TriggerType, TtlTasks, records};
 use crate::error::Error;
 
 /// History rows deleted per batch when recycling.
 const RECYCLE_BATCH: usize = 1000;
+
+/// Recycling runs at most this often (engine-clock milliseconds): it reads all of history.
+const RECYCLE_EVERY_MS: u64 = 60_000;
 
 /// What a worker does with a tablet after a step.
 enum After {
@@ -34,20 +38,31 @@ impl TtlTasks {
             let Some(record) = inner.claim()? else {
                 break;
             };
-            let id = record.id;
-            let result = self.run_tablet(record, stop);
-            inner.lock().claimed.remove(&id);
-            result?;
+            let claim = Claim {
+                inner,
+                id: record.id,
+            };
+            self.run_tablet(record, stop)?;
+            drop(claim);
             inner.move_if_done()?;
         }
         Ok(())
     }
 
     /// Runs a claimed tablet's steps until it is done, a command or memory pressure stops it,
-    /// or `stop` is set.
+    /// or `stop` is set. Before each step the row is read again under the control lock: a
+    /// command or pressure that came during the last step (or from the `on_step` callback)
+    /// stops the tablet before the next one.
     fn run_tablet(&self, mut record: Record, stop: &AtomicBool) -> TtlResult<()> {
         let inner = &self.inner;
         loop {
+            if stop.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            match inner.may_step(record.id)? {
+                Some(now) => record = now,
+                None => return Ok(()),
+            }
             let outcome = inner.step(&record);
             let (after, row) = {
                 let _control = inner.lock();
@@ -67,10 +82,22 @@ impl TtlTasks {
             if let Some(f) = on_step {
                 f(self, &row);
             }
-            if matches!(after, After::Release) || stop.load(Ordering::SeqCst) {
+            if matches!(after, After::Release) {
                 return Ok(());
             }
         }
+    }
+}
+
+/// A tablet a worker runs; let go when dropped, a panic's unwinding included.
+struct Claim<'a> {
+    inner: &'a Inner,
+    id: u64,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.inner.lock().claimed.remove(&self.id);
     }
 }
 
@@ -101,6 +128,30 @@ impl Inner {
         record.row.end_time = self.now();
         self.save(&record)?;
         control.claimed.insert(record.id);
+        Ok(Some(record))
+    }
+
+    /// The tablet's row if it may take its next step: still running, and no memory pressure
+    /// (then it turns pending). `None`: let it go.
+    fn may_step(&self, id: u64) -> TtlResult<Option<Record>> {
+        let _control = self.lock();
+        let Some(mut record) = self.reload(id)? else {
+            return Ok(None);
+        };
+        if record.row.status != TaskStatus::Running {
+            return Ok(None);
+        }
+        if self.under_pressure() {
+            tracing::info!(
+                task_id = record.row.task_id,
+                tablet = record.row.tablet_id,
+                "memtables over the flush trigger: TTL tablet task pending"
+            );
+            record.row.status = TaskStatus::Pending;
+            record.row.end_time = self.now();
+            self.save(&record)?;
+            return Ok(None);
+        }
         Ok(Some(record))
     }
 
@@ -145,6 +196,12 @@ impl Inner {
                 step.next.is_none()
             }
             Ok(None) => true,
+            Err(TtlError::Tables(Error::Engine(cairn::Error::ColumnFamilyNotFound(_)))) => {
+                tracing::info!(task_id = row.task_id, table = ?row.table_name, "the family was dropped: TTL tablet task canceled");
+                row.status = TaskStatus::Canceled;
+                "CANCELED: the column family was dropped".clone_into(&mut row.ret_code);
+                true
+            }
             Err(e) => {
                 tracing::warn!(task_id = row.task_id, table = ?row.table_name, tablet = row.tablet_id, error = %e, "TTL tablet task failed");
                 row.ret_code = format!("ERROR: {e}");
@@ -155,15 +212,6 @@ impl Inner {
             TaskStatus::Canceled => After::Release,
             _ if done => {
                 row.status = TaskStatus::Finished;
-                After::Release
-            }
-            TaskStatus::Running if self.under_pressure() => {
-                tracing::info!(
-                    task_id = row.task_id,
-                    tablet = row.tablet_id,
-                    "memtables over the flush trigger: TTL tablet task pending"
-                );
-                row.status = TaskStatus::Pending;
                 After::Release
             }
             TaskStatus::Running => After::Continue,
@@ -185,10 +233,12 @@ impl Inner {
         stats.memtable_bytes > stats.memtable_flush_trigger
     }
 
-    /// Moves the task to history if every tablet task is finished or canceled.
+    /// Moves the task to history if every tablet task is finished or canceled; first ends a
+    /// cancel a crash interrupted (the tenant row says `RS_CANCELING`, some tablets do not).
     pub(crate) fn move_if_done(&self) -> TtlResult<()> {
         let control = self.lock();
-        let current = self.current()?;
+        let mut current = self.current()?;
+        self.finish_cancel(&mut current, &control.claimed)?;
         let tablets_done = current
             .iter()
             .filter(|r| !r.row.is_tenant())
@@ -196,9 +246,6 @@ impl Inner {
         if current.is_empty() || !tablets_done {
             return Ok(());
         }
-        let canceled = current
-            .iter()
-            .any(|r| matches!(r.row.status, TaskStatus::Canceled | TaskStatus::RsCanceling));
         let now = self.now();
         let (tenants, tablets): (Vec<Record>, Vec<Record>) =
             current.into_iter().partition(|r| r.row.is_tenant());
@@ -212,18 +259,35 @@ impl Inner {
         }
         // The tenant row last: until it has moved, a restart finds the task and finishes this.
         for mut tenant in tenants {
-            tenant.row.status = if canceled {
-                TaskStatus::Canceled
-            } else {
-                TaskStatus::Finished
-            };
+            // All its tablets, those an interrupted move took to history already included.
+            let all: Vec<TaskRow> = records(&self.history)?
+                .into_iter()
+                .map(|r| r.row)
+                .filter(|r| !r.is_tenant() && r.task_id == tenant.row.task_id)
+                .collect();
+            summarize(&mut tenant.row, &all);
             tenant.row.end_time = now;
-            tenant.row.ttl_del_cnt = tablets.iter().map(|t| t.row.ttl_del_cnt).sum();
-            tenant.row.max_version_del_cnt =
-                tablets.iter().map(|t| t.row.max_version_del_cnt).sum();
-            tenant.row.scan_cnt = tablets.iter().map(|t| t.row.scan_cnt).sum();
             self.move_row(&tenant)?;
             tracing::info!(task_id = tenant.row.task_id, status = %tenant.row.status, "TTL task moved to history");
+        }
+        Ok(())
+    }
+
+    /// Cancels the tablets that a cancel interrupted by a crash left behind.
+    fn finish_cancel(&self, current: &mut [Record], claimed: &HashSet<u64>) -> TtlResult<()> {
+        let canceling = current
+            .iter()
+            .any(|r| r.row.is_tenant() && r.row.status == TaskStatus::RsCanceling);
+        if !canceling {
+            return Ok(());
+        }
+        let now = self.now();
+        for r in current.iter_mut() {
+            if !r.row.is_tenant() && !r.row.status.is_done() && !claimed.contains(&r.id) {
+                r.row.status = TaskStatus::Canceled;
+                r.row.end_time = now;
+                self.save(r)?;
+            }
         }
         Ok(())
     }
@@ -246,21 +310,26 @@ impl Inner {
         let Some(occurrence) = window.occurrence(self.now()) else {
             return Ok(false);
         };
-        let mut control = self.lock();
-        if control.seen_occurrence == Some(occurrence) {
-            return Ok(false);
-        }
-        let launched = self.launched_in(occurrence)?;
-        let active = !self.current()?.is_empty();
-        let start = !launched && !active;
+        let start = {
+            let mut control = self.lock();
+            if control.seen_occurrence == Some(occurrence) {
+                return Ok(false);
+            }
+            let launched = self.launched_in(occurrence)?;
+            let active = !self.current()?.is_empty();
+            if active && !launched {
+                tracing::info!(
+                    "the clock entered the TTL duty window with a task active: no periodic task this time"
+                );
+            }
+            control.seen_occurrence = Some(occurrence);
+            !launched && !active
+        };
         if start {
+            self.tables.db().flush()?;
+            let mut control = self.lock();
             self.launch(&mut control, TriggerType::Periodic)?;
-        } else if active && !launched {
-            tracing::info!(
-                "the clock entered the TTL duty window with a task active: no periodic task this time"
-            );
         }
-        control.seen_occurrence = Some(occurrence);
         Ok(start)
     }
 
@@ -280,30 +349,73 @@ impl Inner {
         Ok(false)
     }
 
-    /// Deletes history rows that ended more than the recycle interval ago, in batches.
+    /// Deletes from history the tasks whose tenant row ended more than the recycle interval
+    /// ago, with all their rows, in batches; at most once a minute of the engine clock.
     pub(crate) fn recycle(&self) -> TtlResult<u64> {
+        let now = self.now();
+        {
+            let mut control = self.lock();
+            let due = control
+                .last_recycle
+                .is_none_or(|t| now >= t.saturating_add(RECYCLE_EVERY_MS));
+            if !due {
+                return Ok(0);
+            }
+            control.last_recycle = Some(now);
+        }
         let interval = u64::try_from(self.settings.kv_ttl_history_recycle_interval.as_millis())
             .unwrap_or(u64::MAX);
-        let cutoff = self.now().saturating_sub(interval);
-        let mut deleted = 0;
-        loop {
-            let batch: Vec<u64> = records(&self.history)?
-                .into_iter()
-                .filter(|r| r.row.end_time < cutoff)
-                .take(RECYCLE_BATCH)
-                .map(|r| r.id)
-                .collect();
-            if batch.is_empty() {
-                break;
-            }
-            for id in batch {
+        let cutoff = now.saturating_sub(interval);
+        let rows = records(&self.history)?;
+        let tenants: HashSet<u64> = rows
+            .iter()
+            .filter(|r| r.row.is_tenant())
+            .map(|r| r.row.task_id)
+            .collect();
+        let old_tasks: HashSet<u64> = rows
+            .iter()
+            .filter(|r| r.row.is_tenant() && r.row.end_time < cutoff)
+            .map(|r| r.row.task_id)
+            .collect();
+        // A row whose tenant row is not in history (it should be) goes by its own end.
+        let doomed: Vec<u64> = rows
+            .iter()
+            .filter(|r| {
+                old_tasks.contains(&r.row.task_id)
+                    || (!tenants.contains(&r.row.task_id) && r.row.end_time < cutoff)
+            })
+            .map(|r| r.id)
+            .collect();
+        for batch in doomed.chunks(RECYCLE_BATCH) {
+            for &id in batch {
                 self.history.hard_delete(id)?;
-                deleted += 1;
             }
         }
+        let deleted = u64::try_from(doomed.len()).unwrap_or(u64::MAX);
         if deleted > 0 {
-            tracing::info!(deleted, "TTL task history recycled");
+            tracing::info!(
+                deleted,
+                tasks = old_tasks.len(),
+                "TTL task history recycled"
+            );
         }
         Ok(deleted)
+    }
+}
+
+/// A tenant row's final status, counters and return code, from all its tablets' rows.
+fn summarize(tenant: &mut TaskRow, tablets: &[TaskRow]) {
+    let canceled = tenant.status == TaskStatus::RsCanceling
+        || tablets.iter().any(|t| t.status == TaskStatus::Canceled);
+    tenant.status = if canceled {
+        TaskStatus::Canceled
+    } else {
+        TaskStatus::Finished
+    };
+    tenant.ttl_del_cnt = tablets.iter().map(|t| t.ttl_del_cnt).sum();
+    tenant.max_version_del_cnt = tablets.iter().map(|t| t.max_version_del_cnt).sum();
+    tenant.scan_cnt = tablets.iter().map(|t| t.scan_cnt).sum();
+    if let Some(failed) = tablets.iter().find(|t| t.ret_code.starts_with("ERROR")) {
+        tenant.ret_code.clone_from(&failed.ret_code);
     }
 }

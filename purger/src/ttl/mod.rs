@@ -16,6 +16,13 @@
 //! recycle interval. While the memtables hold more than the flush trigger (flushes are behind),
 //! running tablet tasks go to pending after their current step and go on when it falls.
 //!
+//! The counters are what the task's own compactions did: `scan_cnt` counts a table a step
+//! rewrote and the next step reads again (its range reached past the step) twice, and a
+//! background compaction that reaches expired cells first drops them uncounted. "Pressure" is
+//! any memtable waiting for its flush, so tasks also pause through routine flushes, for as
+//! long as the flush takes. Whether a window's periodic task was skipped (a task was active
+//! when it opened) is kept in memory: after a restart in that window a task may start.
+//!
 //! Not here: tombstone-writing TTL deletes (OceanBase's, for its SQL tables), the HBase rowkey
 //! TTL task type, and a multi-tenant system tenant: one database is one tenant.
 //!
@@ -73,6 +80,11 @@ use record::{Record, TENANT};
 /// about this much.
 pub const DEFAULT_TABLET_BYTES: u64 = 256 << 20;
 
+/// A row's `ret_code` when nothing failed.
+const SUCCESS: &str = "SUCCESS";
+/// A tenant row's `ret_code` while its launch is writing the tablet rows.
+const LAUNCHING: &str = "LAUNCHING";
+
 /// A step callback: called with the manager and a tablet task's row after each of its steps.
 type OnStep = Arc<dyn Fn(&TtlTasks, &TaskRow) + Send + Sync>;
 
@@ -110,6 +122,8 @@ struct Control {
     claimed: HashSet<u64>,
     /// The last duty-window occurrence a periodic launch was decided for.
     seen_occurrence: Option<u64>,
+    /// When history was last recycled (engine clock).
+    last_recycle: Option<u64>,
 }
 
 /// The managers open in this process, by the address of their tables' catalog.
@@ -144,6 +158,10 @@ impl TtlTasks {
             started: AtomicBool::new(false),
         });
         open.push((address, Arc::downgrade(&inner)));
+        drop(open);
+        if inner.settings.enable_kv_ttl {
+            inner.roll_back_launch()?;
+        }
         Ok(Self { inner })
     }
 
@@ -185,13 +203,19 @@ impl TtlTasks {
     }
 
     /// Starts a task now (`ALTER SYSTEM TRIGGER TTL`): flushes the memtables, then creates the
-    /// tenant task and a prepared tablet task per partition of every covered family.
+    /// tenant task and a prepared tablet task per partition of every covered family. Returns
+    /// the task's id.
     ///
     /// # Errors
     /// `NotEnabled`; `CmdNotAllowed` while a task is active; `Tables` if the rows cannot be
     /// written.
     pub fn trigger(&self) -> TtlResult<u64> {
         self.inner.enabled()?;
+        if !self.inner.current()?.is_empty() {
+            return Err(TtlError::CmdNotAllowed);
+        }
+        // Outside the control lock, which commands and workers must not wait a flush for.
+        self.inner.tables.db().flush()?;
         let mut control = self.inner.lock();
         self.inner.launch(&mut control, TriggerType::User)
     }
@@ -325,30 +349,60 @@ impl Inner {
         Ok(())
     }
 
-    /// Creates a task; the caller holds `control`.
+    /// Creates a task; the caller holds `control` (and flushed the memtables before taking
+    /// it). The tenant row says `LAUNCHING` until every tablet row is in: a launch a crash
+    /// interrupted is rolled back at the next open (`roll_back_launch`).
     fn launch(&self, _control: &mut Control, trigger: TriggerType) -> TtlResult<u64> {
         if !self.current()?.is_empty() {
             return Err(TtlError::CmdNotAllowed);
         }
-        let db = self.tables.db();
-        db.flush()?;
         let task_id = self.next_task_id()?;
-        let tablets = plan::tablets(db, self.tablet_bytes.load(Ordering::Relaxed))?;
+        let tablets = plan::tablets(self.tables.db(), self.tablet_bytes.load(Ordering::Relaxed))?;
         let now = self.now();
-        let tenant = new_tenant(task_id, now, trigger);
-        self.tasks.insert(tenant.to_row())?;
+        let mut tenant = new_tenant(task_id, now, trigger);
+        LAUNCHING.clone_into(&mut tenant.row.ret_code);
+        tenant.id = self.tasks.insert(tenant.to_row())?;
         for t in &tablets {
             let mut r = tenant.clone();
             r.row.table_name = Some(t.family.clone());
             r.row.table_id = i64::from(t.family_id);
             r.row.tablet_id = t.id;
             r.row.status = TaskStatus::Prepared;
+            SUCCESS.clone_into(&mut r.row.ret_code);
             r.range_start.clone_from(&t.start);
             r.range_end.clone_from(&t.end);
             self.tasks.insert(r.to_row())?;
         }
+        SUCCESS.clone_into(&mut tenant.row.ret_code);
+        self.save(&tenant)?;
         tracing::info!(task_id, %trigger, tablets = tablets.len(), "TTL task started");
         Ok(task_id)
+    }
+
+    /// Deletes the rows of a launch a crash interrupted (its tenant row still says
+    /// `LAUNCHING`): a task with only some of its tablets would report a partial run as done.
+    fn roll_back_launch(&self) -> TtlResult<()> {
+        let current = self.current()?;
+        let Some(task_id) = current
+            .iter()
+            .find(|r| r.row.is_tenant() && r.row.ret_code == LAUNCHING)
+            .map(|r| r.row.task_id)
+        else {
+            return Ok(());
+        };
+        tracing::warn!(
+            task_id,
+            "rolling back a TTL task whose launch was interrupted"
+        );
+        // Tablets first, the tenant row last, so a crash here leaves a launch still to roll back.
+        let (tenants, tablets): (Vec<&Record>, Vec<&Record>) = current
+            .iter()
+            .filter(|r| r.row.task_id == task_id)
+            .partition(|r| r.row.is_tenant());
+        for r in tablets.into_iter().chain(tenants) {
+            self.tasks.hard_delete(r.id)?;
+        }
+        Ok(())
     }
 
     fn next_task_id(&self) -> TtlResult<u64> {
@@ -381,7 +435,11 @@ impl Inner {
             return Err(TtlError::CmdNotAllowed);
         }
         let now = self.now();
-        for record in &current {
+        // Tablets first, the tenant row last: a crash in between leaves a state the same
+        // command (or, for a cancel, the next move) can finish.
+        let (tenants, tablets): (Vec<&Record>, Vec<&Record>) =
+            current.iter().partition(|r| r.row.is_tenant());
+        for record in tablets.into_iter().chain(tenants) {
             let next = if record.row.is_tenant() {
                 Some(to)
             } else {
@@ -446,7 +504,7 @@ fn new_tenant(task_id: u64, now: u64, trigger_type: TriggerType) -> Record {
             ttl_del_cnt: 0,
             max_version_del_cnt: 0,
             scan_cnt: 0,
-            ret_code: "SUCCESS".to_owned(),
+            ret_code: SUCCESS.to_owned(),
         },
         range_start: None,
         range_end: None,
