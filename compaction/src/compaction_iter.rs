@@ -454,10 +454,16 @@ impl<'a, I: InternalIterator> CompactionIter<'a, I> {
             return PutFate::Drop { hides_older: false };
         }
         if self.ctx.max_versions > 1 {
+            // A TTL of zero keeps the placeholder expired whatever happens to the family's TTL
+            // (removed or lengthened with `set_options`) or the clock: its emptied value must
+            // never be read as a value.
             return PutFate::Keep(KeyVersion {
                 seqno: v.seqno,
                 kind: v.kind,
-                meta: v.meta,
+                meta: EntryMeta {
+                    write_time: v.meta.write_time,
+                    ttl: Some(0),
+                },
                 value: Bytes::new(),
             });
         }

@@ -532,6 +532,40 @@ fn expired_versions_above_an_older_live_one_below_do_not_reveal_it_with_several_
 }
 
 #[test]
+fn an_emptied_expired_version_never_reads_as_a_value_after_the_ttl_is_removed() {
+    // Review E1: compaction keeps an expired put over a tombstone it cannot drop yet (grace)
+    // as a placeholder with its value emptied; with the family's TTL removed afterwards it must
+    // stay expired, not read as "".
+    let dir = tempdir();
+    let clock = Arc::new(ManualClock::new(START));
+    let db = open(&dir, &clock, Options::default());
+    let options = CfOptions::default()
+        .max_versions(3)
+        .ttl(Duration::from_secs(30))
+        .tombstone_grace(Duration::from_secs(3600));
+    let cf = db
+        .create_column_family("h", options.clone())
+        .expect("create");
+    cf.put("k", "a").expect("put");
+    cf.delete("k").expect("delete");
+    cf.put("k", "b").expect("put");
+    clock.advance(Duration::from_secs(31));
+    cf.compact_range::<&str>(..).expect("compact");
+    assert_eq!(cf.get("k").expect("get"), None);
+    let without_ttl = CfOptions::default()
+        .max_versions(3)
+        .tombstone_grace(Duration::from_secs(3600));
+    cf.set_options(without_ttl).expect("remove the ttl");
+    assert_eq!(
+        cf.get("k").expect("get"),
+        None,
+        "compacted under the TTL: gone, never an empty value"
+    );
+    assert_eq!(cf.get_versions("k", 10).expect("versions"), vec![]);
+    assert_eq!(cf.iter().expect("iter").count(), 0);
+}
+
+#[test]
 fn an_expired_version_kept_at_the_bottom_does_not_make_ttl_rewrite_it_forever() {
     let dir = tempdir();
     let clock = Arc::new(ManualClock::new(START));
