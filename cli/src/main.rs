@@ -249,9 +249,13 @@ fn stress(args: StressArgs) -> i32 {
         return bad_args(&e);
     }
     if !args.quiet {
+        let limit = match config.limit {
+            Limit::Duration(d) => format!("for {}", humantime::format_duration(d)),
+            Limit::Ops(n) => format!("for {n} ops"),
+        };
         eprintln!(
-            "cairn stress: {} threads, {} keys, seed {}, {:?}",
-            config.threads, config.keys, config.seed, config.limit
+            "cairn stress: {} threads, {} keys, seed {}, {limit}",
+            config.threads, config.keys, config.seed
         );
     }
     let result = match args.inject_errors {
