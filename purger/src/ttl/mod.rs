@@ -362,7 +362,22 @@ impl Inner {
         let mut tenant = new_tenant(task_id, now, trigger);
         LAUNCHING.clone_into(&mut tenant.row.ret_code);
         tenant.id = self.tasks.insert(tenant.to_row())?;
-        for t in &tablets {
+        if let Err(e) = self.insert_tablets(&tenant, &tablets) {
+            // A write failed half way: take the launch back now rather than at the next open.
+            if let Err(undo) = self.roll_back_launch() {
+                tracing::warn!(error = %undo, "rolling back a failed TTL launch failed; the next open does it");
+            }
+            return Err(e);
+        }
+        SUCCESS.clone_into(&mut tenant.row.ret_code);
+        self.save(&tenant)?;
+        tracing::info!(task_id, %trigger, tablets = tablets.len(), "TTL task started");
+        Ok(task_id)
+    }
+
+    /// Writes a prepared tablet row per tablet, copying the tenant row's task and times.
+    fn insert_tablets(&self, tenant: &Record, tablets: &[plan::Tablet]) -> TtlResult<()> {
+        for t in tablets {
             let mut r = tenant.clone();
             r.row.table_name = Some(t.family.clone());
             r.row.table_id = i64::from(t.family_id);
@@ -373,10 +388,7 @@ impl Inner {
             r.range_end.clone_from(&t.end);
             self.tasks.insert(r.to_row())?;
         }
-        SUCCESS.clone_into(&mut tenant.row.ret_code);
-        self.save(&tenant)?;
-        tracing::info!(task_id, %trigger, tablets = tablets.len(), "TTL task started");
-        Ok(task_id)
+        Ok(())
     }
 
     /// Deletes the rows of a launch a crash interrupted (its tenant row still says
