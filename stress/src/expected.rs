@@ -531,17 +531,7 @@ impl ExpectedState {
     /// # Errors
     /// If the file cannot be opened.
     pub(crate) fn journal_to(&mut self, path: &Path) -> std::io::Result<()> {
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .open(path)?;
-        // A process killed mid-line left it unended: end it with the mark of a cut line, so
-        // that this process's first line is not read as its tail.
-        if ends_mid_line(&mut file)? {
-            file.write_all(CUT_LINE_END)?;
-        }
-        self.journal = Some(Mutex::new(file));
+        self.journal = Some(Mutex::new(open_journal(path)?));
         Ok(())
     }
 
@@ -639,6 +629,21 @@ pub(crate) fn intersect<T: Ord + Copy>(a: &[(T, T)], b: &[(T, T)]) -> Vec<(T, T)
 /// What ends a line a killed process left cut short, once another process opens the journal
 /// (the `~` marks it cut).
 const CUT_LINE_END: &[u8] = b"~\n";
+
+/// Opens a journal for appending. A process killed mid-line left it unended: the line is
+/// ended with the mark of a cut line, so that this process's first line is not read as its
+/// tail.
+pub(crate) fn open_journal(path: &Path) -> std::io::Result<File> {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(path)?;
+    if ends_mid_line(&mut file)? {
+        file.write_all(CUT_LINE_END)?;
+    }
+    Ok(file)
+}
 
 /// True if `file` is not empty and does not end with a newline.
 fn ends_mid_line(file: &mut File) -> std::io::Result<bool> {

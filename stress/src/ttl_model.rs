@@ -265,17 +265,7 @@ impl TtlState {
     /// # Errors
     /// If the file cannot be opened.
     pub(crate) fn journal_to(&mut self, path: &Path) -> std::io::Result<()> {
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .open(path)?;
-        let text = std::fs::read(path)?;
-        if text.last().is_some_and(|&b| b != b'\n') {
-            // A killed process cut its last line: mark it cut.
-            file.write_all(b"~\n")?;
-        }
-        self.journal = Some(Mutex::new(file));
+        self.journal = Some(Mutex::new(crate::expected::open_journal(path)?));
         Ok(())
     }
 
