@@ -16,11 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use cairn::{Db, Options};
-use cairn_purger::{Tables, TaskRow, TtlError, TtlSettings, TtlTasks};
+use cairn_purger::{TABLES_COLUMN_FAMILY, Tables, TaskRow, TtlError, TtlSettings, TtlTasks};
 use clap::{Args, ValueEnum};
-
-/// The column family the table layer keeps its tables (the task tables too) in.
-const TABLES_FAMILY: &str = "cairn.tables";
 
 /// The most worker threads `--threads` takes.
 const MAX_THREADS: usize = 64;
@@ -102,7 +99,7 @@ pub fn run(args: &TtlArgs) -> i32 {
 /// `status` and `history`, from a read-only open. True (nothing failed) always.
 fn show(args: &TtlArgs) -> Result<bool, TtlError> {
     let db = Arc::new(Db::open_read_only(&args.db, Options::default())?);
-    let (tasks, history) = if db.list_column_families().iter().any(|n| n == TABLES_FAMILY) {
+    let (tasks, history) = if has_tables(&db) {
         TtlTasks::views(&Tables::open(db)?)?
     } else {
         (Vec::new(), Vec::new())
@@ -123,8 +120,7 @@ fn command(args: &TtlArgs) -> Result<bool, TtlError> {
         &args.db,
         Options::default().create_if_missing(false),
     )?);
-    let has_tables = db.list_column_families().iter().any(|n| n == TABLES_FAMILY);
-    if !has_tables && args.action != Action::Trigger {
+    if !has_tables(&db) && args.action != Action::Trigger {
         // No task was ever triggered here: refuse without creating anything.
         return Err(TtlError::NoTaskRunning);
     }
@@ -159,6 +155,13 @@ fn command(args: &TtlArgs) -> Result<bool, TtlError> {
     };
     print_rows(&rows, args.json);
     Ok(rows.iter().all(|r| !r.ret_code.starts_with("ERROR")))
+}
+
+/// Whether the table layer (and so maybe a TTL task) was ever opened on `db`.
+fn has_tables(db: &Db) -> bool {
+    db.list_column_families()
+        .iter()
+        .any(|n| n == TABLES_COLUMN_FAMILY)
 }
 
 fn open(db: Arc<Db>, threads: usize) -> Result<TtlTasks, TtlError> {

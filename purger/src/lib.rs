@@ -71,7 +71,7 @@ pub use row::{DELETED_AT, Row};
 pub use running::Running;
 pub use schema::{Column, Index, Schema};
 pub use table::{Rows, Table};
-pub use tables::{Tables, TablesOptions};
+pub use tables::{TABLES_COLUMN_FAMILY, Tables, TablesOptions};
 pub use targets::{CUBEMASTER_LOCK, CUBEOPS_LOCK, cube_master_purge_tables, cube_ops_purge_tables};
 pub use ttl::{
     DEFAULT_TABLET_BYTES, DutyDuration, HISTORY_TABLE, TASKS_TABLE, TaskRow, TaskStatus,

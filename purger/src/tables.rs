@@ -24,6 +24,9 @@ const ID_BLOCK: u64 = 1024;
 /// Index entries written per engine batch during a back-fill.
 const BACKFILL_BATCH: usize = 1000;
 
+/// The column family [`Tables::open`] keeps the tables in.
+pub const TABLES_COLUMN_FAMILY: &str = "cairn.tables";
+
 /// How [`Tables::open_with`] opens the catalog.
 #[derive(Debug, Clone)]
 pub struct TablesOptions {
@@ -36,7 +39,7 @@ impl Default for TablesOptions {
     fn default() -> Self {
         Self {
             auto_migration: true,
-            column_family: "cairn.tables".to_owned(),
+            column_family: TABLES_COLUMN_FAMILY.to_owned(),
             cf_options: CfOptions::default(),
         }
     }
@@ -52,7 +55,7 @@ impl TablesOptions {
         self
     }
 
-    /// The column family the tables live in (default: `cairn.tables`).
+    /// The column family the tables live in (default: [`TABLES_COLUMN_FAMILY`]).
     #[must_use]
     pub fn column_family(mut self, name: impl Into<String>) -> Self {
         self.column_family = name.into();
