@@ -42,7 +42,9 @@
 //! # }
 //! ```
 
+mod backend;
 mod config;
+mod embedded;
 mod error;
 mod keys;
 mod lock;
@@ -58,6 +60,7 @@ mod targets;
 mod ttl;
 mod value;
 
+pub use backend::{PurgeBackend, PurgeSession, TableShape};
 pub use config::{
     DEFAULT_INTERVAL, DEFAULT_RETENTION, MIN_INTERVAL, MIN_RETENTION, PurgeConfig,
     disable_hard_delete_from_yaml,

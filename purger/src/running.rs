@@ -1,4 +1,4 @@
-//! The purger's background loop: a pass, then a full interval on the engine clock, then the
+//! The purger's background loop: a pass, then a full interval on the backend's clock, then the
 //! next pass, until stopped. A pass that fails is logged; one that panics is caught and logged;
 //! either way the loop goes on. One loop runs per lock name and set of tables: starting a
 //! second one attaches to the first, and the loop ends when every handle has stopped.
@@ -13,16 +13,16 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::purge::Purger;
 
-/// The longest real-time sleep between two readings of the engine clock while waiting for the
+/// The longest real-time sleep between two readings of the backend's clock while waiting for the
 /// next pass: a `ManualClock` moved by a test is noticed within this.
 const CLOCK_POLL: Duration = Duration::from_millis(20);
 
-/// The loops running in this process, by the tables they purge (their catalog's address) and
+/// The loops running in this process, by the database they purge (the backend's identity) and
 /// their lock name: one loop per key.
-static LOOPS: Mutex<BTreeMap<(usize, String), Arc<LoopState>>> = Mutex::new(BTreeMap::new());
+static LOOPS: Mutex<BTreeMap<(String, String), Arc<LoopState>>> = Mutex::new(BTreeMap::new());
 
-fn loop_key(purger: &Purger) -> (usize, String) {
-    (purger.tables().address(), purger.lock_name().to_owned())
+fn loop_key(purger: &Purger) -> (String, String) {
+    (purger.backend().identity(), purger.lock_name().to_owned())
 }
 
 /// Shared by the loop's thread and every [`Running`] handle on it.
@@ -117,7 +117,7 @@ fn run_loop(purger: &Purger, state: &LoopState) {
         // The next pass is due a full interval after this one ended; read the clock before
         // the pass is counted, so whoever waits on the count and then moves the clock moves
         // it past this reading.
-        let due = purger.tables().db().now_ms().saturating_add(interval);
+        let due = purger.backend().now_ms().saturating_add(interval);
         state.passes.fetch_add(1, Ordering::SeqCst);
         if !wait_until(purger, state, due) {
             break;
@@ -125,14 +125,14 @@ fn run_loop(purger: &Purger, state: &LoopState) {
     }
 }
 
-/// Waits until the engine clock reads `due` (true) or the loop is stopped (false).
+/// Waits until the backend's clock reads `due` (true) or the loop is stopped (false).
 fn wait_until(purger: &Purger, state: &LoopState, due: u64) -> bool {
     let mut stop = state.stop.lock().unwrap_or_else(PoisonError::into_inner);
     loop {
         if *stop {
             return false;
         }
-        let now = purger.tables().db().now_ms();
+        let now = purger.backend().now_ms();
         if now >= due {
             return true;
         }
