@@ -71,6 +71,37 @@ pub enum Error {
         reason: String,
     },
 
+    /// The SQL server refused a statement, or the connection to it failed; `what` says which
+    /// statement or connection.
+    #[error("{what}: {source}")]
+    Sql {
+        /// The statement run, or the database connected to.
+        what: String,
+        /// The driver's error.
+        source: sqlx::Error,
+    },
+
+    /// A database URL names a dialect the SQL backend does not speak.
+    #[error(
+        "unsupported dialect {0:?}: the SQL backend speaks mysql:// (MySQL, MariaDB) and \
+         postgres://"
+    )]
+    UnsupportedDialect(String),
+
+    /// A server's advisory lock could not be taken or released (neither held nor free).
+    #[error("advisory lock {name:?}: {reason}")]
+    LockFailed {
+        /// The lock's name.
+        name: String,
+        /// What went wrong.
+        reason: String,
+    },
+
+    /// A purge pass over SQL ran past its timeout; its connection was closed, which freed
+    /// the lock.
+    #[error("purge pass timed out after {0:?}; its connection was closed")]
+    PassTimedOut(std::time::Duration),
+
     /// One or more tables of a purge pass failed. `source` is the first failure; `report`
     /// has every table's outcome (the other tables still ran).
     #[error("purge of table {table:?} failed: {source}")]
@@ -97,6 +128,45 @@ impl Error {
             key: key.escape_ascii().to_string(),
             reason: reason.into(),
         }
+    }
+
+    pub(crate) fn sql(what: impl Into<String>, source: sqlx::Error) -> Self {
+        Self::Sql {
+            what: what.into(),
+            source,
+        }
+    }
+
+    /// Whether the connection to a SQL server failed (the session is gone or unusable), as
+    /// opposed to the server refusing one statement.
+    pub(crate) fn is_connection_failure(&self) -> bool {
+        let Self::Sql { source, .. } = self else {
+            return false;
+        };
+        !matches!(
+            source,
+            sqlx::Error::Database(_)
+                | sqlx::Error::RowNotFound
+                | sqlx::Error::TypeNotFound { .. }
+                | sqlx::Error::ColumnIndexOutOfBounds { .. }
+                | sqlx::Error::ColumnNotFound(_)
+                | sqlx::Error::ColumnDecode { .. }
+                | sqlx::Error::Encode(_)
+                | sqlx::Error::Decode(_)
+        )
+    }
+
+    /// Whether a SQL server rolled a statement back to break a deadlock (it may be retried):
+    /// MySQL's 1213 (`40001`), PostgreSQL's `40P01`.
+    pub(crate) fn is_deadlock(&self) -> bool {
+        let Self::Sql {
+            source: sqlx::Error::Database(e),
+            ..
+        } = self
+        else {
+            return false;
+        };
+        matches!(e.code().as_deref(), Some("40001" | "40P01"))
     }
 
     /// Whether this is an optimistic-transaction conflict (the write may be retried).

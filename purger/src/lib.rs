@@ -14,8 +14,12 @@
 //! [`TtlTasks`] is the TTL task manager (OceanBase OBKV-HBase semantics): operator-controlled
 //! reclaiming of expired cells by compaction, with its task rows in two of these tables.
 //!
-//! Not here: SQL, joins, or queries beyond the primary key, unique lookups and scans. The
-//! purger over MySQL/PostgreSQL is later work.
+//! The purger runs over a [`PurgeBackend`]: these tables, or a MySQL/MariaDB or PostgreSQL
+//! database through [`SqlBackend`], whose replicas coordinate with the server's own advisory
+//! locks.
+//!
+//! Not here: SQL over the embedded tables, joins, or queries beyond the primary key, unique
+//! lookups and scans.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -54,6 +58,7 @@ mod report;
 mod row;
 mod running;
 mod schema;
+mod sql;
 mod table;
 mod tables;
 mod targets;
@@ -73,6 +78,7 @@ pub use report::{PassReport, TableReport};
 pub use row::{DELETED_AT, Row};
 pub use running::Running;
 pub use schema::{Column, Index, Schema};
+pub use sql::{DEFAULT_PASS_TIMEOUT, Dialect, RELEASE_TIMEOUT, SqlBackend};
 pub use table::{Rows, Table};
 pub use tables::{TABLES_COLUMN_FAMILY, Tables, TablesOptions};
 pub use targets::{CUBEMASTER_LOCK, CUBEOPS_LOCK, cube_master_purge_tables, cube_ops_purge_tables};

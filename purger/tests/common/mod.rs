@@ -3,6 +3,9 @@
 
 #![allow(dead_code, reason = "each test file uses its own part")]
 
+pub mod env;
+pub mod sql;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,8 +32,11 @@ impl Fixture {
     }
 
     pub fn with(options: &TablesOptions) -> Self {
+        Self::with_clock(options, Arc::new(ManualClock::new(START_MS)))
+    }
+
+    pub fn with_clock(options: &TablesOptions, clock: Arc<ManualClock>) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        let clock = Arc::new(ManualClock::new(START_MS));
         let tables = open(dir.path(), &clock, options);
         Self { dir, clock, tables }
     }

@@ -1,0 +1,293 @@
+//! One pass over SQL: a session holding the server's advisory lock, the table being purged,
+//! and the pass's deadline. Every statement runs on the session, under the deadline; a broken
+//! session is closed at once (the server frees the lock) and the rest of the pass fails.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::conn::{Conn, Dialect, Param};
+use super::{RELEASE_TIMEOUT, SqlBackend, statements};
+use crate::backend::{PurgeSession, TableShape};
+use crate::error::{Error, Result};
+
+/// Attempts at a delete the server rolled back for a deadlock.
+const DELETE_ATTEMPTS: u32 = 3;
+
+pub(crate) struct SqlSession<'a> {
+    backend: &'a SqlBackend,
+    /// `None` once closed: after a connection failure or a timeout.
+    conn: Option<Conn>,
+    dialect: Dialect,
+    lock: String,
+    deadline: tokio::time::Instant,
+    table: Option<OpenTable>,
+}
+
+struct OpenTable {
+    name: String,
+    /// `deleted_at` is PostgreSQL's `timestamptz` (else a zoneless type, read as UTC).
+    zoned: bool,
+}
+
+/// What a table has, for a pass or the migration; `None` when it has no `deleted_at`.
+pub(crate) struct Shape {
+    pub(crate) indexed: bool,
+    pub(crate) zoned: bool,
+}
+
+/// Reads `table`'s shape: `NoSuchTable` if absent, `None` if it does not soft-delete.
+pub(crate) async fn table_shape(conn: &mut Conn, table: &str) -> Result<Option<Shape>> {
+    let d = conn.dialect();
+    let name = [Param::from(table)];
+    if conn.scalar(statements::table_exists(d), &name).await? != Some(1) {
+        return Err(Error::NoSuchTable(table.to_owned()));
+    }
+    let Some(kind) = conn.text(statements::deleted_at_type(d), &name).await? else {
+        return Ok(None);
+    };
+    let zoned = match kind.to_ascii_lowercase().as_str() {
+        "datetime" | "timestamp" | "timestamp without time zone" => false,
+        "timestamp with time zone" => true,
+        _ => {
+            return Err(Error::invalid(format!(
+                "table {table:?}: deleted_at is {kind}; the SQL backend purges DATETIME, \
+                 TIMESTAMP and timestamptz columns"
+            )));
+        }
+    };
+    let leading = conn.scalar(statements::leading_deleted_at_indexes(d), &name);
+    let indexed = leading.await?.unwrap_or(0) > 0;
+    Ok(Some(Shape { indexed, zoned }))
+}
+
+impl<'a> SqlSession<'a> {
+    /// Asks for the lock on `conn`: the session if acquired, `None` if another holds it.
+    pub(crate) fn begin(backend: &'a SqlBackend, conn: Conn, lock: &str) -> Result<Option<Self>> {
+        let mut session = Self {
+            backend,
+            dialect: conn.dialect(),
+            conn: Some(conn),
+            lock: lock.to_owned(),
+            deadline: tokio::time::Instant::now() + backend.pass_timeout,
+            table: None,
+        };
+        let sql = statements::try_lock(session.dialect);
+        let name = [Param::from(lock)];
+        match session.run(async |c| c.scalar(sql, &name).await) {
+            Ok(Some(1)) => Ok(Some(session)),
+            Ok(Some(0)) => {
+                session.close_politely();
+                Ok(None)
+            }
+            Ok(other) => {
+                session.close_broken();
+                Err(Error::LockFailed {
+                    name: lock.to_owned(),
+                    reason: format!("the server answered {other:?} when asked for it"),
+                })
+            }
+            Err(e) => {
+                session.close_broken();
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs `op` on the session under the pass's deadline. A timeout or a failure of the
+    /// connection (not an error the server reported) closes the session.
+    fn run<T>(&mut self, op: impl AsyncFnOnce(&mut Conn) -> Result<T>) -> Result<T> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(self.lost());
+        };
+        let deadline = self.deadline;
+        let outcome = self
+            .backend
+            .runtime
+            .block_on(async { tokio::time::timeout_at(deadline, op(conn)).await });
+        match outcome {
+            Err(_) => {
+                self.close_broken();
+                Err(Error::PassTimedOut(self.backend.pass_timeout))
+            }
+            Ok(Err(e)) if e.is_connection_failure() => {
+                self.close_broken();
+                Err(e)
+            }
+            Ok(result) => result,
+        }
+    }
+
+    fn lost(&self) -> Error {
+        Error::LockLost {
+            name: self.lock.clone(),
+        }
+    }
+
+    /// Drops the connection without a word: the server ends the session and frees its locks.
+    fn close_broken(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            let _inside = self.backend.runtime.enter();
+            drop(conn);
+            tracing::warn!(lock = %self.lock, "closed the purge session's connection");
+        }
+    }
+
+    fn close_politely(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            let closing = async { tokio::time::timeout(RELEASE_TIMEOUT, conn.close()).await };
+            if let Ok(Err(e)) = self.backend.runtime.block_on(closing) {
+                tracing::debug!(error = %e, "closing a purge session failed");
+            }
+        }
+    }
+
+    fn open(&self) -> Result<&OpenTable> {
+        self.table
+            .as_ref()
+            .ok_or_else(|| Error::invalid("no table is open in this purge pass"))
+    }
+
+    /// The cutoff as the open table's `deleted_at` compares it.
+    fn cutoff(&self, cutoff_ms: u64) -> Result<Param> {
+        let zoned = self.open()?.zoned;
+        let ms = i64::try_from(cutoff_ms).unwrap_or(i64::MAX);
+        let at = DateTime::<Utc>::from_timestamp_millis(ms)
+            .ok_or_else(|| Error::invalid(format!("cutoff {cutoff_ms} ms is out of range")))?;
+        Ok(if zoned {
+            Param::Zoned(at)
+        } else {
+            Param::Naive(at.naive_utc())
+        })
+    }
+
+    fn id_param(&self, id: u64) -> Result<Param> {
+        match self.dialect {
+            Dialect::MySql => Ok(Param::Uint(id)),
+            Dialect::Postgres => i64::try_from(id)
+                .map(Param::Int)
+                .map_err(|_| Error::invalid(format!("id {id} is out of bigint's range"))),
+        }
+    }
+}
+
+impl PurgeSession for SqlSession<'_> {
+    fn renew(&mut self) -> Result<()> {
+        let sql = statements::holds_lock(self.dialect);
+        let name = [Param::from(self.lock.as_str())];
+        match self.run(async |c| c.scalar(sql, &name).await)? {
+            Some(1) => Ok(()),
+            _ => Err(self.lost()),
+        }
+    }
+
+    fn open_table(&mut self, table: &str) -> Result<TableShape> {
+        self.table = None;
+        let shape = self.run(async |c| table_shape(c, table).await)?;
+        let Some(shape) = shape else {
+            return Err(Error::invalid(format!(
+                "table {table:?} does not soft-delete"
+            )));
+        };
+        self.table = Some(OpenTable {
+            name: table.to_owned(),
+            zoned: shape.zoned,
+        });
+        Ok(TableShape {
+            indexed: shape.indexed,
+        })
+    }
+
+    fn select(&mut self, cutoff_ms: u64, want: u64) -> Result<Vec<u64>> {
+        let sql = statements::select_ids(self.dialect, &self.open()?.name);
+        let limit = Param::Int(i64::try_from(want).unwrap_or(i64::MAX));
+        let params = [self.cutoff(cutoff_ms)?, limit];
+        self.run(async |c| c.ids(&sql, &params).await)
+    }
+
+    fn count(&mut self, cutoff_ms: u64) -> Result<u64> {
+        let sql = statements::count_eligible(self.dialect, &self.open()?.name);
+        let params = [self.cutoff(cutoff_ms)?];
+        let n = self.run(async |c| c.scalar(&sql, &params).await)?;
+        Ok(n.and_then(|n| u64::try_from(n).ok()).unwrap_or(0))
+    }
+
+    fn delete(
+        &mut self,
+        ids: &[u64],
+        cutoff_ms: u64,
+        _stop: &dyn Fn() -> bool,
+        purged: &mut u64,
+    ) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let sql = statements::delete_ids(self.dialect, &self.open()?.name, ids.len());
+        let mut params = ids
+            .iter()
+            .map(|&id| self.id_param(id))
+            .collect::<Result<Vec<_>>>()?;
+        params.push(self.cutoff(cutoff_ms)?);
+        let mut attempt = 1;
+        loop {
+            match self.run(async |c| c.execute(&sql, &params).await) {
+                Ok(n) => {
+                    *purged += n;
+                    return Ok(());
+                }
+                Err(e) if e.is_deadlock() && attempt < DELETE_ATTEMPTS => {
+                    tracing::info!(attempt, "the server rolled a purge delete back; retrying");
+                    std::thread::sleep(Duration::from_millis(20) * attempt);
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn finish(mut self: Box<Self>) -> Result<()> {
+        let Some(mut conn) = self.conn.take() else {
+            // Closed after a failure the pass has reported; the server freed the lock.
+            return Ok(());
+        };
+        let sql = statements::unlock(self.dialect);
+        let name = [Param::from(self.lock.as_str())];
+        // Timers are made inside the runtime: a `timeout` built outside it panics.
+        let releasing =
+            async { tokio::time::timeout(RELEASE_TIMEOUT, conn.scalar(sql, &name)).await };
+        match self.backend.runtime.block_on(releasing) {
+            Ok(Ok(Some(1))) => {
+                self.conn = Some(conn);
+                self.close_politely();
+                Ok(())
+            }
+            Ok(Ok(_)) => {
+                self.conn = Some(conn);
+                self.close_broken();
+                Err(Error::LockNotHeld {
+                    name: self.lock.clone(),
+                })
+            }
+            Ok(Err(e)) => {
+                self.conn = Some(conn);
+                self.close_broken();
+                Err(e)
+            }
+            Err(_) => {
+                self.conn = Some(conn);
+                self.close_broken();
+                Err(Error::LockFailed {
+                    name: self.lock.clone(),
+                    reason: format!("releasing took over {RELEASE_TIMEOUT:?}"),
+                })
+            }
+        }
+    }
+}
+
+impl Drop for SqlSession<'_> {
+    fn drop(&mut self) {
+        // A pass that ended without `finish` (a panic): closing frees the lock.
+        self.close_broken();
+    }
+}

@@ -1,0 +1,172 @@
+//! The SQL the purger sends, per dialect. The purge itself is CubeSandbox's text exactly: the
+//! select, the delete that re-checks the predicate, and the dry run's count.
+
+use super::conn::Dialect;
+
+/// `1` when acquired, `0` when another session holds it, anything else an error.
+pub(crate) fn try_lock(d: Dialect) -> &'static str {
+    match d {
+        Dialect::MySql => "SELECT GET_LOCK(?, 0)",
+        Dialect::Postgres => "SELECT pg_try_advisory_lock(hashtext($1))",
+    }
+}
+
+/// Waits (up to the bound seconds on MySQL; the caller's timeout on PostgreSQL) for the lock.
+pub(crate) fn lock(d: Dialect) -> &'static str {
+    match d {
+        Dialect::MySql => "SELECT GET_LOCK(?, ?)",
+        Dialect::Postgres => "SELECT pg_advisory_lock(hashtext($1))",
+    }
+}
+
+/// `1` when this session holds the lock.
+pub(crate) fn holds_lock(d: Dialect) -> &'static str {
+    match d {
+        Dialect::MySql => "SELECT IS_USED_LOCK(?) = CONNECTION_ID()",
+        // A bigint key is kept as (classid, objid) = (high, low) 32 bits, objsubid 1.
+        Dialect::Postgres => {
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
+             AND pid = pg_backend_pid() AND granted AND objsubid = 1 \
+             AND ((classid::bigint << 32) | objid::bigint) = hashtext($1)::bigint)"
+        }
+    }
+}
+
+/// `1` when released; `0` or NULL when this session did not hold it.
+pub(crate) fn unlock(d: Dialect) -> &'static str {
+    match d {
+        Dialect::MySql => "SELECT RELEASE_LOCK(?)",
+        Dialect::Postgres => "SELECT pg_advisory_unlock(hashtext($1))",
+    }
+}
+
+/// How many tables of that name the connection's database (schema) has.
+pub(crate) fn table_exists(d: Dialect) -> &'static str {
+    match d {
+        Dialect::MySql => {
+            "SELECT COUNT(*) FROM information_schema.tables \
+             WHERE table_schema = DATABASE() AND table_name = ?"
+        }
+        Dialect::Postgres => {
+            "SELECT COUNT(*) FROM information_schema.tables \
+             WHERE table_schema = current_schema() AND table_name = $1"
+        }
+    }
+}
+
+/// The type of the table's `deleted_at` column; no row when it has none.
+pub(crate) fn deleted_at_type(d: Dialect) -> &'static str {
+    match d {
+        Dialect::MySql => {
+            "SELECT CAST(data_type AS CHAR) FROM information_schema.columns \
+             WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'deleted_at'"
+        }
+        Dialect::Postgres => {
+            "SELECT data_type::text FROM information_schema.columns \
+             WHERE table_schema = current_schema() AND table_name = $1 \
+             AND column_name = 'deleted_at'"
+        }
+    }
+}
+
+/// How many of the table's indexes lead with `deleted_at`.
+pub(crate) fn leading_deleted_at_indexes(d: Dialect) -> &'static str {
+    match d {
+        Dialect::MySql => {
+            "SELECT COUNT(*) FROM information_schema.statistics \
+             WHERE table_schema = DATABASE() AND table_name = ? \
+             AND column_name = 'deleted_at' AND seq_in_index = 1"
+        }
+        Dialect::Postgres => {
+            "SELECT COUNT(*) FROM pg_index i \
+             JOIN pg_class c ON c.oid = i.indrelid \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = i.indkey[0] \
+             WHERE n.nspname = current_schema() AND c.relname = $1 AND a.attname = 'deleted_at'"
+        }
+    }
+}
+
+/// Up to a bound number of eligible ids: binds the cutoff, then the limit.
+pub(crate) fn select_ids(d: Dialect, table: &str) -> String {
+    format!(
+        "SELECT id FROM {} WHERE deleted_at IS NOT NULL AND deleted_at < {} LIMIT {}",
+        d.quote(table),
+        d.param(1),
+        d.param(2)
+    )
+}
+
+/// Deletes `n` bound ids that still meet the predicate: binds the ids, then the cutoff.
+pub(crate) fn delete_ids(d: Dialect, table: &str, n: usize) -> String {
+    format!(
+        "DELETE FROM {} WHERE id IN ({}) AND deleted_at IS NOT NULL AND deleted_at < {}",
+        d.quote(table),
+        d.params(1, n),
+        d.param(n + 1)
+    )
+}
+
+/// The dry run's count: binds the cutoff.
+pub(crate) fn count_eligible(d: Dialect, table: &str) -> String {
+    format!(
+        "SELECT COUNT(*) FROM {} WHERE deleted_at IS NOT NULL AND deleted_at < {}",
+        d.quote(table),
+        d.param(1)
+    )
+}
+
+/// Migration `20260731120000` for one table: `idx_<table>_deleted_at`. MySQL has no `IF NOT
+/// EXISTS` here, so the caller checks first on both.
+pub(crate) fn create_deleted_at_index(d: Dialect, table: &str) -> String {
+    let index = d.quote(&format!("idx_{table}_deleted_at"));
+    match d {
+        Dialect::MySql => format!("CREATE INDEX {index} ON {} (`deleted_at`)", d.quote(table)),
+        Dialect::Postgres => format!(
+            "CREATE INDEX IF NOT EXISTS {index} ON {} (\"deleted_at\")",
+            d.quote(table)
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_are_quoted_per_dialect_and_placeholders_numbered() {
+        assert_eq!(
+            delete_ids(Dialect::MySql, "t`x", 2),
+            "DELETE FROM `t``x` WHERE id IN (?, ?) AND deleted_at IS NOT NULL AND deleted_at < ?"
+        );
+        assert_eq!(
+            delete_ids(Dialect::Postgres, "t\"x", 3),
+            "DELETE FROM \"t\"\"x\" WHERE id IN ($1, $2, $3) AND deleted_at IS NOT NULL \
+             AND deleted_at < $4"
+        );
+        assert_eq!(
+            select_ids(Dialect::Postgres, "t"),
+            "SELECT id FROM \"t\" WHERE deleted_at IS NOT NULL AND deleted_at < $1 LIMIT $2"
+        );
+        assert_eq!(
+            count_eligible(Dialect::MySql, "t"),
+            "SELECT COUNT(*) FROM `t` WHERE deleted_at IS NOT NULL AND deleted_at < ?"
+        );
+    }
+
+    #[test]
+    fn only_mysql_and_postgres_urls_are_spoken() {
+        assert_eq!(
+            Dialect::from_url("mariadb://root@h/test").ok(),
+            Some(Dialect::MySql)
+        );
+        assert_eq!(
+            Dialect::from_url("postgresql://h/test").ok(),
+            Some(Dialect::Postgres)
+        );
+        for url in ["sqlite://x.db", "mssql://h/db", "127.0.0.1:3306"] {
+            let e = Dialect::from_url(url).expect_err(url);
+            assert!(e.to_string().contains("unsupported dialect"), "{e}");
+        }
+    }
+}

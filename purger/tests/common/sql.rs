@@ -1,0 +1,219 @@
+//! A plain SQL client for the tests: set up tables, fill them, look at what is left, and
+//! play the other sessions of a race (resurrecting updates, row locks, killing a session).
+//! Synchronous, on a runtime of its own; panics on any error, as a test should.
+
+use std::fmt::Write as _;
+use std::sync::Mutex;
+
+use cairn_purger::Dialect;
+use sqlx::mysql::MySqlConnection;
+use sqlx::postgres::PgConnection;
+use sqlx::{Connection as _, Executor as _};
+
+pub struct SqlClient {
+    runtime: tokio::runtime::Runtime,
+    conn: Mutex<Conn>,
+}
+
+enum Conn {
+    MySql(MySqlConnection),
+    Postgres(PgConnection),
+}
+
+impl SqlClient {
+    pub fn connect(url: &str) -> Result<SqlClient, String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let dialect = Dialect::from_url(url).map_err(|e| e.to_string())?;
+        let conn = runtime.block_on(async {
+            match dialect {
+                Dialect::MySql => MySqlConnection::connect(url).await.map(Conn::MySql),
+                Dialect::Postgres => PgConnection::connect(url).await.map(Conn::Postgres),
+            }
+        });
+        let conn = conn.map_err(|e| format!("connecting to {url}: {e}"))?;
+        Ok(SqlClient {
+            runtime,
+            conn: Mutex::new(conn),
+        })
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        match &*self.conn.lock().expect("conn") {
+            Conn::MySql(_) => Dialect::MySql,
+            Conn::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
+    pub fn quote(&self, name: &str) -> String {
+        match self.dialect() {
+            Dialect::MySql => format!("`{name}`"),
+            Dialect::Postgres => format!("\"{name}\""),
+        }
+    }
+
+    /// Runs statements (no parameters; several may be given at once).
+    pub fn try_exec(&self, sql: &str) -> Result<u64, sqlx::Error> {
+        let mut conn = self.conn.lock().expect("conn");
+        self.runtime.block_on(async {
+            match &mut *conn {
+                Conn::MySql(c) => c
+                    .execute(sqlx::raw_sql(sql))
+                    .await
+                    .map(|r| r.rows_affected()),
+                Conn::Postgres(c) => c
+                    .execute(sqlx::raw_sql(sql))
+                    .await
+                    .map(|r| r.rows_affected()),
+            }
+        })
+    }
+
+    pub fn exec(&self, sql: &str) -> u64 {
+        self.try_exec(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// The first column of the first row; `None` for NULL or no row.
+    pub fn try_opt_int(&self, sql: &str) -> Result<Option<i64>, sqlx::Error> {
+        let mut conn = self.conn.lock().expect("conn");
+        self.runtime.block_on(async {
+            match &mut *conn {
+                Conn::MySql(c) => {
+                    let row: Option<(Option<i64>,)> =
+                        sqlx::query_as(sql).fetch_optional(&mut *c).await?;
+                    Ok(row.and_then(|r| r.0))
+                }
+                Conn::Postgres(c) => {
+                    let row: Option<(Option<i64>,)> =
+                        sqlx::query_as(sql).fetch_optional(&mut *c).await?;
+                    Ok(row.and_then(|r| r.0))
+                }
+            }
+        })
+    }
+
+    pub fn opt_int(&self, sql: &str) -> Option<i64> {
+        self.try_opt_int(sql)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    pub fn int(&self, sql: &str) -> i64 {
+        self.opt_int(sql)
+            .unwrap_or_else(|| panic!("{sql}: NULL or no row"))
+    }
+
+    /// The session holding advisory lock `name` (MySQL connection id, PostgreSQL pid).
+    pub fn lock_holder(&self, name: &str) -> Option<i64> {
+        match self.dialect() {
+            Dialect::MySql => {
+                self.opt_int(&format!("SELECT CAST(IS_USED_LOCK('{name}') AS SIGNED)"))
+            }
+            Dialect::Postgres => self.opt_int(&format!(
+                "SELECT pid::bigint FROM pg_locks WHERE locktype = 'advisory' AND granted \
+                 AND ((classid::bigint << 32) | objid::bigint) = hashtext('{name}')::bigint"
+            )),
+        }
+    }
+
+    /// Ends session `id` on the server (as an operator's `KILL` or `pg_terminate_backend`).
+    pub fn kill(&self, id: i64) {
+        match self.dialect() {
+            Dialect::MySql => {
+                self.exec(&format!("KILL {id}"));
+            }
+            Dialect::Postgres => {
+                self.int(&format!("SELECT pg_terminate_backend({id})::int::bigint"));
+            }
+        }
+    }
+
+    /// A GORM-like soft-deleting table: unsigned auto-increment id, unique name, nullable
+    /// note, nullable `deleted_at` with milliseconds.
+    pub fn soft_delete_table(&self, name: &str) -> String {
+        let t = self.quote(name);
+        match self.dialect() {
+            Dialect::MySql => format!(
+                "CREATE TABLE {t} (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, \
+                 name VARCHAR(191) NOT NULL, note TEXT NULL, deleted_at DATETIME(3) NULL, \
+                 UNIQUE KEY uk_{name}_name (name)) ENGINE=InnoDB"
+            ),
+            Dialect::Postgres => format!(
+                "CREATE TABLE {t} (id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL UNIQUE, \
+                 note TEXT NULL, deleted_at TIMESTAMPTZ(3) NULL)"
+            ),
+        }
+    }
+
+    pub fn plain_table(&self, name: &str) -> String {
+        let t = self.quote(name);
+        match self.dialect() {
+            Dialect::MySql => {
+                format!("CREATE TABLE {t} (id BIGINT AUTO_INCREMENT PRIMARY KEY, a TEXT)")
+            }
+            Dialect::Postgres => format!("CREATE TABLE {t} (id BIGSERIAL PRIMARY KEY, a TEXT)"),
+        }
+    }
+
+    /// A timestamp literal for `deleted_at`, in UTC.
+    pub fn timestamp(&self, ms: u64) -> String {
+        let at = chrono::DateTime::from_timestamp_millis(i64::try_from(ms).expect("ms"))
+            .expect("in range");
+        match self.dialect() {
+            Dialect::MySql => format!("'{}'", at.format("%Y-%m-%d %H:%M:%S%.3f")),
+            Dialect::Postgres => format!("'{}+00'", at.format("%Y-%m-%d %H:%M:%S%.3f")),
+        }
+    }
+
+    /// Inserts `n` rows named `{prefix}{i}`, soft-deleted at `deleted_at(i)`, a thousand to
+    /// a statement; their ids, in order.
+    pub fn fill(
+        &self,
+        table: &str,
+        prefix: &str,
+        n: u64,
+        deleted_at: impl Fn(u64) -> Option<u64>,
+    ) -> Vec<u64> {
+        let t = self.quote(table);
+        let mut ids = Vec::new();
+        let mut start = 0;
+        while start < n {
+            let end = (start + 1000).min(n);
+            let mut sql = format!("INSERT INTO {t} (name, deleted_at) VALUES ");
+            for i in start..end {
+                let at = deleted_at(i).map_or("NULL".to_owned(), |ms| self.timestamp(ms));
+                let sep = if i > start { ", " } else { "" };
+                let _ = write!(sql, "{sep}('{prefix}{i}', {at})");
+            }
+            self.exec(&sql);
+            let first = format!("{prefix}{start}");
+            let last = format!("{prefix}{}", end - 1);
+            let lo = self.int(&format!(
+                "SELECT CAST(id AS {}) FROM {t} WHERE name = '{first}'",
+                self.bigint()
+            ));
+            let hi = self.int(&format!(
+                "SELECT CAST(id AS {}) FROM {t} WHERE name = '{last}'",
+                self.bigint()
+            ));
+            let lo = u64::try_from(lo).expect("id");
+            let hi = u64::try_from(hi).expect("id");
+            assert_eq!(
+                hi - lo,
+                end - 1 - start,
+                "one statement's ids are consecutive"
+            );
+            ids.extend(lo..=hi);
+            start = end;
+        }
+        ids
+    }
+
+    fn bigint(&self) -> &'static str {
+        match self.dialect() {
+            Dialect::MySql => "SIGNED",
+            Dialect::Postgres => "BIGINT",
+        }
+    }
+}
