@@ -152,7 +152,13 @@ impl Conn {
                 .fetch_optional(c)
                 .await
                 .map_err(|e| Error::sql(what(), e))?
-                .map(|row| row.try_get::<Option<i64>, _>(0)),
+                .map(|row| {
+                    // Session ids and some functions' results are unsigned.
+                    row.try_get::<Option<i64>, _>(0).or_else(|_| {
+                        row.try_get::<Option<u64>, _>(0)
+                            .map(|v| v.map(|v| i64::try_from(v).unwrap_or(i64::MAX)))
+                    })
+                }),
             Self::Postgres(c) => bind_pg(sqlx::query(sql), params)
                 .fetch_optional(c)
                 .await
@@ -161,6 +167,7 @@ impl Conn {
                     row.try_get::<Option<bool>, _>(0)
                         .map(|b| b.map(i64::from))
                         .or_else(|_| row.try_get::<Option<i64>, _>(0))
+                        .or_else(|_| row.try_get::<Option<i32>, _>(0).map(|v| v.map(i64::from)))
                 }),
         };
         Ok(row

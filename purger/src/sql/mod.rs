@@ -197,7 +197,7 @@ impl SqlBackend {
     }
 
     /// A new session, retried with backoff: the server may be restarting.
-    fn connect(&self) -> Result<Conn> {
+    pub(crate) fn connect(&self) -> Result<Conn> {
         let mut sleep = CONNECT_BACKOFF;
         let mut attempt = 1;
         loop {

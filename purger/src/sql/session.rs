@@ -19,6 +19,8 @@ pub(crate) struct SqlSession<'a> {
     /// `None` once closed: after a connection failure or a timeout.
     conn: Option<Conn>,
     dialect: Dialect,
+    /// The session's id on the server, to end it from outside after a timeout.
+    server_id: Option<i64>,
     lock: String,
     deadline: tokio::time::Instant,
     table: Option<OpenTable>,
@@ -68,9 +70,18 @@ impl<'a> SqlSession<'a> {
             backend,
             dialect: conn.dialect(),
             conn: Some(conn),
+            server_id: None,
             lock: lock.to_owned(),
             deadline: tokio::time::Instant::now() + backend.pass_timeout,
             table: None,
+        };
+        let id_sql = statements::session_id(session.dialect);
+        session.server_id = match session.run(async |c| c.scalar(id_sql, &[]).await) {
+            Ok(id) => id,
+            Err(e) => {
+                session.close_broken();
+                return Err(e);
+            }
         };
         let sql = statements::try_lock(session.dialect);
         let name = [Param::from(lock)];
@@ -107,7 +118,7 @@ impl<'a> SqlSession<'a> {
             .block_on(async { tokio::time::timeout_at(deadline, op(conn)).await });
         match outcome {
             Err(_) => {
-                self.close_broken();
+                self.terminate();
                 Err(Error::PassTimedOut(self.backend.pass_timeout))
             }
             Ok(Err(e)) if e.is_connection_failure() => {
@@ -130,6 +141,41 @@ impl<'a> SqlSession<'a> {
             let _inside = self.backend.runtime.enter();
             drop(conn);
             tracing::warn!(lock = %self.lock, "closed the purge session's connection");
+        }
+    }
+
+    /// Closes the connection and ends the session on the server from a fresh connection, so
+    /// a statement stuck in it (waiting on a row lock) lets go of the advisory lock now.
+    fn terminate(&mut self) {
+        self.close_broken();
+        let Some(id) = self.server_id else {
+            return;
+        };
+        let backend = self.backend;
+        let killed = backend.connect().and_then(|mut conn| {
+            backend.runtime.block_on(async {
+                let sql = statements::kill_session(conn.dialect(), id);
+                let ended = tokio::time::timeout(RELEASE_TIMEOUT, conn.execute(&sql, &[])).await;
+                let _ = conn.close().await;
+                match ended {
+                    Ok(result) => result.map(|_| ()),
+                    Err(_) => Err(Error::LockFailed {
+                        name: format!("session {id}"),
+                        reason: "ending it took too long".to_owned(),
+                    }),
+                }
+            })
+        });
+        match killed {
+            Ok(()) => {
+                tracing::warn!(lock = %self.lock, session = id, "ended the stuck purge session")
+            }
+            Err(e) => tracing::warn!(
+                lock = %self.lock,
+                session = id,
+                error = %e,
+                "could not end the stuck purge session; the server frees its lock when it ends"
+            ),
         }
     }
 
@@ -275,7 +321,7 @@ impl PurgeSession for SqlSession<'_> {
             }
             Err(_) => {
                 self.conn = Some(conn);
-                self.close_broken();
+                self.terminate();
                 Err(Error::LockFailed {
                     name: self.lock.clone(),
                     reason: format!("releasing took over {RELEASE_TIMEOUT:?}"),

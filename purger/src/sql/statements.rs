@@ -40,6 +40,25 @@ pub(crate) fn unlock(d: Dialect) -> &'static str {
     }
 }
 
+/// This session's id on the server.
+pub(crate) fn session_id(d: Dialect) -> &'static str {
+    match d {
+        Dialect::MySql => "SELECT CONNECTION_ID()",
+        Dialect::Postgres => "SELECT pg_backend_pid()",
+    }
+}
+
+/// Ends session `id`: a statement still running in it stops, and its
+/// locks go. Closing a connection is not enough: a statement waiting on a row lock keeps its
+/// session, and the session its advisory lock, until the wait ends (forever by default on
+/// PostgreSQL, which does not notice a departed client meanwhile).
+pub(crate) fn kill_session(d: Dialect, id: i64) -> String {
+    match d {
+        Dialect::MySql => format!("KILL {id}"),
+        Dialect::Postgres => format!("SELECT pg_terminate_backend({id})"),
+    }
+}
+
 /// How many tables of that name the connection's database (schema) has.
 pub(crate) fn table_exists(d: Dialect) -> &'static str {
     match d {

@@ -69,6 +69,19 @@ macro_rules! on_every_backend {
     };
 }
 
+/// Runs each named test, a `fn(Kind)`, against each server: `mysql::name`, `postgres::name`.
+#[macro_export]
+macro_rules! on_both_servers {
+    ($($test:ident),* $(,)?) => {
+        mod mysql {
+            $( #[test] fn $test() { super::$test(super::common::env::Kind::MySql) } )*
+        }
+        mod postgres {
+            $( #[test] fn $test() { super::$test(super::common::env::Kind::Postgres) } )*
+        }
+    };
+}
+
 static ENVS: AtomicU64 = AtomicU64::new(0);
 
 pub struct Env {

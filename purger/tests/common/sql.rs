@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use cairn_purger::Dialect;
 use sqlx::mysql::MySqlConnection;
 use sqlx::postgres::PgConnection;
-use sqlx::{Connection as _, Executor as _};
+use sqlx::{Connection as _, Executor as _, Row as _};
 
 pub struct SqlClient {
     runtime: tokio::runtime::Runtime,
@@ -81,9 +81,13 @@ impl SqlClient {
         self.runtime.block_on(async {
             match &mut *conn {
                 Conn::MySql(c) => {
-                    let row: Option<(Option<i64>,)> =
-                        sqlx::query_as(sql).fetch_optional(&mut *c).await?;
-                    Ok(row.and_then(|r| r.0))
+                    let Some(row) = sqlx::query(sql).fetch_optional(&mut *c).await? else {
+                        return Ok(None);
+                    };
+                    row.try_get::<Option<i64>, _>(0).or_else(|_| {
+                        let v = row.try_get::<Option<u64>, _>(0)?;
+                        Ok(v.map(|v| i64::try_from(v).expect("fits")))
+                    })
                 }
                 Conn::Postgres(c) => {
                     let row: Option<(Option<i64>,)> =
