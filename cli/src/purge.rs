@@ -1,5 +1,6 @@
-//! `cairn purge`: the soft-delete tombstone purger over a database's tables, and `cairn purge
-//! demo`, which shows the whole lifecycle on a temporary database and a fast clock.
+//! `cairn purge`: the soft-delete tombstone purger over a Cairn database's tables (`--db DIR`)
+//! or a MySQL/MariaDB or PostgreSQL database (`--database-url URL`), and `cairn purge demo`,
+//! which shows the whole lifecycle on a temporary database and a fast clock.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,19 +9,25 @@ use std::time::Duration;
 
 use cairn::{Db, Options};
 use cairn_purger::{
-    CUBEMASTER_LOCK, CUBEOPS_LOCK, PassReport, PurgeConfig, Purger, Tables, TablesOptions,
-    cube_master_purge_tables, cube_ops_purge_tables, disable_hard_delete_from_yaml,
+    CUBEMASTER_LOCK, CUBEOPS_LOCK, PassReport, PurgeConfig, Purger, SqlBackend, Tables,
+    TablesOptions, cube_master_purge_tables, cube_ops_purge_tables, disable_hard_delete_from_yaml,
 };
 use clap::{Args, Subcommand};
 
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
+#[command(group(clap::ArgGroup::new("database").args(["db", "database_url"]).required(true)))]
 pub struct PurgeArgs {
     #[command(subcommand)]
     demo: Option<PurgeSub>,
-    /// Database directory (must exist).
-    #[arg(long, required = true)]
+    /// Cairn database directory (must exist).
+    #[arg(long)]
     db: Option<PathBuf>,
+    /// A MySQL/MariaDB (`mysql://user:password@host:3306/db`) or PostgreSQL
+    /// (`postgres://user@host:5432/db`) database instead of --db; replicas share the server's
+    /// advisory lock.
+    #[arg(long)]
+    database_url: Option<String>,
     /// YAML file with the `soft_delete_purge` block (and CubeMaster's `common` block).
     #[arg(long, required = true)]
     config: Option<PathBuf>,
@@ -38,7 +45,8 @@ pub struct PurgeArgs {
     /// killed; a killed purger's lock frees itself when its 5-minute lease ends).
     #[arg(long)]
     passes: Option<u64>,
-    /// Do not apply pending migrations (as with `CUBE_AUTO_MIGRATION=false`).
+    /// Do not apply pending migrations (as with `CUBE_AUTO_MIGRATION=false`); on a server,
+    /// migration 20260731120000 then has to be applied out of band or purges scan tables.
     #[arg(long)]
     no_migrate: bool,
     /// Print JSON lines: with --once the pass's report, in the loop one per table and pass.
@@ -64,7 +72,8 @@ struct DemoArgs {
 }
 
 /// Exit codes: 0 done, 1 a table failed (or the demo's audit found a trace), 2 the database
-/// or the engine failed, 3 bad arguments or configuration.
+/// or the engine failed (with `--once`: a server that cannot be reached), 3 bad arguments or
+/// configuration (an unsupported `--database-url` scheme among them).
 pub fn run(args: PurgeArgs) -> i32 {
     if let Some(PurgeSub::Demo(demo)) = args.demo {
         // The engine's notes on the compactions the purge sets off would tear the output.
@@ -78,8 +87,8 @@ pub fn run(args: PurgeArgs) -> i32 {
         };
     }
     crate::init_logging_with("info");
-    let (Some(db), Some(config)) = (args.db.clone(), args.config.clone()) else {
-        return crate::bad_args("cairn purge needs --db DIR and --config FILE");
+    let Some(config) = args.config.clone() else {
+        return crate::bad_args("cairn purge needs --config FILE");
     };
     let text = match std::fs::read_to_string(&config) {
         Ok(text) => text,
@@ -93,27 +102,51 @@ pub fn run(args: PurgeArgs) -> i32 {
         Ok(list) => list,
         Err(why) => return crate::bad_args(&why),
     };
-    let options = Options::default().create_if_missing(false);
-    let tables = Db::open(&db, options)
-        .map_err(cairn_purger::Error::from)
-        .and_then(|db| {
-            let options = TablesOptions::default().auto_migration(!args.no_migrate);
-            Tables::open_with(Arc::new(db), &options)
-        });
-    let tables = match tables {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("cairn purge: cannot open {}: {e}", db.display());
-            return 2;
-        }
+    let purger = match (&args.db, &args.database_url) {
+        (Some(db), None) => match open_tables(db, !args.no_migrate) {
+            Ok(tables) => Purger::new(tables, &args.lock, list, purge_config),
+            Err(e) => {
+                eprintln!("cairn purge: cannot open {}: {e}", db.display());
+                return 2;
+            }
+        },
+        (None, Some(url)) => match SqlBackend::new(url) {
+            Ok(backend) => {
+                if !args.no_migrate && purge_config.enable {
+                    migrate(&backend, &list());
+                }
+                Purger::new(backend, &args.lock, list, purge_config)
+            }
+            Err(e) => return crate::bad_args(&format!("--database-url: {e}")),
+        },
+        _ => return crate::bad_args("cairn purge needs --db DIR or --database-url URL"),
     };
-    let purger = Purger::new(tables, &args.lock, list, purge_config);
     if args.once {
         let result = purger.run_pass();
         print_pass(&result, args.json);
         return exit_code(&result);
     }
     run_loop(&purger, &args)
+}
+
+fn open_tables(db: &Path, migrate: bool) -> cairn_purger::Result<Tables> {
+    let db = Db::open(db, Options::default().create_if_missing(false))?;
+    let options = TablesOptions::default().auto_migration(migrate);
+    Tables::open_with(Arc::new(db), &options)
+}
+
+/// Migration 20260731120000 on the server's purge targets. A failure (the server is down)
+/// is logged and the purger starts anyway: its passes retry the connection each tick, and
+/// without the index they scan.
+fn migrate(backend: &SqlBackend, tables: &[String]) {
+    match backend.migrate(tables) {
+        Ok(indexed) if indexed.is_empty() => {}
+        Ok(indexed) => tracing::info!(?indexed, "applied migration 20260731120000"),
+        Err(e) => tracing::warn!(
+            error = %e,
+            "migration 20260731120000 not applied; purges scan tables until it is"
+        ),
+    }
 }
 
 /// The table list, asked for at every pass: `--tables`, or the lock's list. CubeMaster's is

@@ -260,8 +260,11 @@ async fn add_deleted_at_indexes(conn: &mut Conn, tables: &[String]) -> Result<Ve
     let dialect = conn.dialect();
     let mut indexed = Vec::new();
     for table in tables {
-        let Some(shape) = session::table_shape(conn, table).await? else {
-            continue;
+        // Like the embedded migration: a target this database does not have is skipped.
+        let shape = match session::table_shape(conn, table).await {
+            Ok(Some(shape)) => shape,
+            Ok(None) | Err(Error::NoSuchTable(_)) => continue,
+            Err(e) => return Err(e),
         };
         if shape.indexed {
             continue;

@@ -168,7 +168,7 @@ impl<'a> SqlSession<'a> {
         });
         match killed {
             Ok(()) => {
-                tracing::warn!(lock = %self.lock, session = id, "ended the stuck purge session")
+                tracing::warn!(lock = %self.lock, session = id, "ended the stuck purge session");
             }
             Err(e) => tracing::warn!(
                 lock = %self.lock,
@@ -335,5 +335,72 @@ impl Drop for SqlSession<'_> {
     fn drop(&mut self) {
         // A pass that ended without `finish` (a panic): closing frees the lock.
         self.close_broken();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::PurgeBackend;
+
+    /// The servers named by `CAIRN_MYSQL_URL` and `CAIRN_PG_URL` (those set).
+    fn servers() -> Vec<SqlBackend> {
+        ["CAIRN_MYSQL_URL", "CAIRN_PG_URL"]
+            .into_iter()
+            .filter_map(|var| match std::env::var(var) {
+                Ok(url) if !url.is_empty() => Some(SqlBackend::new(&url).expect(var)),
+                _ => {
+                    eprintln!("skipped on {var}: not set");
+                    None
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_release_that_finds_the_lock_gone_fails_with_current_session_did_not_hold_lock() {
+        for backend in servers() {
+            let lock = format!("unit_release_{}", std::process::id());
+            let conn = backend.connect().expect("connect");
+            let mut session = SqlSession::begin(&backend, conn, &lock)
+                .expect("begin")
+                .expect("the lock is free");
+            session.renew().expect("held");
+            // The lock goes behind the pass's back (here: released on its own session).
+            let sql = statements::unlock(session.dialect);
+            let name = [Param::from(lock.as_str())];
+            let released = session.run(async |c| c.scalar(sql, &name).await);
+            assert_eq!(released.expect("unlock"), Some(1));
+            let renewed = session.renew();
+            assert!(
+                matches!(renewed, Err(Error::LockLost { .. })),
+                "{renewed:?}"
+            );
+            let finished = Box::new(session).finish();
+            let text = finished
+                .expect_err("release of a lock not held")
+                .to_string();
+            assert!(text.contains("current session did not hold lock"), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_second_session_is_refused_the_lock_until_the_first_finishes() {
+        for backend in servers() {
+            let lock = format!("unit_second_{}", std::process::id());
+            let first = backend
+                .begin_pass(&lock, "a", Duration::from_secs(1))
+                .expect("begin")
+                .expect("free");
+            let second = backend
+                .begin_pass(&lock, "b", Duration::from_secs(1))
+                .expect("begin");
+            assert!(second.is_none(), "GET_LOCK(name, 0) does not wait");
+            first.finish().expect("release");
+            let third = backend
+                .begin_pass(&lock, "c", Duration::from_secs(1))
+                .expect("begin");
+            third.expect("free again").finish().expect("release");
+        }
     }
 }

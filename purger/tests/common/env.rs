@@ -94,7 +94,7 @@ pub struct Env {
 
 enum Place {
     Embedded(Fixture),
-    Sql(SqlPlace),
+    Sql(Box<SqlPlace>),
 }
 
 /// A database (MySQL) or schema (PostgreSQL) of the env's own.
@@ -103,7 +103,7 @@ pub struct SqlPlace {
     pub url: String,
     pub client: SqlClient,
     admin: SqlClient,
-    name: String,
+    drop_sql: String,
     backend: SqlBackend,
 }
 
@@ -122,7 +122,7 @@ impl Env {
             }
             Kind::MySql | Kind::Postgres => {
                 let base = kind.server_url()?;
-                Place::Sql(SqlPlace::create(kind, &base, &tag, &clock))
+                Place::Sql(Box::new(SqlPlace::create(kind, &base, &tag, &clock)))
             }
         };
         let env = Env {
@@ -321,20 +321,7 @@ impl SqlPlace {
                 kind.url_var().unwrap_or_default()
             )
         });
-        let name = format!("cairn_t_{tag}");
-        let url = match kind {
-            Kind::MySql => {
-                admin.exec(&format!("DROP DATABASE IF EXISTS {name}"));
-                admin.exec(&format!("CREATE DATABASE {name}"));
-                with_database(base, &name)
-            }
-            _ => {
-                admin.exec(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"));
-                admin.exec(&format!("CREATE SCHEMA {name}"));
-                let sep = if base.contains('?') { '&' } else { '?' };
-                format!("{base}{sep}options=-c%20search_path%3D{name}")
-            }
-        };
+        let (url, drop_sql) = admin.scratch(base, &format!("cairn_t_{tag}"));
         let client = SqlClient::connect(&url).expect("connect to the test's database");
         let backend = SqlBackend::new(&url)
             .expect("backend")
@@ -343,7 +330,7 @@ impl SqlPlace {
             url,
             client,
             admin,
-            name,
+            drop_sql,
             backend,
         }
     }
@@ -355,27 +342,8 @@ impl SqlPlace {
 
 impl Drop for SqlPlace {
     fn drop(&mut self) {
-        let sql = match self.client.dialect() {
-            cairn_purger::Dialect::MySql => format!("DROP DATABASE IF EXISTS {}", self.name),
-            cairn_purger::Dialect::Postgres => {
-                format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name)
-            }
-        };
-        if let Err(e) = self.admin.try_exec(&sql) {
-            eprintln!("dropping {}: {e}", self.name);
+        if let Err(e) = self.admin.try_exec(&self.drop_sql) {
+            eprintln!("{}: {e}", self.drop_sql);
         }
-    }
-}
-
-/// `base` (a MySQL URL) pointing at database `name`, its query kept.
-pub fn with_database(base: &str, name: &str) -> String {
-    let (scheme, rest) = base.split_once("://").expect("a URL");
-    let (before_query, query) = rest
-        .split_once('?')
-        .map_or((rest, None), |(a, q)| (a, Some(q)));
-    let authority = before_query.split('/').next().expect("authority");
-    match query {
-        Some(q) => format!("{scheme}://{authority}/{name}?{q}"),
-        None => format!("{scheme}://{authority}/{name}"),
     }
 }

@@ -1,6 +1,9 @@
 //! A plain SQL client for the tests: set up tables, fill them, look at what is left, and
 //! play the other sessions of a race (resurrecting updates, row locks, killing a session).
-//! Synchronous, on a runtime of its own; panics on any error, as a test should.
+//! Synchronous, on a runtime of its own; panics on any error, as a test should. The CLI's
+//! tests include this file too.
+
+#![allow(dead_code, reason = "each test file uses its own part")]
 
 use std::fmt::Write as _;
 use std::sync::Mutex;
@@ -38,6 +41,33 @@ impl SqlClient {
             runtime,
             conn: Mutex::new(conn),
         })
+    }
+
+    /// Creates database (MySQL) or schema (PostgreSQL) `name` afresh on this client's server:
+    /// the URL reaching it (from `base`, this client's URL) and the statement dropping it.
+    pub fn scratch(&self, base: &str, name: &str) -> (String, String) {
+        match self.dialect() {
+            Dialect::MySql => {
+                self.exec(&format!("DROP DATABASE IF EXISTS {name}"));
+                self.exec(&format!("CREATE DATABASE {name}"));
+                let (scheme, rest) = base.split_once("://").expect("a URL");
+                let (before_query, query) =
+                    rest.split_once('?').map_or((rest, None), |(a, q)| (a, Some(q)));
+                let authority = before_query.split('/').next().expect("authority");
+                let url = match query {
+                    Some(q) => format!("{scheme}://{authority}/{name}?{q}"),
+                    None => format!("{scheme}://{authority}/{name}"),
+                };
+                (url, format!("DROP DATABASE IF EXISTS {name}"))
+            }
+            Dialect::Postgres => {
+                self.exec(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"));
+                self.exec(&format!("CREATE SCHEMA {name}"));
+                let sep = if base.contains('?') { '&' } else { '?' };
+                let url = format!("{base}{sep}options=-c%20search_path%3D{name}");
+                (url, format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
+            }
+        }
     }
 
     pub fn dialect(&self) -> Dialect {
