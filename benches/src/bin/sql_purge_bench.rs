@@ -1,8 +1,9 @@
 //! `sql-purge-bench`: the soft-delete purger over MySQL/MariaDB or PostgreSQL. Per round, in the
-//! database the URL names: a fresh GORM-shaped table of N rows, all soft-deleted long ago (so all
-//! eligible), purged to the end in passes (5,000 rows a pass, 500 a batch) once with the
-//! `deleted_at` index of migration `20260731120000` and once without. Reports medians of rows
-//! purged per second and the index's speed-up measured side by side in each round.
+//! database the URL names: a fresh GORM-shaped table of N rows soft-deleted long ago (so all
+//! eligible; with `--sparse-every K` one in K, the rest live), purged to the end in passes
+//! (5,000 rows a pass, 500 a batch) once with the `deleted_at` index of migration
+//! `20260731120000` and once without. Reports medians of rows purged per second and the index's
+//! speed-up measured side by side in each round.
 //!
 //! ```sh
 //! cargo run --release -p cairn-bench --bin sql-purge-bench -- \
@@ -31,6 +32,9 @@ struct Args {
     /// Rounds; the table shows medians
     #[arg(long, default_value_t = 3)]
     runs: u64,
+    /// One row in this many is eligible, the rest live (1: all eligible)
+    #[arg(long, default_value_t = 1)]
+    sparse_every: u64,
 }
 
 const TABLE: &str = "cairn_purge_bench";
@@ -46,9 +50,12 @@ fn main() -> Result<()> {
         let mut round = [0.0; 2];
         for (slot, indexed) in [(0, true), (1, false)] {
             let fill = Instant::now();
-            runtime.block_on(create_and_fill(&args.database_url, dialect, args.rows))?;
+            let filling =
+                create_and_fill(&args.database_url, dialect, args.rows, args.sparse_every);
+            runtime.block_on(filling)?;
             eprintln!("round {run}: {} rows in {:.1?}", args.rows, fill.elapsed());
-            round[slot] = purge_all(&args.database_url, indexed, args.rows)?;
+            let eligible = args.rows.div_ceil(args.sparse_every.max(1));
+            round[slot] = purge_all(&args.database_url, indexed, eligible)?;
             eprintln!("round {run}: indexed {indexed}: {:.0} rows/s", round[slot]);
         }
         rounds.push(round);
@@ -60,8 +67,10 @@ fn main() -> Result<()> {
         v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
     };
     println!(
-        "{dialect:?}: {} eligible rows, {} rounds, medians of rows purged per second:",
-        args.rows, args.runs
+        "{dialect:?}: {} rows, {} eligible, {} rounds, medians of rows purged per second:",
+        args.rows,
+        args.rows.div_ceil(args.sparse_every.max(1)),
+        args.runs
     );
     let lines: [(&str, &dyn Fn(&[f64; 2]) -> f64); 3] = [
         ("deleted_at index", &|r| r[0]),
@@ -83,9 +92,14 @@ fn drop_table(dialect: Dialect) -> String {
     format!("DROP TABLE IF EXISTS {}", dialect.quote(TABLE))
 }
 
-/// A fresh table of `rows` rows soft-deleted in 2020, made by the server from a 1,000-row
-/// helper table crossed with itself.
-async fn create_and_fill(url: &str, dialect: Dialect, rows: u64) -> Result<()> {
+/// A fresh table of `rows` rows, one in `every` soft-deleted in 2020 and the rest live, made by
+/// the server from a 1,000-row helper table crossed with itself.
+async fn create_and_fill(url: &str, dialect: Dialect, rows: u64, every: u64) -> Result<()> {
+    let every = every.max(1);
+    let old = match dialect {
+        Dialect::MySql => "TIMESTAMP '2020-01-01 00:00:00'",
+        Dialect::Postgres => "TIMESTAMPTZ '2020-01-01 00:00:00+00'",
+    };
     let t = dialect.quote(TABLE);
     let digits = dialect.quote("cairn_purge_bench_digits");
     let create = match dialect {
@@ -109,7 +123,8 @@ async fn create_and_fill(url: &str, dialect: Dialect, rows: u64) -> Result<()> {
         format!(
             "INSERT INTO {t} (name, spec, deleted_at) \
              SELECT CONCAT('sandbox-', a.n * 1000 + b.n), CONCAT('{{\"cpu\": ', b.n % 16, '}}'), \
-             '2020-01-01 00:00:00' FROM {digits} a CROSS JOIN {digits} b \
+             CASE WHEN (a.n * 1000 + b.n) % {every} = 0 THEN {old} END \
+             FROM {digits} a CROSS JOIN {digits} b \
              WHERE a.n * 1000 + b.n < {rows}"
         ),
         format!("DROP TABLE {digits}"),
@@ -154,12 +169,21 @@ fn purge_all(url: &str, indexed: bool, rows: u64) -> Result<f64> {
         enable: true,
         ..PurgeConfig::default()
     };
-    let purger = Purger::new(backend, "cairn_purge_bench", || vec![TABLE.to_owned()], config);
+    let purger = Purger::new(
+        backend,
+        "cairn_purge_bench",
+        || vec![TABLE.to_owned()],
+        config,
+    );
     let start = Instant::now();
     let mut total = 0;
     loop {
         let report = purger.run_pass()?;
-        if report.tables.first().is_some_and(|t| t.full_scan == indexed) {
+        if report
+            .tables
+            .first()
+            .is_some_and(|t| t.full_scan == indexed)
+        {
             return Err("the index is not what the round asked for".into());
         }
         if report.purged() == 0 {

@@ -51,8 +51,9 @@ impl SqlClient {
                 self.exec(&format!("DROP DATABASE IF EXISTS {name}"));
                 self.exec(&format!("CREATE DATABASE {name}"));
                 let (scheme, rest) = base.split_once("://").expect("a URL");
-                let (before_query, query) =
-                    rest.split_once('?').map_or((rest, None), |(a, q)| (a, Some(q)));
+                let (before_query, query) = rest
+                    .split_once('?')
+                    .map_or((rest, None), |(a, q)| (a, Some(q)));
                 let authority = before_query.split('/').next().expect("authority");
                 let url = match query {
                     Some(q) => format!("{scheme}://{authority}/{name}?{q}"),
