@@ -15,6 +15,10 @@
 //! tries again at its next tick. Times in `DATETIME`/`TIMESTAMP` columns are read as UTC (the
 //! connection's time zone is UTC).
 //!
+//! The backend is blocking, like the rest of the purger: it drives its connections on a
+//! runtime of its own. From async code, call a pass through `spawn_blocking` (a pass called on
+//! a tokio worker thread panics: a runtime cannot block inside another).
+//!
 //! Not here: connection pooling (a pass is one session), TLS (the build has none), other
 //! dialects (`UnsupportedDialect`).
 
