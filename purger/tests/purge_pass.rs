@@ -27,6 +27,7 @@ const REPLICA: &str = "t_cube_template_replica";
 on_every_backend!(
     a_disabled_purger_runs_no_pass_and_deletes_nothing,
     the_cutoff_is_strict_and_live_rows_never_go,
+    the_clamps_hold_on_every_backend,
     twelve_thousand_rows_drain_over_capped_passes,
     each_pass_selects_in_batches_and_stops_at_a_short_one,
     a_dry_run_counts_the_whole_backlog_and_deletes_nothing,
@@ -104,6 +105,35 @@ fn the_cutoff_is_strict_and_live_rows_never_go(kind: Kind) {
         assert!(gone(ancient));
         assert_eq!(table.purged, 2);
     }
+}
+
+/// A retention under an hour is raised to an hour, and a zero one becomes the 7-day default,
+/// whatever backend the purger runs over.
+fn the_clamps_hold_on_every_backend(kind: Kind) {
+    let Some(env) = env(kind) else { return };
+    let minute = Duration::from_secs(60);
+    let young = env.insert(SPEC, "young", Some(env.now() - ms(59 * minute)));
+    let old = env.insert(SPEC, "old", Some(env.now() - ms(61 * minute)));
+    let config = PurgeConfig {
+        retention: minute,
+        ..enabled()
+    };
+    let report = purger(&env, &[SPEC], config).run_pass().expect("pass");
+    assert_eq!(report.cutoff_ms, env.now() - ms(HOUR), "1m is raised to 1h");
+    assert!(env.exists(SPEC, young) && !env.exists(SPEC, old));
+    let week = env.insert(SPEC, "week", Some(env.now() - ms(6 * 24 * HOUR)));
+    let config = PurgeConfig {
+        retention: Duration::ZERO,
+        ..enabled()
+    };
+    let report = purger(&env, &[SPEC], config).run_pass().expect("pass");
+    assert_eq!(
+        report.cutoff_ms,
+        env.now() - ms(7 * 24 * HOUR),
+        "0 is the default"
+    );
+    assert_eq!(report.purged(), 0);
+    assert!(env.exists(SPEC, week) && env.exists(SPEC, young));
 }
 
 fn twelve_thousand_rows_drain_over_capped_passes(kind: Kind) {
