@@ -42,7 +42,8 @@ pub struct PurgeArgs {
     #[arg(long, value_delimiter = ',')]
     tables: Vec<String>,
     /// Stop the loop after this many passes, skipped ones included (default: run until
-    /// killed; a killed purger's lock frees itself when its 5-minute lease ends).
+    /// killed; a killed purger's lock frees itself when its 5-minute lease ends, or on a server
+    /// when its connection closes).
     #[arg(long)]
     passes: Option<u64>,
     /// Do not apply pending migrations (as with `CUBE_AUTO_MIGRATION=false`); on a server,
@@ -72,8 +73,9 @@ struct DemoArgs {
 }
 
 /// Exit codes: 0 done, 1 a table failed (or the demo's audit found a trace), 2 the database
-/// or the engine failed (with `--once`: a server that cannot be reached), 3 bad arguments or
-/// configuration (an unsupported `--database-url` scheme among them).
+/// or the engine failed (a server that cannot be reached: with `--once`, or in any pass of a
+/// loop bounded by `--passes`), 3 bad arguments or configuration (an unsupported
+/// `--database-url` scheme among them).
 pub fn run(args: PurgeArgs) -> i32 {
     if let Some(PurgeSub::Demo(demo)) = args.demo {
         // The engine's notes on the compactions the purge sets off would tear the output.
@@ -233,11 +235,20 @@ fn run_loop(purger: &Purger, args: &PurgeArgs) -> i32 {
     while args.passes.is_none_or(|n| running.passes() < n) {
         std::thread::sleep(Duration::from_millis(200));
     }
+    let failed_passes = running.failed_passes();
     if let Err(e) = running.stop() {
         eprintln!("cairn purge: {e}");
         return 2;
     }
-    i32::from(failed.load(Ordering::SeqCst))
+    if failed.load(Ordering::SeqCst) {
+        1
+    } else if failed_passes > 0 {
+        // Whole passes failed without a table failing: the lock or the database.
+        eprintln!("cairn purge: {failed_passes} passes failed (see the log)");
+        2
+    } else {
+        0
+    }
 }
 
 fn print_pass(result: &cairn_purger::Result<PassReport>, json: bool) {

@@ -32,6 +32,34 @@ fn postgres_two_processes_at_one_tick_purge_once() {
     two_processes_at_one_tick("CAIRN_PG_URL");
 }
 
+/// A loop bounded by `--passes` over a server that is down: each pass fails (after a few
+/// connection attempts), the loop goes on, and the exit status says so.
+#[test]
+fn a_loop_over_a_server_that_is_down_goes_on_and_exits_2() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("purge.yaml");
+    std::fs::write(
+        &config,
+        "soft_delete_purge:\n  enable: true\n  interval: 1m\n",
+    )
+    .expect("config");
+    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args([
+            "purge",
+            "--database-url",
+            "mysql://root:secret@127.0.0.1:1/test",
+        ])
+        .arg("--config")
+        .arg(&config)
+        .args(["--passes", "1", "--no-migrate"])
+        .output()
+        .expect("run cairn");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("purge pass failed"), "{stderr}");
+    assert!(!stderr.contains("secret"), "{stderr}");
+}
+
 /// A database (MySQL) or schema (PostgreSQL) of the test's own, dropped afterwards.
 struct Scratch {
     admin: SqlClient,
@@ -166,7 +194,9 @@ fn two_processes_at_one_tick(var: &str) {
     assert_eq!(code, 1, "a table failed: {stderr}");
     assert!(report["tables"][0]["error"].is_string(), "{report}");
     blocker.exec("ROLLBACK");
-    assert!(c.lock_holder(&lock).is_none(), "the server freed the lock");
+    wait_until("the server frees the lock", || {
+        c.lock_holder(&lock).is_none()
+    });
     let next = purge(&db.url, &config, &lock).spawn().expect("spawn");
     let (code, report, stderr) = finish(next);
     assert_eq!(code, 0, "{stderr}");

@@ -33,6 +33,8 @@ pub(crate) struct LoopState {
     cancel: Arc<AtomicBool>,
     wake: Condvar,
     passes: AtomicU64,
+    /// Passes that failed or panicked.
+    failed: AtomicU64,
     handles: AtomicUsize,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -104,8 +106,12 @@ fn run_loop(purger: &Purger, state: &LoopState) {
     loop {
         match catch_unwind(AssertUnwindSafe(|| purger.run_pass())) {
             Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "purge pass failed"),
+            Ok(Err(e)) => {
+                state.failed.fetch_add(1, Ordering::SeqCst);
+                tracing::warn!(error = %e, "purge pass failed");
+            }
             Err(panic) => {
+                state.failed.fetch_add(1, Ordering::SeqCst);
                 let message = panic
                     .downcast_ref::<&str>()
                     .map(ToString::to_string)
@@ -151,6 +157,13 @@ impl Running {
         self.state
             .as_ref()
             .map_or(0, |s| s.passes.load(Ordering::SeqCst))
+    }
+
+    /// Passes the loop has finished that failed (a table, the lock, the database) or panicked.
+    pub fn failed_passes(&self) -> u64 {
+        self.state
+            .as_ref()
+            .map_or(0, |s| s.failed.load(Ordering::SeqCst))
     }
 
     /// Whether a loop runs behind this handle (false if the purger was not enabled).

@@ -73,11 +73,34 @@ const MIGRATION_LOCK: &str = "cairn_migration_20260731120000";
 /// ```
 #[derive(Clone)]
 pub struct SqlBackend {
-    runtime: Arc<tokio::runtime::Runtime>,
+    runtime: Arc<Runtime>,
     options: Options,
     identity: String,
     clock: Arc<dyn cairn::Clock>,
     pass_timeout: Duration,
+}
+
+/// The backend's runtime, shut down without blocking when the last clone goes, so dropping a
+/// backend inside async code does not panic.
+struct Runtime(Option<tokio::runtime::Runtime>);
+
+impl std::ops::Deref for Runtime {
+    type Target = tokio::runtime::Runtime;
+
+    fn deref(&self) -> &Self::Target {
+        // Some until dropped.
+        self.0
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("the runtime is taken only in drop"))
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -107,14 +130,20 @@ impl SqlBackend {
         let dialect = Dialect::from_url(url)?;
         let bad = |e: sqlx::Error| Error::invalid(format!("database URL: {e}"));
         let options = match dialect {
-            Dialect::MySql => Options::MySql(MySqlConnectOptions::from_str(url).map_err(bad)?),
+            // The cutoff is bound in UTC: a `timezone=` in the URL would shift how `TIMESTAMP`
+            // columns compare with it.
+            Dialect::MySql => Options::MySql(
+                MySqlConnectOptions::from_str(url)
+                    .map_err(bad)?
+                    .timezone(Some("+00:00".to_owned())),
+            ),
             Dialect::Postgres => Options::Postgres(PgConnectOptions::from_str(url).map_err(bad)?),
         };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
         Ok(Self {
-            runtime: Arc::new(runtime),
+            runtime: Arc::new(Runtime(Some(runtime))),
             options,
             identity: redact(url),
             clock: Arc::new(cairn::SystemClock),
@@ -129,10 +158,10 @@ impl SqlBackend {
         self
     }
 
-    /// Bounds each pass by `timeout` instead of [`DEFAULT_PASS_TIMEOUT`].
+    /// Bounds each pass by `timeout` (at least a second) instead of [`DEFAULT_PASS_TIMEOUT`].
     #[must_use]
     pub fn pass_timeout(mut self, timeout: Duration) -> Self {
-        self.pass_timeout = timeout;
+        self.pass_timeout = timeout.max(Duration::from_secs(1));
         self
     }
 
@@ -155,13 +184,14 @@ impl SqlBackend {
 
     /// Applies migration `20260731120000`: to each of `tables` that exists, has `deleted_at`
     /// and no index led by it, adds `idx_<table>_deleted_at`. Runs under a server lock so two
-    /// processes starting together do not both build an index. Idempotent; returns the tables
-    /// it indexed. On PostgreSQL each `CREATE INDEX` holds a lock that blocks writes to the
-    /// table while it builds: run it in a quiet window on big tables.
+    /// processes starting together do not both build an index, and waits at most a minute for
+    /// each table's lock. Idempotent; returns the tables it indexed. On PostgreSQL each
+    /// `CREATE INDEX` holds a lock that blocks writes to the table while it builds: run it in
+    /// a quiet window on big tables.
     ///
     /// # Errors
-    /// `Sql` for a connection or statement failure; `LockFailed` if another migration held
-    /// the lock for a minute.
+    /// `Sql` for a connection or statement failure (the first, once every table was tried);
+    /// `LockFailed` if another migration held the lock for a minute.
     pub fn migrate(&self, tables: &[String]) -> Result<Vec<String>> {
         let mut conn = self.connect()?;
         let dialect = conn.dialect();
@@ -233,7 +263,13 @@ impl SqlBackend {
         };
         match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
             Ok(conn) => conn.map_err(|e| Error::sql(what(), e)),
-            Err(_) => Err(Error::sql(what(), sqlx::Error::PoolTimedOut)),
+            Err(_) => Err(Error::sql(
+                what(),
+                sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no connection after {CONNECT_TIMEOUT:?}"),
+                )),
+            )),
         }
     }
 }
@@ -253,35 +289,60 @@ impl PurgeBackend for SqlBackend {
         _holder: &str,
         _lease: Duration,
     ) -> Result<Option<Box<dyn PurgeSession + '_>>> {
+        // MySQL refuses longer names (and its locks span every database of the server).
+        if self.dialect() == Dialect::MySql && name.chars().count() > 64 {
+            return Err(Error::invalid(format!(
+                "lock name {name:?} is longer than MySQL's 64 characters"
+            )));
+        }
         let conn = self.connect()?;
         SqlSession::begin(self, conn, name)
             .map(|session| session.map(|s| Box::new(s) as Box<dyn PurgeSession + '_>))
     }
 }
 
-/// Migration `20260731120000` on one session; the tables it indexed.
+/// Migration `20260731120000` on one session; the tables it indexed. A table that fails (its
+/// lock wait ran out behind a long transaction) does not stop the others; the first failure is
+/// returned once all were tried.
 async fn add_deleted_at_indexes(conn: &mut Conn, tables: &[String]) -> Result<Vec<String>> {
     let dialect = conn.dialect();
+    let bound = statements::bound_lock_waits(dialect, MIGRATION_LOCK_WAIT);
+    conn.execute(&bound, &[]).await?;
     let mut indexed = Vec::new();
+    let mut first_error = None;
     for table in tables {
-        // Like the embedded migration: a target this database does not have is skipped.
-        let shape = match session::table_shape(conn, table).await {
-            Ok(Some(shape)) => shape,
-            Ok(None) | Err(Error::NoSuchTable(_)) => continue,
-            Err(e) => return Err(e),
-        };
-        if shape.indexed {
-            continue;
+        match add_deleted_at_index(conn, table).await {
+            Ok(true) => {
+                tracing::info!(
+                    table,
+                    "migration 20260731120000: added the deleted_at index"
+                );
+                indexed.push(table.clone());
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(table, error = %e, "migration 20260731120000 failed on a table");
+                first_error.get_or_insert(e);
+            }
         }
-        let sql = statements::create_deleted_at_index(dialect, table);
-        conn.execute(&sql, &[]).await?;
-        tracing::info!(
-            table,
-            "migration 20260731120000: added the deleted_at index"
-        );
-        indexed.push(table.clone());
     }
-    Ok(indexed)
+    first_error.map_or(Ok(indexed), Err)
+}
+
+/// Adds the index to `table` unless it is absent, does not soft-delete, or has an index led by
+/// `deleted_at` (like the embedded migration); whether it added one.
+async fn add_deleted_at_index(conn: &mut Conn, table: &str) -> Result<bool> {
+    let shape = match session::table_shape(conn, table).await {
+        Ok(Some(shape)) => shape,
+        Ok(None) | Err(Error::NoSuchTable(_)) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    if shape.indexed {
+        return Ok(false);
+    }
+    let sql = statements::create_deleted_at_index(conn.dialect(), table);
+    conn.execute(&sql, &[]).await?;
+    Ok(true)
 }
 
 /// `url` without its user, password or any `password` parameter: safe to log, and still

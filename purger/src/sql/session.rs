@@ -11,6 +11,14 @@ use super::{RELEASE_TIMEOUT, SqlBackend, statements};
 use crate::backend::{PurgeSession, TableShape};
 use crate::error::{Error, Result};
 
+/// `now + timeout`, or a century from now for a timeout past what an `Instant` holds.
+fn deadline(timeout: Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(timeout)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
+        .unwrap_or(now)
+}
+
 /// Attempts at a delete the server rolled back for a deadlock.
 const DELETE_ATTEMPTS: u32 = 3;
 
@@ -72,7 +80,7 @@ impl<'a> SqlSession<'a> {
             conn: Some(conn),
             server_id: None,
             lock: lock.to_owned(),
-            deadline: tokio::time::Instant::now() + backend.pass_timeout,
+            deadline: deadline(backend.pass_timeout),
             table: None,
         };
         let id_sql = statements::session_id(session.dialect);
@@ -83,6 +91,10 @@ impl<'a> SqlSession<'a> {
                 return Err(e);
             }
         };
+        if let Err(e) = session.bound() {
+            session.close_broken();
+            return Err(e);
+        }
         let sql = statements::try_lock(session.dialect);
         let name = [Param::from(lock)];
         match session.run(async |c| c.scalar(sql, &name).await) {
@@ -102,6 +114,23 @@ impl<'a> SqlSession<'a> {
                 session.close_broken();
                 Err(e)
             }
+        }
+    }
+
+    /// Sets the server-side bounds of [`statements::bound_session`]: the pass's timeout on
+    /// lock waits (PostgreSQL: statements), a minute more of idleness.
+    fn bound(&mut self) -> Result<()> {
+        let wait = self.backend.pass_timeout;
+        let idle = wait.saturating_add(Duration::from_secs(60));
+        let [waits, idles] = statements::bound_session(self.dialect, wait, idle);
+        self.run(async |c| c.execute(&waits, &[]).await)?;
+        match self.run(async |c| c.execute(&idles, &[]).await) {
+            // PostgreSQL before 14 has no idle_session_timeout.
+            Err(e) if !e.is_connection_failure() && self.dialect == Dialect::Postgres => {
+                tracing::debug!(error = %e, "no idle_session_timeout on this server");
+                Ok(())
+            }
+            other => other.map(|_| ()),
         }
     }
 
@@ -381,6 +410,39 @@ mod tests {
                 .expect_err("release of a lock not held")
                 .to_string();
             assert!(text.contains("current session did not hold lock"), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_pass_session_bounds_its_waits_on_the_server() {
+        for backend in servers() {
+            let backend = backend.pass_timeout(Duration::from_secs(7));
+            let lock = format!("unit_bounds_{}", std::process::id());
+            let conn = backend.connect().expect("connect");
+            let mut session = SqlSession::begin(&backend, conn, &lock)
+                .expect("begin")
+                .expect("the lock is free");
+            let (waits, idles) = match session.dialect {
+                Dialect::MySql => (
+                    "SELECT @@SESSION.innodb_lock_wait_timeout",
+                    "SELECT @@SESSION.wait_timeout",
+                ),
+                Dialect::Postgres => (
+                    "SELECT setting::bigint FROM pg_settings WHERE name = 'statement_timeout'",
+                    "SELECT setting::bigint FROM pg_settings WHERE name = 'idle_session_timeout'",
+                ),
+            };
+            let wait = session.run(async |c| c.scalar(waits, &[]).await);
+            let idle = session.run(async |c| c.scalar(idles, &[]).await);
+            let expected = match session.dialect {
+                Dialect::MySql => (7, 67),
+                Dialect::Postgres => (7_000, 67_000),
+            };
+            assert_eq!(
+                (wait.expect("wait"), idle.expect("idle")),
+                (Some(expected.0), Some(expected.1))
+            );
+            Box::new(session).finish().expect("release");
         }
     }
 

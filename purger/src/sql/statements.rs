@@ -1,6 +1,8 @@
 //! The SQL the purger sends, per dialect. The purge itself is CubeSandbox's text exactly: the
 //! select, the delete that re-checks the predicate, and the dry run's count.
 
+use std::time::Duration;
+
 use super::conn::Dialect;
 
 /// `1` when acquired, `0` when another session holds it, anything else an error.
@@ -37,6 +39,42 @@ pub(crate) fn unlock(d: Dialect) -> &'static str {
     match d {
         Dialect::MySql => "SELECT RELEASE_LOCK(?)",
         Dialect::Postgres => "SELECT pg_advisory_unlock(hashtext($1))",
+    }
+}
+
+/// Bounds the session's waits on the server itself, so the lock goes even if the purger cannot
+/// end the session (its host died, the network is cut, the kill failed): MySQL gives up a
+/// row-lock wait after `wait` and closes the session after `idle` without a statement;
+/// PostgreSQL cancels a statement after `wait` and (version 14 on) closes an idle session after
+/// `idle`. The second statement may fail on an old server; the caller lets it.
+pub(crate) fn bound_session(d: Dialect, wait: Duration, idle: Duration) -> [String; 2] {
+    let secs = |d: Duration| d.as_secs().clamp(1, 31_536_000);
+    let millis = |d: Duration| d.as_millis().clamp(1, 2_147_483_647);
+    match d {
+        Dialect::MySql => [
+            format!("SET SESSION innodb_lock_wait_timeout = {}", secs(wait)),
+            format!("SET SESSION wait_timeout = {}", secs(idle)),
+        ],
+        Dialect::Postgres => [
+            format!("SET statement_timeout = {}", millis(wait)),
+            format!("SET idle_session_timeout = {}", millis(idle)),
+        ],
+    }
+}
+
+/// Bounds the migration's waits for locks on the tables it indexes (MySQL's metadata lock,
+/// PostgreSQL's table lock): an index build queued behind a long transaction would block
+/// every write queued behind it.
+pub(crate) fn bound_lock_waits(d: Dialect, wait: Duration) -> String {
+    match d {
+        Dialect::MySql => format!(
+            "SET SESSION lock_wait_timeout = {}",
+            wait.as_secs().clamp(1, 31_536_000)
+        ),
+        Dialect::Postgres => format!(
+            "SET lock_timeout = {}",
+            wait.as_millis().clamp(1, 2_147_483_647)
+        ),
     }
 }
 
