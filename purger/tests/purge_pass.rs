@@ -13,7 +13,7 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cairn_purger::{
     ColumnType, Error, PassReport, PurgeConfig, Purger, Schema, cube_master_purge_tables,
@@ -317,15 +317,8 @@ fn capture_logs<T>(body: impl FnOnce() -> T) -> (String, T) {
     (text, out)
 }
 
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+fn wait_for(what: &str, done: impl FnMut() -> bool) {
+    common::wait_for(what, Duration::from_secs(30), done);
 }
 
 fn the_loop_waits_a_full_interval_after_each_pass(kind: Kind) {

@@ -236,15 +236,8 @@ fn a_pass_stuck_behind_a_row_lock_times_out_and_frees_the_lock(kind: Kind) {
     );
 }
 
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn wait_until(what: &str, done: impl FnMut() -> bool) {
+    common::wait_for(what, Duration::from_secs(10), done);
 }
 
 /// A server that refuses connections: each pass fails after a few attempts, with an error

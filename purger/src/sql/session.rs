@@ -321,7 +321,7 @@ impl PurgeSession for SqlSession<'_> {
     }
 
     fn finish(mut self: Box<Self>) -> Result<()> {
-        let Some(mut conn) = self.conn.take() else {
+        let Some(conn) = self.conn.as_mut() else {
             // Closed after a failure the pass has reported; the server freed the lock.
             return Ok(());
         };
@@ -330,32 +330,26 @@ impl PurgeSession for SqlSession<'_> {
         // Timers are made inside the runtime: a `timeout` built outside it panics.
         let releasing =
             async { tokio::time::timeout(RELEASE_TIMEOUT, conn.scalar(sql, &name)).await };
-        match self.backend.runtime.block_on(releasing) {
-            Ok(Ok(Some(1))) => {
-                self.conn = Some(conn);
-                self.close_politely();
-                Ok(())
-            }
-            Ok(Ok(_)) => {
-                self.conn = Some(conn);
-                self.close_broken();
-                Err(Error::LockNotHeld {
-                    name: self.lock.clone(),
-                })
-            }
-            Ok(Err(e)) => {
-                self.conn = Some(conn);
-                self.close_broken();
-                Err(e)
-            }
-            Err(_) => {
-                self.conn = Some(conn);
-                self.terminate();
-                Err(Error::LockFailed {
-                    name: self.lock.clone(),
-                    reason: format!("releasing took over {RELEASE_TIMEOUT:?}"),
-                })
-            }
+        let released = self.backend.runtime.block_on(releasing);
+        if matches!(released, Ok(Ok(Some(1)))) {
+            self.close_politely();
+            return Ok(());
+        }
+        // Whatever else happened, the session goes, so the server frees what it held.
+        if released.is_err() {
+            self.terminate();
+        } else {
+            self.close_broken();
+        }
+        match released {
+            Ok(Ok(_)) => Err(Error::LockNotHeld {
+                name: self.lock.clone(),
+            }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(Error::LockFailed {
+                name: self.lock.clone(),
+                reason: format!("releasing took over {RELEASE_TIMEOUT:?}"),
+            }),
         }
     }
 }

@@ -60,12 +60,7 @@ macro_rules! on_every_backend {
         mod embedded {
             $( #[test] fn $test() { super::$test(super::common::env::Kind::Embedded) } )*
         }
-        mod mysql {
-            $( #[test] fn $test() { super::$test(super::common::env::Kind::MySql) } )*
-        }
-        mod postgres {
-            $( #[test] fn $test() { super::$test(super::common::env::Kind::Postgres) } )*
-        }
+        $crate::on_both_servers!($($test),*);
     };
 }
 

@@ -120,6 +120,15 @@ pub fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).expect("fits")
 }
 
+/// Polls `done` until it holds; fails the test, naming `what`, after `limit`.
+pub fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// The seeds a randomized test runs: `CAIRN_SEED` alone, else `CAIRN_SEEDS` of them (default
 /// `default`), printed so a failure can be replayed.
 pub fn seeds(default: u64) -> Vec<u64> {
