@@ -5,8 +5,8 @@
 use std::fmt::Write as _;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
-use sqlx::mysql::{MySqlArguments, MySqlConnection};
-use sqlx::postgres::{PgArguments, PgConnection};
+use sqlx::mysql::{MySqlArguments, MySqlConnection, MySqlRow};
+use sqlx::postgres::{PgArguments, PgConnection, PgRow};
 use sqlx::query::Query;
 use sqlx::{Connection as _, MySql, Postgres, Row as _};
 
@@ -95,6 +95,43 @@ impl From<&str> for Param {
     }
 }
 
+/// A first column's value as the purger reads it: every integer type (MySQL's unsigned ones,
+/// PostgreSQL's `int4`, a boolean as 0 or 1) widens to one integer.
+#[derive(Debug)]
+enum Cell {
+    Null,
+    Int(i128),
+    Text(String),
+}
+
+fn mysql_cell(row: &MySqlRow) -> std::result::Result<Cell, sqlx::Error> {
+    if let Ok(v) = row.try_get::<Option<i64>, _>(0) {
+        return Ok(v.map_or(Cell::Null, |v| Cell::Int(v.into())));
+    }
+    // Session ids and some functions' results are unsigned.
+    if let Ok(v) = row.try_get::<Option<u64>, _>(0) {
+        return Ok(v.map_or(Cell::Null, |v| Cell::Int(v.into())));
+    }
+    Ok(row
+        .try_get::<Option<String>, _>(0)?
+        .map_or(Cell::Null, Cell::Text))
+}
+
+fn pg_cell(row: &PgRow) -> std::result::Result<Cell, sqlx::Error> {
+    if let Ok(v) = row.try_get::<Option<bool>, _>(0) {
+        return Ok(v.map_or(Cell::Null, |v| Cell::Int(v.into())));
+    }
+    if let Ok(v) = row.try_get::<Option<i64>, _>(0) {
+        return Ok(v.map_or(Cell::Null, |v| Cell::Int(v.into())));
+    }
+    if let Ok(v) = row.try_get::<Option<i32>, _>(0) {
+        return Ok(v.map_or(Cell::Null, |v| Cell::Int(v.into())));
+    }
+    Ok(row
+        .try_get::<Option<String>, _>(0)?
+        .map_or(Cell::Null, Cell::Text))
+}
+
 /// An open connection (a session on the server: its advisory locks live as long as it does).
 #[derive(Debug)]
 pub(crate) enum Conn {
@@ -143,92 +180,62 @@ impl Conn {
         }
     }
 
+    /// The first column of every row, decoded as [`Cell`]s.
+    async fn first_column(&mut self, sql: &str, params: &[Param]) -> Result<Vec<Cell>> {
+        let what = || format!("running {sql:?}");
+        let cells: std::result::Result<Vec<Cell>, sqlx::Error> = match self {
+            Self::MySql(c) => bind_mysql(sqlx::query(sql), params)
+                .fetch_all(c)
+                .await
+                .map_err(|e| Error::sql(what(), e))?
+                .iter()
+                .map(mysql_cell)
+                .collect(),
+            Self::Postgres(c) => bind_pg(sqlx::query(sql), params)
+                .fetch_all(c)
+                .await
+                .map_err(|e| Error::sql(what(), e))?
+                .iter()
+                .map(pg_cell)
+                .collect(),
+        };
+        cells.map_err(|e| Error::sql(what(), e))
+    }
+
     /// The first column of the first row as an integer (a boolean reads as 0 or 1); `None`
     /// for SQL NULL or no row.
     pub(crate) async fn scalar(&mut self, sql: &str, params: &[Param]) -> Result<Option<i64>> {
-        let what = || format!("running {sql:?}");
-        let row = match self {
-            Self::MySql(c) => bind_mysql(sqlx::query(sql), params)
-                .fetch_optional(c)
-                .await
-                .map_err(|e| Error::sql(what(), e))?
-                .map(|row| {
-                    // Session ids and some functions' results are unsigned.
-                    row.try_get::<Option<i64>, _>(0).or_else(|_| {
-                        row.try_get::<Option<u64>, _>(0)
-                            .map(|v| v.map(|v| i64::try_from(v).unwrap_or(i64::MAX)))
-                    })
-                }),
-            Self::Postgres(c) => bind_pg(sqlx::query(sql), params)
-                .fetch_optional(c)
-                .await
-                .map_err(|e| Error::sql(what(), e))?
-                .map(|row| {
-                    row.try_get::<Option<bool>, _>(0)
-                        .map(|b| b.map(i64::from))
-                        .or_else(|_| row.try_get::<Option<i64>, _>(0))
-                        .or_else(|_| row.try_get::<Option<i32>, _>(0).map(|v| v.map(i64::from)))
-                }),
-        };
-        Ok(row
-            .transpose()
-            .map_err(|e| Error::sql(what(), e))?
-            .flatten())
+        match self.first_column(sql, params).await?.into_iter().next() {
+            None | Some(Cell::Null) => Ok(None),
+            Some(Cell::Int(v)) => Ok(Some(i64::try_from(v).unwrap_or(i64::MAX))),
+            Some(Cell::Text(t)) => Err(Error::invalid(format!(
+                "running {sql:?}: expected a number, got {t:?}"
+            ))),
+        }
     }
 
     /// The first column of the first row as text; `None` for SQL NULL or no row.
     pub(crate) async fn text(&mut self, sql: &str, params: &[Param]) -> Result<Option<String>> {
-        let what = || format!("running {sql:?}");
-        let value = match self {
-            Self::MySql(c) => bind_mysql(sqlx::query(sql), params)
-                .fetch_optional(c)
-                .await
-                .map_err(|e| Error::sql(what(), e))?
-                .map(|row| row.try_get::<Option<String>, _>(0)),
-            Self::Postgres(c) => bind_pg(sqlx::query(sql), params)
-                .fetch_optional(c)
-                .await
-                .map_err(|e| Error::sql(what(), e))?
-                .map(|row| row.try_get::<Option<String>, _>(0)),
-        };
-        Ok(value
-            .transpose()
-            .map_err(|e| Error::sql(what(), e))?
-            .flatten())
+        match self.first_column(sql, params).await?.into_iter().next() {
+            None | Some(Cell::Null) => Ok(None),
+            Some(Cell::Text(t)) => Ok(Some(t)),
+            Some(Cell::Int(v)) => Err(Error::invalid(format!(
+                "running {sql:?}: expected text, got {v}"
+            ))),
+        }
     }
 
     /// The first column of every row, as non-negative ids (`BIGINT [UNSIGNED]`, `INT`).
     pub(crate) async fn ids(&mut self, sql: &str, params: &[Param]) -> Result<Vec<u64>> {
-        let what = || format!("running {sql:?}");
-        let ids: Vec<Result<i128, sqlx::Error>> = match self {
-            Self::MySql(c) => bind_mysql(sqlx::query(sql), params)
-                .fetch_all(c)
-                .await
-                .map_err(|e| Error::sql(what(), e))?
-                .iter()
-                .map(|row| {
-                    row.try_get::<u64, _>(0)
-                        .map(i128::from)
-                        .or_else(|_| row.try_get::<i64, _>(0).map(i128::from))
-                })
-                .collect(),
-            Self::Postgres(c) => bind_pg(sqlx::query(sql), params)
-                .fetch_all(c)
-                .await
-                .map_err(|e| Error::sql(what(), e))?
-                .iter()
-                .map(|row| {
-                    row.try_get::<i64, _>(0)
-                        .or_else(|_| row.try_get::<i32, _>(0).map(i64::from))
-                        .map(i128::from)
-                })
-                .collect(),
-        };
-        ids.into_iter()
-            .map(|id| {
-                let id = id.map_err(|e| Error::sql(what(), e))?;
-                u64::try_from(id)
-                    .map_err(|_| Error::invalid(format!("{}: negative id {id}", what())))
+        let cells = self.first_column(sql, params).await?;
+        cells
+            .into_iter()
+            .map(|cell| match cell {
+                Cell::Int(id) => u64::try_from(id)
+                    .map_err(|_| Error::invalid(format!("running {sql:?}: negative id {id}"))),
+                other => Err(Error::invalid(format!(
+                    "running {sql:?}: expected an id, got {other:?}"
+                ))),
             })
             .collect()
     }
