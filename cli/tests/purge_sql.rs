@@ -156,11 +156,7 @@ fn two_processes_at_one_tick(var: &str) {
     // meanwhile, skips.
     let blocker = SqlClient::connect(&db.url).expect("a third session");
     let t = c.quote(TABLE);
-    blocker.exec("BEGIN");
-    blocker.exec(&format!(
-        "SELECT id FROM {t} WHERE id = {} FOR UPDATE",
-        ids[0]
-    ));
+    blocker.lock_row(TABLE, ids[0]);
     let first = purge(&db.url, &config, &lock).spawn().expect("spawn");
     wait_until("the first process holds the lock", || {
         c.lock_holder(&lock).is_some()
@@ -178,11 +174,7 @@ fn two_processes_at_one_tick(var: &str) {
 
     // The holder's connection killed: it fails, and the lock is the next process's.
     let ids = c.fill(TABLE, "again", 20, |i| Some(old + i));
-    blocker.exec("BEGIN");
-    blocker.exec(&format!(
-        "SELECT id FROM {t} WHERE id = {} FOR UPDATE",
-        ids[0]
-    ));
+    blocker.lock_row(TABLE, ids[0]);
     let holder = purge(&db.url, &config, &lock).spawn().expect("spawn");
     let mut session = None;
     wait_until("the holder takes the lock", || {

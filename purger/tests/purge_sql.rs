@@ -210,12 +210,7 @@ fn a_pass_stuck_behind_a_row_lock_times_out_and_frees_the_lock(kind: Kind) {
     let sql = env.sql().expect("a server");
     let ids = env.fill(SPEC, "old", 10, |_| Some(env.now() - ms(2 * HOUR)));
     let blocker = SqlClient::connect(&sql.url).expect("a second connection");
-    let t = blocker.quote(SPEC);
-    blocker.exec("BEGIN");
-    blocker.exec(&format!(
-        "SELECT id FROM {t} WHERE id = {} FOR UPDATE",
-        ids[3]
-    ));
+    blocker.lock_row(SPEC, ids[3]);
     let backend = sql.backend().clone().pass_timeout(Duration::from_secs(2));
     let lock = env.lock("stuck");
     let p = Purger::new(backend, &lock, move || vec![SPEC.to_owned()], enabled());

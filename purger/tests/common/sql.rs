@@ -139,6 +139,14 @@ impl SqlClient {
             .unwrap_or_else(|| panic!("{sql}: NULL or no row"))
     }
 
+    /// Opens a transaction holding a row lock on row `id` of `table`, so another session's
+    /// `DELETE` of it waits until this one ends (`ROLLBACK`).
+    pub fn lock_row(&self, table: &str, id: u64) {
+        self.exec("BEGIN");
+        let t = self.quote(table);
+        self.exec(&format!("SELECT id FROM {t} WHERE id = {id} FOR UPDATE"));
+    }
+
     /// The session holding advisory lock `name` (MySQL connection id, PostgreSQL pid).
     pub fn lock_holder(&self, name: &str) -> Option<i64> {
         match self.dialect() {
