@@ -12,11 +12,13 @@
 mod common;
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use cairn_purger::{Error, PurgeConfig, Purger, SqlBackend};
+use cairn_purger::{
+    Error, PurgeBackend, PurgeConfig, PurgeSession, Purger, SqlBackend, TableShape,
+};
 use common::env::{Env, Kind};
 use common::sql::SqlClient;
 use common::{HOUR, enabled, ms, seeds};
@@ -62,7 +64,13 @@ fn race(env: &Env, seed: u64) {
     let racer = SqlClient::connect(&sql.url).expect("a second connection");
     let stop = AtomicBool::new(false);
     let touched = Mutex::new(HashSet::new());
-    let p = env.purger(&env.lock("race"), vec![SPEC.to_owned()], enabled());
+    let touches = Arc::new(AtomicUsize::new(0));
+    let paced = Paced {
+        inner: sql.backend().clone(),
+        touches: Arc::clone(&touches),
+    };
+    let list = vec![SPEC.to_owned()];
+    let p = Purger::new(paced, &env.lock("race"), move || list.clone(), enabled());
     let mut purged = 0;
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -104,6 +112,7 @@ fn race(env: &Env, seed: u64) {
                 // or soft-deleted past the cutoff, never eligible again.
                 if racer.exec(&sql) == 1 {
                     touched.lock().expect("touched").insert(id);
+                    touches.fetch_add(1, Ordering::SeqCst);
                 }
             }
         });
@@ -141,6 +150,88 @@ fn race(env: &Env, seed: u64) {
         "seed {seed}: {} rows resurrected or re-deleted during the passes, {gone} purged",
         touched.len()
     );
+}
+
+/// The real SQL backend, except that each batch's delete first waits (at most a second) until
+/// the racer has committed a few more updates since the last batch. However fast the server
+/// deletes, the race then overlaps every batch, and many updates land between a batch's
+/// select and its delete, where only the delete's re-check keeps a resurrected row.
+struct Paced {
+    inner: SqlBackend,
+    touches: Arc<AtomicUsize>,
+}
+
+/// Racer commits each batch waits for.
+const TOUCHES_PER_BATCH: usize = 3;
+
+impl PurgeBackend for Paced {
+    fn identity(&self) -> String {
+        self.inner.identity()
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.inner.now_ms()
+    }
+
+    fn begin_pass(
+        &self,
+        name: &str,
+        holder: &str,
+        lease: Duration,
+    ) -> cairn_purger::Result<Option<Box<dyn PurgeSession + '_>>> {
+        let Some(inner) = self.inner.begin_pass(name, holder, lease)? else {
+            return Ok(None);
+        };
+        Ok(Some(Box::new(PacedSession {
+            inner,
+            touches: &self.touches,
+            seen: self.touches.load(Ordering::SeqCst),
+        })))
+    }
+}
+
+struct PacedSession<'a> {
+    inner: Box<dyn PurgeSession + 'a>,
+    touches: &'a AtomicUsize,
+    seen: usize,
+}
+
+impl PurgeSession for PacedSession<'_> {
+    fn renew(&mut self) -> cairn_purger::Result<()> {
+        self.inner.renew()
+    }
+
+    fn open_table(&mut self, table: &str) -> cairn_purger::Result<TableShape> {
+        self.inner.open_table(table)
+    }
+
+    fn select(&mut self, cutoff_ms: u64, want: u64) -> cairn_purger::Result<Vec<u64>> {
+        self.inner.select(cutoff_ms, want)
+    }
+
+    fn count(&mut self, cutoff_ms: u64) -> cairn_purger::Result<u64> {
+        self.inner.count(cutoff_ms)
+    }
+
+    fn delete(
+        &mut self,
+        ids: &[u64],
+        cutoff_ms: u64,
+        stop: &dyn Fn() -> bool,
+        purged: &mut u64,
+    ) -> cairn_purger::Result<()> {
+        let want = self.seen + TOUCHES_PER_BATCH;
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while self.touches.load(Ordering::SeqCst) < want && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.seen = self.touches.load(Ordering::SeqCst);
+        self.inner.delete(ids, cutoff_ms, stop, purged)
+    }
+
+    fn finish(self: Box<Self>) -> cairn_purger::Result<()> {
+        self.inner.finish()
+    }
 }
 
 /// A purger holds the lock mid-pass (its callback waits after the first table); another
