@@ -64,10 +64,10 @@ fn race(env: &Env, seed: u64) {
     let racer = SqlClient::connect(&sql.url).expect("a second connection");
     let stop = AtomicBool::new(false);
     let touched = Mutex::new(HashSet::new());
-    let touches = Arc::new(AtomicUsize::new(0));
+    let commits = Arc::new(AtomicUsize::new(0));
     let paced = Paced {
         inner: sql.backend().clone(),
-        touches: Arc::clone(&touches),
+        touches: Arc::clone(&commits),
     };
     let list = vec![SPEC.to_owned()];
     let p = Purger::new(paced, &env.lock("race"), move || list.clone(), enabled());
@@ -112,7 +112,7 @@ fn race(env: &Env, seed: u64) {
                 // or soft-deleted past the cutoff, never eligible again.
                 if racer.exec(&sql) == 1 {
                     touched.lock().expect("touched").insert(id);
-                    touches.fetch_add(1, Ordering::SeqCst);
+                    commits.fetch_add(1, Ordering::SeqCst);
                 }
             }
         });
