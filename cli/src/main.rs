@@ -1,7 +1,9 @@
-//! `cairn`: stress and crash-test storage engines, starting with Cairn.
+//! `cairn`: stress and crash-test storage engines, starting with Cairn, and look inside a
+//! Cairn database: what is on disk, why deleted data is still there, where a key still lies.
 //!
-//! Exit codes: 0 pass, 1 a verification failed (or, for `purge`, a table failed), 2 the engine
-//! failed, 3 bad arguments or configuration.
+//! Exit codes: 0 pass (or done), 1 a verification failed (for `purge`, a table failed; for
+//! `get`, no value; for `audit`, traces remain), 2 the engine failed or the database could not
+//! be opened, 3 bad arguments or configuration.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,6 +13,11 @@ use cairn_stress::CrashConfig;
 use cairn_stress::{Limit, OpWeights, StressConfig, StressError};
 use clap::{Args, Parser, Subcommand};
 
+mod explain;
+mod inspect;
+mod kv;
+mod output;
+mod plot;
 mod purge;
 mod purge_demo;
 mod ttl;
@@ -19,7 +26,10 @@ mod ttl;
 #[command(
     name = "cairn",
     version,
-    about = "Stress and crash-test Cairn, an LSM engine where deletion is done right"
+    about = "Stress and crash-test Cairn, an LSM engine where deletion is done right, and look inside its databases",
+    after_help = "Exit codes: 0 done, 1 a check failed or the answer is no (get: no value, audit: traces remain), \
+                  2 the engine failed or the database could not be opened, 3 bad arguments. \
+                  Durations read as 20s, 10m, 1h or 500ms."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -36,6 +46,24 @@ enum Command {
     Purge(purge::PurgeArgs),
     /// TTL tasks: status|trigger|suspend|resume|cancel|history of a database's expiry reclaiming.
     Ttl(ttl::TtlArgs),
+    /// What is on disk: one table file, the MANIFEST's edits, or the levels of each column family.
+    Inspect(inspect::InspectArgs),
+    /// Why each tombstone in a range is still kept, grouped by reason (read-only).
+    Explain(explain::ExplainArgs),
+    /// Every place a key still lies; exits 0 only when nothing remains (read-only).
+    Audit(explain::AuditArgs),
+    /// The value of one key (read-only; exits 1 when it has none).
+    Get(kv::GetArgs),
+    /// Sets one key (the service must be stopped); `--ttl 1h` gives the cell a lifetime.
+    Put(kv::PutArgs),
+    /// Deletes one key (the service must be stopped).
+    Delete(kv::DeleteArgs),
+    /// Deletes the keys in [START, END) with one range tombstone (the service must be stopped).
+    DeleteRange(kv::DeleteRangeArgs),
+    /// Keys and values in order, from --from to --to (read-only).
+    Scan(kv::ScanArgs),
+    /// Levels, tombstones pending and droppable, memtables (read-only).
+    Stats(kv::StatsArgs),
 }
 
 #[derive(Debug, Args)]
@@ -54,20 +82,26 @@ struct StressArgs {
     /// Seed of every random choice.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Seconds to run (ignored with --ops).
-    #[arg(long, default_value_t = 60)]
-    duration: u64,
+    /// How long to run (`20s`, `10m`, `1h`; a bare number is seconds; ignored with --ops).
+    #[arg(long, default_value = "60s", value_parser = output::parse_duration)]
+    duration: Duration,
     /// Stop after this many operations instead of after --duration.
     #[arg(long)]
     ops: Option<u64>,
     /// Op weights over the defaults, e.g. `get=100,delete_range=50,reopen=1`.
     #[arg(long, default_value = "")]
     mix: String,
-    /// Tombstone grace period of the stressed column family, in ms.
-    #[arg(long, default_value_t = 0)]
-    grace_ms: u64,
-    /// Delete persistence deadline, in seconds.
-    #[arg(long)]
+    /// Tombstone grace period of the stressed column family (`500ms`, `2s`).
+    #[arg(long, value_parser = output::parse_duration, conflicts_with = "grace_ms")]
+    grace: Option<Duration>,
+    /// The grace period in ms (before `--grace` took durations).
+    #[arg(long, hide = true)]
+    grace_ms: Option<u64>,
+    /// Delete persistence deadline (`30s`, `10m`).
+    #[arg(long, value_parser = output::parse_duration, conflicts_with = "deadline_secs")]
+    deadline: Option<Duration>,
+    /// The deadline in seconds (before `--deadline` took durations).
+    #[arg(long, hide = true)]
     deadline_secs: Option<u64>,
     /// Probability that a write is synced.
     #[arg(long, default_value_t = 0.01)]
@@ -131,9 +165,9 @@ struct CrashArgs {
     /// Crash cycles per mode.
     #[arg(long, default_value_t = 5)]
     cycles: usize,
-    /// Stop starting new cycles after this many seconds (0: no limit).
-    #[arg(long, default_value_t = 0)]
-    duration: u64,
+    /// Stop starting new cycles after this long (`10m`; a bare number is seconds; 0: no limit).
+    #[arg(long, default_value = "0", value_parser = output::parse_duration)]
+    duration: Duration,
     /// Seed of timing, writes and power-loss modes.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -143,12 +177,12 @@ struct CrashArgs {
     /// Worker threads of each blackbox child.
     #[arg(long, default_value_t = 4)]
     threads: usize,
-    /// Shortest run before a kill, ms.
-    #[arg(long, default_value_t = 500)]
-    kill_min_ms: u64,
-    /// Longest run before a kill, ms.
-    #[arg(long, default_value_t = 3000)]
-    kill_max_ms: u64,
+    /// Shortest run before a kill (`500ms`).
+    #[arg(long, default_value = "500ms", value_parser = output::parse_duration)]
+    kill_min: Duration,
+    /// Longest run before a kill (`3s`).
+    #[arg(long, default_value = "3s", value_parser = output::parse_duration)]
+    kill_max: Duration,
     /// Probability that a write is synced (blackbox children).
     #[arg(long, default_value_t = 0.05)]
     sync_probability: f64,
@@ -174,6 +208,15 @@ fn main() -> ExitCode {
         Command::Crashtest(args) => crashtest(&args),
         Command::Purge(args) => purge::run(args),
         Command::Ttl(args) => ttl::run(&args),
+        Command::Inspect(args) => inspect::run(&args),
+        Command::Explain(args) => explain::explain(&args),
+        Command::Audit(args) => explain::audit(&args),
+        Command::Get(args) => kv::get(&args),
+        Command::Put(args) => kv::put(&args),
+        Command::Delete(args) => kv::delete(&args),
+        Command::DeleteRange(args) => kv::delete_range(&args),
+        Command::Scan(args) => kv::scan(&args),
+        Command::Stats(args) => kv::stats(&args),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(2))
 }
@@ -228,15 +271,17 @@ fn stress(args: StressArgs) -> i32 {
         threads: args.threads,
         keys: args.keys,
         seed: args.seed,
-        limit: args.ops.map_or(
-            Limit::Duration(Duration::from_secs(args.duration)),
-            Limit::Ops,
-        ),
+        limit: args.ops.map_or(Limit::Duration(args.duration), Limit::Ops),
         weights,
         db: args.db,
         sync_probability: args.sync_probability,
-        grace: Duration::from_millis(args.grace_ms),
-        deadline: args.deadline_secs.map(Duration::from_secs),
+        grace: args
+            .grace
+            .or(args.grace_ms.map(Duration::from_millis))
+            .unwrap_or_default(),
+        deadline: args
+            .deadline
+            .or(args.deadline_secs.map(Duration::from_secs)),
         memtable_size: args.memtable_size,
         max_value_size: args.max_value_size,
         op_log: args.op_log,
@@ -320,16 +365,19 @@ fn crashtest(args: &CrashArgs) -> i32 {
         let mut config = CrashConfig {
             cycles: args.cycles,
             seed: args.seed,
-            kill_after_ms: (args.kill_min_ms, args.kill_max_ms.max(args.kill_min_ms)),
+            kill_after_ms: (
+                millis(args.kill_min),
+                millis(args.kill_max.max(args.kill_min)),
+            ),
             stress: stress.clone(),
             ..CrashConfig::default()
         };
-        if args.duration > 0 {
+        if !args.duration.is_zero() {
             // Run cycles in batches until the time is up.
             config.cycles = usize::MAX;
         }
         // A time limit is shared out evenly between the modes.
-        let share = args.duration / modes.len() as u64;
+        let share = args.duration / u32::try_from(modes.len()).unwrap_or(1);
         let result = run_mode(
             mode,
             &config,
@@ -372,11 +420,15 @@ fn crashtest(args: &CrashArgs) -> i32 {
     worst
 }
 
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 fn run_mode(
     mode: &str,
     config: &CrashConfig,
     dir: &std::path::Path,
-    duration: u64,
+    duration: Duration,
     started: std::time::Instant,
 ) -> Result<cairn_stress::CrashReport, StressError> {
     std::fs::create_dir_all(dir)?;
@@ -388,7 +440,7 @@ fn run_mode(
             cairn_stress::power_loss(config, dir)
         }
     };
-    if duration == 0 {
+    if duration.is_zero() {
         return one(config);
     }
     // Time-bounded: one cycle at a time, so each stops cleanly.
@@ -398,7 +450,7 @@ fn run_mode(
     };
     let mut cycle_config = config.clone();
     cycle_config.cycles = 1;
-    while started.elapsed() < Duration::from_secs(duration) {
+    while started.elapsed() < duration {
         cycle_config.seed = config.seed + total.cycles as u64;
         cycle_config.first_cycle = config.first_cycle + total.cycles;
         let r = one(&cycle_config)?;

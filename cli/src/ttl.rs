@@ -208,10 +208,7 @@ fn run_with_progress(ttl: &TtlTasks, progress: bool) -> Result<(), TtlError> {
 
 fn print_rows(rows: &[TaskRow], json: bool) {
     if json {
-        match serde_json::to_string_pretty(rows) {
-            Ok(text) => println!("{text}"),
-            Err(e) => eprintln!("cannot encode the rows: {e}"),
-        }
+        crate::output::print_json(&rows);
         return;
     }
     let header = [
@@ -229,29 +226,7 @@ fn print_rows(rows: &[TaskRow], json: bool) {
         "RET_CODE",
     ];
     let cells: Vec<Vec<String>> = rows.iter().map(cells_of).collect();
-    let widths: Vec<usize> = header
-        .iter()
-        .enumerate()
-        .map(|(i, h)| {
-            cells
-                .iter()
-                .filter_map(|c| c.get(i).map(String::len))
-                .chain([h.len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let line = |values: &mut dyn Iterator<Item = &str>| {
-        let parts: Vec<String> = values
-            .zip(&widths)
-            .map(|(v, w)| format!("{v:<w$}"))
-            .collect();
-        println!("| {} |", parts.join(" | "));
-    };
-    line(&mut header.iter().copied());
-    for row in &cells {
-        line(&mut row.iter().map(String::as_str));
-    }
+    crate::output::print_table(&header, &cells);
     println!("{} rows", rows.len());
 }
 

@@ -74,10 +74,10 @@ fn a_short_crashtest_survives_kills_and_power_losses() {
             "2",
             "--keys",
             "1000",
-            "--kill-min-ms",
-            "300",
-            "--kill-max-ms",
-            "800",
+            "--kill-min",
+            "300ms",
+            "--kill-max",
+            "800ms",
         ])
         .output()
         .expect("run cairn");

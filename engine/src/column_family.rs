@@ -25,6 +25,7 @@ use crate::read::Version;
 use crate::stats::{CompactionCounts, TableInfo};
 use crate::super_version::MemSet;
 use crate::version_edit::VersionEdit;
+use cairn_sstable::SeqNo;
 
 /// A handle on a column family. Cheap to clone; it names the family by id, so a handle to a
 /// dropped family fails with `ColumnFamilyNotFound` rather than reaching a new family of the
@@ -277,7 +278,24 @@ impl ColumnFamily {
         &self,
         range: impl RangeBounds<K>,
     ) -> Result<Vec<TombstoneExplanation>> {
-        self.db.explain_tombstones(self.id, &owned_bounds(&range))
+        self.db
+            .explain_tombstones(self.id, &owned_bounds(&range), &[])
+    }
+
+    /// As [`explain_tombstones`](Self::explain_tombstones), judged as though snapshots at the
+    /// sequence numbers `snapshots` were held as well: what a snapshot another process holds
+    /// (or a long job is about to take) keeps. `cairn explain --snapshot` asks this of a
+    /// database opened read-only, where the service's own snapshots are out of sight.
+    ///
+    /// # Errors
+    /// `Corruption` if a table on the way is damaged.
+    pub fn explain_tombstones_with_snapshots<K: AsRef<[u8]>>(
+        &self,
+        range: impl RangeBounds<K>,
+        snapshots: &[SeqNo],
+    ) -> Result<Vec<TombstoneExplanation>> {
+        self.db
+            .explain_tombstones(self.id, &owned_bounds(&range), snapshots)
     }
 
     /// Every place — memtable, log file, table — that still holds a version or tombstone of

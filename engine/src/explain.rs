@@ -63,19 +63,27 @@ pub struct TombstoneExplanation {
 }
 
 impl DbInner {
-    /// Every tombstone of `cf` in `range` still in a memtable or table, and why it is kept.
+    /// Every tombstone of `cf` in `range` still in a memtable or table, and why it is kept,
+    /// judged as though the snapshots at `assumed` were held beside the live ones.
     pub(crate) fn explain_tombstones(
         &self,
         cf: u32,
         range: &(Bound<Bytes>, Bound<Bytes>),
+        assumed: &[SeqNo],
     ) -> Result<Vec<TombstoneExplanation>> {
         let sv = self.super_version();
+        let oldest_snapshot = self
+            .snapshots
+            .oldest()
+            .into_iter()
+            .chain(assumed.iter().copied())
+            .min();
         let judge = Judge {
             db: self,
             sv: &sv,
             cf,
             rules: TombstoneRules {
-                oldest_snapshot: self.snapshots.oldest(),
+                oldest_snapshot,
                 now: self.options.clock.now_ms(),
                 grace_ms: crate::clock::millis(sv.cf_options(cf)?.tombstone_grace),
             },

@@ -59,6 +59,12 @@ pub struct TableInfo {
     pub range_tombstones: u64,
     /// The earliest time (engine clock, ms) a cell TTL in it runs out, if any cell has one.
     pub earliest_expiry: Option<u64>,
+    /// When its oldest tombstone was written (engine clock, ms), if it holds one.
+    pub oldest_tombstone_time: Option<u64>,
+    /// The smallest sequence number in it.
+    pub smallest_seqno: SeqNo,
+    /// The largest sequence number in it.
+    pub largest_seqno: SeqNo,
 }
 
 impl TableInfo {
@@ -73,6 +79,9 @@ impl TableInfo {
             point_tombstones: file.num_point_tombstones,
             range_tombstones: file.num_range_tombstones,
             earliest_expiry: file.earliest_expiry,
+            oldest_tombstone_time: file.oldest_tombstone_time,
+            smallest_seqno: file.smallest_seqno,
+            largest_seqno: file.largest_seqno,
         }
     }
 }

@@ -1,0 +1,186 @@
+//! What the operator commands share: opening a database with a message that says what to do,
+//! keys and values as text or hex, times and ages, durations in human form, tables and JSON
+//! on stdout, and the exit codes.
+//!
+//! Exit codes of the operator commands (`inspect`, `explain`, `audit`, `get`, `put`,
+//! `delete`, `delete-range`, `scan`, `stats`): 0 done; 1 the answer is "no" (`get` found no
+//! value, `audit` found traces); 2 the database could not be opened or read (locked, missing,
+//! damaged: `Corruption` names the file and offset); 3 bad arguments.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::{Duration, UNIX_EPOCH};
+
+use cairn::{Db, Options};
+
+/// The command's answer is "no": `get` found nothing, `audit` found traces.
+pub const NO: i32 = 1;
+/// The database could not be opened or read.
+pub const FAILED: i32 = 2;
+
+/// Opens `dir` read-only: the command changes nothing on disk.
+///
+/// # Errors
+/// The exit code, once the reason is printed.
+pub fn open_read_only(dir: &Path) -> Result<Db, i32> {
+    Db::open_read_only(dir, Options::default()).map_err(|e| cannot_open(dir, &e))
+}
+
+/// Opens `dir` for writing (`put`, `delete`, `delete-range`); creates a database there only
+/// if `create`.
+///
+/// # Errors
+/// The exit code, once the reason is printed.
+pub fn open_for_writing(dir: &Path, create: bool) -> Result<Db, i32> {
+    if !create && !dir.join("CURRENT").exists() {
+        eprintln!(
+            "cairn: {} holds no database (no CURRENT file); `cairn put --create` makes one",
+            dir.display()
+        );
+        return Err(FAILED);
+    }
+    Db::open(dir, Options::default()).map_err(|e| cannot_open(dir, &e))
+}
+
+fn cannot_open(dir: &Path, e: &cairn::Error) -> i32 {
+    if let cairn::Error::Io(cairn_fs::Error::Locked { .. }) = e {
+        eprintln!(
+            "cairn: {} is locked: another process has the database open for writing. \
+             Stop it first; even the commands that only read need the writer stopped",
+            dir.display()
+        );
+    } else {
+        eprintln!("cairn: cannot open {}: {e}", dir.display());
+    }
+    FAILED
+}
+
+/// Prints an engine error met after opening, and gives its exit code.
+pub fn failed(what: &str, e: &dyn std::fmt::Display) -> i32 {
+    eprintln!("cairn {what}: {e}");
+    FAILED
+}
+
+/// A key or value as text when every byte is printable ASCII, else as `0x` and hex (so is
+/// text that itself starts with `0x`, to keep the two apart).
+pub fn bytes_text(bytes: &[u8]) -> String {
+    let printable = bytes.iter().all(|b| (0x20..0x7f).contains(b));
+    if printable && !bytes.starts_with(b"0x") {
+        String::from_utf8_lossy(bytes).into_owned()
+    } else {
+        bytes.iter().fold(String::from("0x"), |mut out, b| {
+            let _ = write!(out, "{b:02x}");
+            out
+        })
+    }
+}
+
+/// A key or value given on the command line: as typed, or decoded from hex with `--hex`.
+///
+/// # Errors
+/// A message for `--hex` input that is not hex.
+pub fn arg_bytes(text: &str, hex: bool) -> Result<Vec<u8>, String> {
+    if !hex {
+        return Ok(text.as_bytes().to_vec());
+    }
+    let digits = text.strip_prefix("0x").unwrap_or(text);
+    if !digits.len().is_multiple_of(2) {
+        return Err(format!("{text:?} is not hex: an odd number of digits"));
+    }
+    (0..digits.len())
+        .step_by(2)
+        .map(|i| {
+            digits
+                .get(i..i + 2)
+                .and_then(|pair| u8::from_str_radix(pair, 16).ok())
+                .ok_or_else(|| format!("{text:?} is not hex"))
+        })
+        .collect()
+}
+
+/// A time of the engine's clock (ms since the epoch) in RFC 3339.
+pub fn time_text(ms: u64) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}
+
+/// How long ago `ms` was at `now_ms`, in human form (`3h 20m`); `0s` for the future.
+pub fn age_text(now_ms: u64, ms: u64) -> String {
+    let secs = now_ms.saturating_sub(ms) / 1000;
+    humantime::format_duration(Duration::from_secs(secs)).to_string()
+}
+
+/// Parses a duration as `20s`, `10m`, `1h`, `1h 30m` or `500ms`; a bare number is seconds.
+///
+/// # Errors
+/// A message naming the forms accepted.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    if let Ok(secs) = text.trim().parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{text:?} is not a duration ({e}): write 20s, 10m, 1h or 500ms"))
+}
+
+/// Prints `value` as pretty JSON on stdout.
+pub fn print_json(value: &impl serde::Serialize) {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => println!("{text}"),
+        Err(e) => eprintln!("cannot encode the output: {e}"),
+    }
+}
+
+/// Prints rows under a header, each column as wide as its widest cell, in `| a | b |` form.
+pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
+    let widths: Vec<usize> = header
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            rows.iter()
+                .filter_map(|c| c.get(i).map(|s| s.chars().count()))
+                .chain([h.len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |values: &mut dyn Iterator<Item = &str>| {
+        let parts: Vec<String> = values
+            .zip(&widths)
+            .map(|(v, w)| format!("{v:<w$}"))
+            .collect();
+        println!("| {} |", parts.join(" | "));
+    };
+    line(&mut header.iter().copied());
+    for row in rows {
+        line(&mut row.iter().map(String::as_str));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_print_as_text_or_hex_and_hex_arguments_round_trip() {
+        assert_eq!(bytes_text(b"user/42"), "user/42");
+        assert_eq!(bytes_text(&[0, 255, b'a']), "0x00ff61");
+        assert_eq!(bytes_text(b"0x12"), "0x30783132");
+        assert_eq!(
+            arg_bytes("0x00ff61", true).as_deref(),
+            Ok(&[0, 255, b'a'][..])
+        );
+        assert_eq!(arg_bytes("0x", true).as_deref(), Ok(&[][..]));
+        assert!(arg_bytes("abc", true).is_err());
+        assert!(arg_bytes("zz", true).is_err());
+        assert_eq!(arg_bytes("zz", false).as_deref(), Ok(&b"zz"[..]));
+    }
+
+    #[test]
+    fn durations_read_in_human_form_and_bare_numbers_are_seconds() {
+        assert_eq!(parse_duration("20s"), Ok(Duration::from_secs(20)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("60"), Ok(Duration::from_secs(60)));
+        assert!(parse_duration("soon").is_err());
+    }
+}
