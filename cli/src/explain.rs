@@ -8,8 +8,9 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
-use cairn::{ColumnFamily, Db, KeyTrace, Location, TombstoneExplanation, TombstoneReason};
+use cairn::{ColumnFamily, Db, KeyTrace, Location, Options, TombstoneExplanation, TombstoneReason};
 use clap::Args;
 use serde::Serialize;
 
@@ -52,6 +53,10 @@ pub struct AuditArgs {
     /// KEY is hex.
     #[arg(long)]
     hex: bool,
+    /// The service's delete persistence deadline (`1h`): each deleted trace then says when
+    /// it is promised gone. The deadline is an option of the opener, not stored on disk.
+    #[arg(long, value_parser = output::parse_duration)]
+    deadline: Option<Duration>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -249,16 +254,16 @@ fn print_explained(e: &Explained) {
 fn location_text(l: Location) -> String {
     match l {
         Location::Memtable => "the memtable".to_owned(),
-        Location::Log { number } => format!("log {number}.log"),
-        Location::Table { level, number } => format!("L{level} {number}.sst"),
+        Location::Log { number } => format!("{number:06}.log"),
+        Location::Table { level, number } => format!("L{level} {number:06}.sst"),
         Location::UnreadTable { number } => {
-            format!("{number}.sst (no longer read, not yet deleted)")
+            format!("{number:06}.sst (no longer read, not yet deleted)")
         }
         Location::UnlinkedTable { number } => {
-            format!("{number}.sst (deleted, still held open by a reader)")
+            format!("{number:06}.sst (deleted, still held open by a reader)")
         }
         Location::Manifest { number, table } => {
-            format!("MANIFEST-{number:06} (as a bound of table {table})")
+            format!("MANIFEST-{number:06} (as a bound of {table:06}.sst)")
         }
         _ => format!("{l:?}"),
     }
@@ -291,7 +296,11 @@ pub fn audit(args: &AuditArgs) -> i32 {
         Ok(key) => key,
         Err(e) => return crate::bad_args(&e),
     };
-    let db = match output::open_read_only(&args.dir) {
+    let mut options = Options::default();
+    if let Some(deadline) = args.deadline {
+        options = options.delete_persistence_deadline(deadline);
+    }
+    let db = match output::open_read_only_with(&args.dir, options) {
         Ok(db) => db,
         Err(code) => return code,
     };

@@ -434,7 +434,7 @@ fn print_manifest(r: &ManifestReport) {
         }
         for t in &e.added_tables {
             println!(
-                "    + {}.sst cf {} L{}: {} bytes, {} entries, {} point and {} range tombstones, keys {} .. {}, seqnos {} .. {}",
+                "    + {:06}.sst cf {} L{}: {} bytes, {} entries, {} point and {} range tombstones, keys {} .. {}, seqnos {} .. {}",
                 t.number,
                 t.cf,
                 t.level,
@@ -449,7 +449,7 @@ fn print_manifest(r: &ManifestReport) {
             );
         }
         for t in &e.deleted_tables {
-            println!("    - {}.sst cf {} L{}", t.number, t.cf, t.level);
+            println!("    - {:06}.sst cf {} L{}", t.number, t.cf, t.level);
         }
     }
 }

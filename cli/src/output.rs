@@ -23,7 +23,15 @@ pub const FAILED: i32 = 2;
 /// # Errors
 /// The exit code, once the reason is printed.
 pub fn open_read_only(dir: &Path) -> Result<Db, i32> {
-    Db::open_read_only(dir, Options::default()).map_err(|e| cannot_open(dir, &e))
+    open_read_only_with(dir, Options::default())
+}
+
+/// [`open_read_only`] with `options`.
+///
+/// # Errors
+/// The exit code, once the reason is printed.
+pub fn open_read_only_with(dir: &Path, options: Options) -> Result<Db, i32> {
+    Db::open_read_only(dir, options).map_err(|e| cannot_open(dir, &e))
 }
 
 /// Opens `dir` for writing (`put`, `delete`, `delete-range`); creates a database there only

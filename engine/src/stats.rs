@@ -43,7 +43,8 @@ pub struct CompactionCounts {
 pub struct TableInfo {
     /// The level it lies on.
     pub level: usize,
-    /// Its file number (the file is `<number>.sst` in the database directory).
+    /// Its file number (the file is `<number>.sst`, the number zero-padded to six digits, in
+    /// the database directory).
     pub number: u64,
     /// Its smallest user key.
     pub smallest: bytes::Bytes,
