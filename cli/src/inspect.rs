@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use cairn::{Kind, TableInfo};
+use cairn_sstable::key::user_key;
 use cairn_sstable::{InternalIterator, Table, TableProperties};
 use clap::{Args, Subcommand};
 use serde::Serialize;
@@ -142,8 +143,8 @@ fn sst_report(file: &Path, table: &Table) -> SstReport {
     SstReport {
         file: file.display().to_string(),
         file_bytes: table.file_size(),
-        smallest_key: p.smallest_key.as_deref().map(bytes_text),
-        largest_key: p.largest_key.as_deref().map(bytes_text),
+        smallest_key: p.smallest_key.as_deref().map(|k| bytes_text(user_key(k))),
+        largest_key: p.largest_key.as_deref().map(|k| bytes_text(user_key(k))),
         smallest_seqno: p.smallest_seqno,
         largest_seqno: p.largest_seqno,
         entries: p.num_entries,

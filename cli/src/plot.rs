@@ -57,13 +57,13 @@ where
     DB::ErrorType: 'static,
 {
     let n = u32::try_from(labels.len()).map_err(|e| e.to_string())?;
-    let top = values.iter().copied().fold(0.0_f64, f64::max).max(1e-9) * 1.15;
+    let top = values.iter().copied().fold(0.0_f64, f64::max).max(1.0) * 1.15;
     let mut chart = ChartBuilder::on(area)
         .caption(title, (FONT, 22))
         .margin(12)
         .x_label_area_size(36)
         .y_label_area_size(64)
-        .build_cartesian_2d((0..n).into_segmented(), 0.0..top)
+        .build_cartesian_2d((0..n.saturating_sub(1)).into_segmented(), 0.0..top)
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()

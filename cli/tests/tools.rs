@@ -84,6 +84,10 @@ fn inspect_sst_counts_tombstones_and_lists_every_entry() {
     assert_eq!(u(&r["puts"]), 11);
     assert_eq!(u(&r["deletes"]), 3);
     assert_eq!(u(&r["range_tombstones"]), 1);
+    assert_eq!(
+        (&r["smallest_key"], &r["largest_key"]),
+        (&"0x0001ff".into(), &"k9".into())
+    );
     let density = r["tombstone_density"].as_f64().expect("density");
     assert!((density - 4.0 / 15.0).abs() < 1e-9, "{density}");
     assert!(u(&r["data_blocks"]) >= 1);
