@@ -31,6 +31,11 @@
 //! [`Db::explain_tombstones`] says why one is still there and [`Db::audit_key`] finds every trace
 //! of a key.
 
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+
 mod audit;
 mod batch;
 mod clock;
