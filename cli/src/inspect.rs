@@ -539,39 +539,46 @@ fn level_rows(db: &cairn::Db) -> cairn::Result<Vec<LevelRow>> {
 }
 
 fn print_levels(rows: &[LevelRow]) {
-    let cells: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| {
-            vec![
-                r.column_family.clone(),
-                format!("L{}", r.level),
-                r.files.to_string(),
-                r.bytes.to_string(),
-                r.entries.to_string(),
-                r.point_tombstones.to_string(),
-                r.range_tombstones.to_string(),
-                format!("{:.1}%", r.tombstone_share() * 100.0),
-                r.oldest_tombstone_age
-                    .clone()
-                    .unwrap_or_else(|| "-".to_owned()),
-            ]
-        })
-        .collect();
-    print_table(
-        &[
-            "CF",
-            "LEVEL",
-            "FILES",
-            "BYTES",
-            "ENTRIES",
-            "POINT TOMBSTONES",
-            "RANGE TOMBSTONES",
-            "TOMBSTONE SHARE",
-            "OLDEST TOMBSTONE AGE",
-        ],
-        &cells,
-    );
     if rows.is_empty() {
         println!("no tables (everything is still in the log, or the database is empty)");
+    }
+    let mut families: Vec<&str> = rows.iter().map(|r| r.column_family.as_str()).collect();
+    families.dedup();
+    for (i, family) in families.into_iter().enumerate() {
+        if i > 0 {
+            println!();
+        }
+        println!("{family}:");
+        let cells: Vec<Vec<String>> = rows
+            .iter()
+            .filter(|r| r.column_family == family)
+            .map(|r| {
+                vec![
+                    format!("L{}", r.level),
+                    r.files.to_string(),
+                    r.bytes.to_string(),
+                    r.entries.to_string(),
+                    r.point_tombstones.to_string(),
+                    r.range_tombstones.to_string(),
+                    format!("{:.1}%", r.tombstone_share() * 100.0),
+                    r.oldest_tombstone_age
+                        .clone()
+                        .unwrap_or_else(|| "-".to_owned()),
+                ]
+            })
+            .collect();
+        print_table(
+            &[
+                "LEVEL",
+                "FILES",
+                "BYTES",
+                "ENTRIES",
+                "POINT TOMBSTONES",
+                "RANGE TOMBSTONES",
+                "TOMBSTONE SHARE",
+                "OLDEST TOMBSTONE AGE",
+            ],
+            &cells,
+        );
     }
 }

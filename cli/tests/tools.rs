@@ -236,8 +236,7 @@ fn explain_groups_by_reason_and_names_a_snapshot() {
     db.flush().expect("flush");
     db.close().expect("close");
     let dir_s = s(dir.path());
-    // Nothing holds a snapshot: the default family's tombstones wait for older data below
-    // them (the puts in the older table) ...
+    // Nothing holds a snapshot: nothing pins the default family's tombstones ...
     let r = json(&["explain", dir_s, "--json"], 0);
     assert_eq!(u(&r["tombstones"]), 5, "{r}");
     let reasons: Vec<&str> = r["groups"]
