@@ -13,7 +13,10 @@ use cairn_sstable::{InternalIterator, Table, TableProperties};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
-use crate::output::{self, FAILED, age_text, bytes_text, print_json, print_table, time_text};
+use crate::output::{
+    self, FAILED, LEVEL_HEADER, age_text, bytes_text, level_cells, print_json, print_table,
+    time_text,
+};
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
@@ -553,32 +556,19 @@ fn print_levels(rows: &[LevelRow]) {
             .iter()
             .filter(|r| r.column_family == family)
             .map(|r| {
-                vec![
-                    format!("L{}", r.level),
-                    r.files.to_string(),
-                    r.bytes.to_string(),
-                    r.entries.to_string(),
-                    r.point_tombstones.to_string(),
-                    r.range_tombstones.to_string(),
-                    format!("{:.1}%", r.tombstone_share() * 100.0),
+                let sums = [r.bytes, r.entries, r.point_tombstones, r.range_tombstones];
+                let mut cells = level_cells(r.level, r.files, sums);
+                cells.push(format!("{:.1}%", r.tombstone_share() * 100.0));
+                cells.push(
                     r.oldest_tombstone_age
                         .clone()
                         .unwrap_or_else(|| "-".to_owned()),
-                ]
+                );
+                cells
             })
             .collect();
-        print_table(
-            &[
-                "LEVEL",
-                "FILES",
-                "BYTES",
-                "ENTRIES",
-                "POINT TOMBSTONES",
-                "RANGE TOMBSTONES",
-                "TOMBSTONE SHARE",
-                "OLDEST TOMBSTONE AGE",
-            ],
-            &cells,
-        );
+        let mut header = LEVEL_HEADER.to_vec();
+        header.extend(["TOMBSTONE SHARE", "OLDEST TOMBSTONE AGE"]);
+        print_table(&header, &cells);
     }
 }

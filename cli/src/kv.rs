@@ -11,7 +11,9 @@ use cairn::{ColumnFamily, Db};
 use clap::Args;
 use serde::Serialize;
 
-use crate::output::{self, NO, arg_bytes, bytes_text, print_json, print_table};
+use crate::output::{
+    self, LEVEL_HEADER, NO, arg_bytes, bytes_text, level_cells, print_json, print_table,
+};
 
 /// Where and how keys are named: the directory, the family, text or hex.
 #[derive(Debug, Args)]
@@ -288,27 +290,11 @@ fn print_stats(v: &StatsView) {
         .levels
         .iter()
         .map(|l| {
-            vec![
-                format!("L{}", l.level),
-                l.files.to_string(),
-                l.bytes.to_string(),
-                l.entries.to_string(),
-                l.point_tombstones.to_string(),
-                l.range_tombstones.to_string(),
-            ]
+            let sums = [l.bytes, l.entries, l.point_tombstones, l.range_tombstones];
+            level_cells(l.level, l.files, sums)
         })
         .collect();
-    print_table(
-        &[
-            "LEVEL",
-            "FILES",
-            "BYTES",
-            "ENTRIES",
-            "POINT TOMBSTONES",
-            "RANGE TOMBSTONES",
-        ],
-        &rows,
-    );
+    print_table(&LEVEL_HEADER, &rows);
 }
 
 fn read_only(t: &Target) -> Result<(Db, ColumnFamily), i32> {

@@ -137,6 +137,23 @@ pub fn print_json(value: &impl serde::Serialize) {
     }
 }
 
+/// The columns a level's row starts with, in `inspect levels` and `stats`.
+pub const LEVEL_HEADER: [&str; 6] = [
+    "LEVEL",
+    "FILES",
+    "BYTES",
+    "ENTRIES",
+    "POINT TOMBSTONES",
+    "RANGE TOMBSTONES",
+];
+
+/// The cells under [`LEVEL_HEADER`].
+pub fn level_cells(level: usize, files: usize, sums: [u64; 4]) -> Vec<String> {
+    let mut cells = vec![format!("L{level}"), files.to_string()];
+    cells.extend(sums.iter().map(u64::to_string));
+    cells
+}
+
 /// Prints rows under a header, each column as wide as its widest cell, in `| a | b |` form.
 pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
     let widths: Vec<usize> = header
