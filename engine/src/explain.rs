@@ -138,16 +138,20 @@ impl DbInner {
     }
 }
 
-fn bytes_bounds(range: &(Bound<Bytes>, Bound<Bytes>)) -> (&[u8], Option<&[u8]>) {
-    let start = match &range.0 {
-        Bound::Included(k) | Bound::Excluded(k) => k.as_ref(),
-        Bound::Unbounded => &[],
+/// True if the deleted range `[start, end)` meets the range (`end` is exclusive, so a range
+/// ending at `s` does not meet one starting at `s`, nor one starting at `e` a range that
+/// excludes `e`).
+fn fragment_overlaps(range: &(Bound<Bytes>, Bound<Bytes>), start: &[u8], end: &[u8]) -> bool {
+    let after_start = match &range.0 {
+        Bound::Included(s) | Bound::Excluded(s) => end > s.as_ref(),
+        Bound::Unbounded => true,
     };
-    let end = match &range.1 {
-        Bound::Included(k) | Bound::Excluded(k) => Some(k.as_ref()),
-        Bound::Unbounded => None,
+    let before_end = match &range.1 {
+        Bound::Included(e) => start <= e.as_ref(),
+        Bound::Excluded(e) => start < e.as_ref(),
+        Bound::Unbounded => true,
     };
-    (start, end)
+    after_start && before_end
 }
 
 /// True if `[smallest, largest]` meets the range.
@@ -288,10 +292,8 @@ fn collect_ranges(
     level: Option<usize>,
     out: &mut Vec<TombstoneExplanation>,
 ) {
-    let (start, end) = bytes_bounds(range);
     for f in list.fragments() {
-        let overlaps = f.end.as_ref() > start && end.is_none_or(|e| f.start.as_ref() <= e);
-        if !overlaps {
+        if !fragment_overlaps(range, &f.start, &f.end) {
             continue;
         }
         for v in &f.versions {
@@ -305,5 +307,34 @@ fn collect_ranges(
                 reason: judge.reason(v.seqno, v.write_time, level, &f.start, &f.end),
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Db, Options, Result};
+
+    #[test]
+    fn a_range_tombstone_is_explained_only_for_ranges_it_meets() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+        let db = Db::open(dir.path(), Options::default())?;
+        db.put("q", "1")?;
+        db.delete_range("m", "t")?;
+        let count = |found: Vec<crate::TombstoneExplanation>| found.len();
+        assert_eq!(
+            count(db.explain_tombstones("a".."m")?),
+            0,
+            "ends where it starts"
+        );
+        assert_eq!(count(db.explain_tombstones("a"..="m")?), 1);
+        assert_eq!(count(db.explain_tombstones("a".."n")?), 1);
+        assert_eq!(
+            count(db.explain_tombstones("t".."z")?),
+            0,
+            "its end is exclusive"
+        );
+        assert_eq!(count(db.explain_tombstones("s".."z")?), 1);
+        assert_eq!(count(db.explain_tombstones::<&str>(..)?), 1);
+        db.close()
     }
 }
