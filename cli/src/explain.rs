@@ -119,7 +119,7 @@ pub fn explain(args: &ExplainArgs) -> i32 {
     };
     let cf = match db.column_family(&args.cf) {
         Ok(cf) => cf,
-        Err(e) => return output::failed("explain", &e),
+        Err(e) => return output::engine_failed("explain", &e),
     };
     let range = (
         from.clone()
@@ -129,7 +129,7 @@ pub fn explain(args: &ExplainArgs) -> i32 {
     );
     let found = match cf.explain_tombstones_with_snapshots::<Vec<u8>>(range, &args.snapshots) {
         Ok(found) => found,
-        Err(e) => return output::failed("explain", &e),
+        Err(e) => return output::engine_failed("explain", &e),
     };
     let explained = Explained {
         column_family: args.cf.clone(),
@@ -306,7 +306,7 @@ pub fn audit(args: &AuditArgs) -> i32 {
     };
     let traces = match family(&db, &args.cf).and_then(|cf| cf.audit_key(&key)) {
         Ok(traces) => traces,
-        Err(e) => return output::failed("audit", &e),
+        Err(e) => return output::engine_failed("audit", &e),
     };
     let now = db.now_ms();
     let audited = Audited {

@@ -141,8 +141,11 @@ fn sst(file: &Path, with_entries: bool, json: bool) -> i32 {
 
 fn sst_report(file: &Path, table: &Table) -> SstReport {
     let p: &TableProperties = table.properties();
-    let tombstones = p.num_point_tombstones() + p.num_range_tombstones;
-    let all = p.num_entries + p.num_range_tombstones;
+    // Counts read from disk: a damaged file must not overflow them.
+    let tombstones = p
+        .num_point_tombstones()
+        .saturating_add(p.num_range_tombstones);
+    let all = p.num_entries.saturating_add(p.num_range_tombstones);
     SstReport {
         file: file.display().to_string(),
         file_bytes: table.file_size(),
@@ -493,7 +496,7 @@ fn levels(dir: &Path, plot: Option<&Path>, json: bool) -> i32 {
     };
     let rows = match level_rows(&db) {
         Ok(rows) => rows,
-        Err(e) => return output::failed("inspect levels", &e),
+        Err(e) => return output::engine_failed("inspect levels", &e),
     };
     if let Some(path) = plot {
         if let Err(e) = crate::plot::levels(&rows, path) {

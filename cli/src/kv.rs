@@ -299,7 +299,7 @@ fn print_stats(v: &StatsView) {
 
 fn read_only(t: &Target) -> Result<(Db, ColumnFamily), i32> {
     let db = output::open_read_only(&t.dir)?;
-    let cf = db.column_family(&t.cf).map_err(|e| fail("", &e))?;
+    let cf = db.column_family(&t.cf).map_err(|e| fail("--cf", &e))?;
     Ok((db, cf))
 }
 
@@ -311,20 +311,29 @@ fn write(
     op: impl FnOnce(&ColumnFamily) -> cairn::Result<()>,
 ) -> i32 {
     crate::init_logging(false);
+    if create && t.cf != "default" && !t.dir.join("CURRENT").exists() {
+        return crate::bad_args(&format!(
+            "a new database has only the default column family, not {:?}",
+            t.cf
+        ));
+    }
     let db = match output::open_for_writing(&t.dir, create) {
         Ok(db) => db,
         Err(code) => return code,
     };
-    let result = db
-        .column_family(&t.cf)
-        .and_then(|cf| op(&cf))
-        .and_then(|()| db.close());
-    match result {
+    let applied = db.column_family(&t.cf).and_then(|cf| op(&cf));
+    if let Err(e) = applied {
+        return fail(&format!("{what} (not applied)"), &e);
+    }
+    match db.close() {
         Ok(()) => 0,
-        Err(e) => fail(what, &e),
+        Err(e) => output::failed(
+            &format!("{what} (applied, but closing failed: it may not be durable)"),
+            &e,
+        ),
     }
 }
 
 fn fail(what: &str, e: &cairn::Error) -> i32 {
-    output::failed(what, e)
+    output::engine_failed(what, e)
 }

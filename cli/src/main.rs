@@ -183,6 +183,12 @@ struct CrashArgs {
     /// Longest run before a kill (`3s`).
     #[arg(long, default_value = "3s", value_parser = output::parse_duration)]
     kill_max: Duration,
+    /// `--kill-min` in ms (before it took durations).
+    #[arg(long, hide = true, conflicts_with = "kill_min")]
+    kill_min_ms: Option<u64>,
+    /// `--kill-max` in ms (before it took durations).
+    #[arg(long, hide = true, conflicts_with = "kill_max")]
+    kill_max_ms: Option<u64>,
     /// Probability that a write is synced (blackbox children).
     #[arg(long, default_value_t = 0.05)]
     sync_probability: f64,
@@ -195,6 +201,7 @@ struct CrashArgs {
 }
 
 fn main() -> ExitCode {
+    quiet_on_closed_stdout();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -219,6 +226,25 @@ fn main() -> ExitCode {
         Command::Stats(args) => kv::stats(&args),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(2))
+}
+
+/// Ends the process quietly when stdout is closed under it (`cairn scan DIR | head`), as
+/// programs that die of SIGPIPE do, instead of the panic `println!` raises. Other panics keep
+/// the default report.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
 }
 
 fn init_logging(quiet: bool) {
@@ -365,10 +391,7 @@ fn crashtest(args: &CrashArgs) -> i32 {
         let mut config = CrashConfig {
             cycles: args.cycles,
             seed: args.seed,
-            kill_after_ms: (
-                millis(args.kill_min),
-                millis(args.kill_max.max(args.kill_min)),
-            ),
+            kill_after_ms: kill_window(args),
             stress: stress.clone(),
             ..CrashConfig::default()
         };
@@ -420,8 +443,12 @@ fn crashtest(args: &CrashArgs) -> i32 {
     worst
 }
 
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+/// The shortest and longest run before a kill, in ms.
+fn kill_window(args: &CrashArgs) -> (u64, u64) {
+    let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let min = args.kill_min_ms.unwrap_or_else(|| millis(args.kill_min));
+    let max = args.kill_max_ms.unwrap_or_else(|| millis(args.kill_max));
+    (min, max.max(min))
 }
 
 fn run_mode(

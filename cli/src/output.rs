@@ -17,6 +17,8 @@ use cairn::{Db, Options};
 pub const NO: i32 = 1;
 /// The database could not be opened or read.
 pub const FAILED: i32 = 2;
+/// Bad arguments.
+pub const BAD_ARGS: i32 = 3;
 
 /// Opens `dir` read-only: the command changes nothing on disk.
 ///
@@ -35,7 +37,8 @@ pub fn open_read_only_with(dir: &Path, options: Options) -> Result<Db, i32> {
 }
 
 /// Opens `dir` for writing (`put`, `delete`, `delete-range`); creates a database there only
-/// if `create`.
+/// if `create`. No compaction runs while it is open, so an ad hoc write changes only what it
+/// writes (and the flush of what the log held), and cannot fail on unrelated work.
 ///
 /// # Errors
 /// The exit code, once the reason is printed.
@@ -47,7 +50,8 @@ pub fn open_for_writing(dir: &Path, create: bool) -> Result<Db, i32> {
         );
         return Err(FAILED);
     }
-    Db::open(dir, Options::default()).map_err(|e| cannot_open(dir, &e))
+    Db::open(dir, Options::default().disable_auto_compactions(true))
+        .map_err(|e| cannot_open(dir, &e))
 }
 
 fn cannot_open(dir: &Path, e: &cairn::Error) -> i32 {
@@ -63,10 +67,22 @@ fn cannot_open(dir: &Path, e: &cairn::Error) -> i32 {
     FAILED
 }
 
-/// Prints an engine error met after opening, and gives its exit code.
+/// Prints an error met after opening, and gives its exit code (2).
 pub fn failed(what: &str, e: &dyn std::fmt::Display) -> i32 {
     eprintln!("cairn {what}: {e}");
     FAILED
+}
+
+/// [`failed`] for an engine error, except that what the caller named wrong (a column family
+/// that does not exist, a key too long) is a bad argument (3).
+pub fn engine_failed(what: &str, e: &cairn::Error) -> i32 {
+    match e {
+        cairn::Error::InvalidArgument(_) | cairn::Error::ColumnFamilyNotFound(_) => {
+            eprintln!("cairn {what}: bad arguments: {e}");
+            BAD_ARGS
+        }
+        _ => failed(what, e),
+    }
 }
 
 /// A key or value as text when every byte is printable ASCII, else as `0x` and hex (so is
@@ -106,8 +122,15 @@ pub fn arg_bytes(text: &str, hex: bool) -> Result<Vec<u8>, String> {
         .collect()
 }
 
-/// A time of the engine's clock (ms since the epoch) in RFC 3339.
+/// The last millisecond RFC 3339 can write: 9999-12-31T23:59:59.999Z.
+const LAST_RFC3339_MS: u64 = 253_402_300_799_999;
+
+/// A time of the engine's clock (ms since the epoch) in RFC 3339; a time past the year 9999
+/// (a huge TTL or grace period, or a damaged file) as `after 9999-12-31`.
 pub fn time_text(ms: u64) -> String {
+    if ms > LAST_RFC3339_MS {
+        return "after 9999-12-31".to_owned();
+    }
     humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }
 
@@ -207,5 +230,13 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("60"), Ok(Duration::from_secs(60)));
         assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn times_past_the_year_9999_print_without_a_panic() {
+        assert_eq!(time_text(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(time_text(LAST_RFC3339_MS), "9999-12-31T23:59:59.999Z");
+        assert_eq!(time_text(LAST_RFC3339_MS + 1), "after 9999-12-31");
+        assert_eq!(time_text(u64::MAX), "after 9999-12-31");
     }
 }

@@ -255,6 +255,31 @@ fn explain_groups_by_reason_and_names_a_snapshot() {
     assert_eq!(u(&groups[0]["snapshot"]), snapshot);
     assert_eq!(u(&groups[0]["count"]), 5);
     assert_eq!(groups[0]["oldest"]["key"], "k00", "the oldest example");
+    // Of two snapshots, the older is the one that pins them (one newer than every tombstone
+    // pins nothing).
+    let newest = (snapshot + 1_000).to_string();
+    let r = json(
+        &[
+            "explain",
+            dir_s,
+            "--snapshot",
+            &newest,
+            "--snapshot",
+            &seqno,
+            "--json",
+        ],
+        0,
+    );
+    assert_eq!(u(&r["groups"][0]["snapshot"]), snapshot, "{r}");
+    let r = json(&["explain", dir_s, "--snapshot", &newest, "--json"], 0);
+    assert!(
+        r["groups"]
+            .as_array()
+            .expect("groups")
+            .iter()
+            .all(|g| g["reason"] != "pinned_by_snapshot"),
+        "{r}"
+    );
     // A range narrows it; the graced family's tombstones are in their grace period.
     let r = json(
         &[
@@ -390,14 +415,55 @@ fn ad_hoc_reads_and_writes_round_trip_in_json() {
     assert!(u(&stats["tombstones_pending"]) >= 2, "{stats}");
     assert!(u(&stats["latest_seqno"]) >= 9, "{stats}");
     // Bad arguments exit 3 and change nothing.
+    let long_key = "k".repeat(70_000);
+    let fresh = dir.path().join("fresh");
     for args in [
         &["put", "--hex", d, "xyz", "00"][..],
         &["put", d, "a", "1", "--ttl", "soon"],
         &["delete-range", d, "z", "a"],
+        &["get", d, "a", "--cf", "nosuch"],
+        &["put", d, "a", "1", "--cf", "nosuch"],
+        &["put", d, &long_key, "v"],
+        &["put", "--create", s(&fresh), "a", "1", "--cf", "nosuch"],
     ] {
-        assert_eq!(cairn(args).status.code(), Some(3), "cairn {args:?}");
+        let out = cairn(args);
+        assert_eq!(
+            out.status.code(),
+            Some(3),
+            "cairn {:?}: {}",
+            args.iter()
+                .map(|a| &a[..a.len().min(20)])
+                .collect::<Vec<_>>(),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
+    assert!(!fresh.exists(), "a refused put --create makes no database");
     assert_eq!(json(&["get", d, "a", "--json"], 0)["value"], "1");
+}
+
+#[test]
+fn a_reader_that_stops_reading_ends_the_command_quietly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Db::open(dir.path(), Options::default()).expect("open");
+    for i in 0..50_000 {
+        db.put(format!("key{i:06}"), "value").expect("put");
+    }
+    db.close().expect("close");
+    // As `cairn scan DIR | head -c 100` does: read a little, then close the pipe.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["scan", s(dir.path()), "--limit", "50000"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run cairn");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut first = [0u8; 100];
+    std::io::Read::read_exact(&mut stdout, &mut first).expect("some output");
+    drop(stdout);
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
 /// Every file's name and bytes.
