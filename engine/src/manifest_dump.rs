@@ -56,27 +56,52 @@ pub struct ManifestEdit {
 
 /// Reads the MANIFEST that `CURRENT` in `dir` names.
 ///
+/// Beside a running writer it reads the MANIFEST current when it finishes: if the writer rolls
+/// over to a new one meanwhile (deleting the old), it reads the new one.
+///
 /// # Errors
 /// `InvalidArgument` if `dir` holds no `CURRENT`; `Corruption` (with the file and offset) if
 /// `CURRENT` or an edit is damaged; `Io` if a file cannot be read.
 pub fn read_manifest(dir: impl AsRef<Path>) -> Result<ManifestDump> {
     let dir = dir.as_ref();
     let fs = RealFs;
-    let name = read_current(&fs, dir)?.ok_or_else(|| {
+    let mut name = current(&fs, dir)?;
+    // A running writer may roll the MANIFEST over between reading CURRENT and reading the
+    // file it named (and delete that file): then CURRENT names a newer one, to read instead.
+    for _ in 0..3 {
+        match read_named(&fs, dir, &name) {
+            Err(e) => {
+                let now = current(&fs, dir)?;
+                if now == name {
+                    return Err(e);
+                }
+                name = now;
+            }
+            done => return done,
+        }
+    }
+    read_named(&fs, dir, &name)
+}
+
+fn current(fs: &dyn FileSystem, dir: &Path) -> Result<String> {
+    read_current(fs, dir)?.ok_or_else(|| {
         Error::invalid(format!(
             "{} holds no database (no CURRENT file)",
             dir.display()
         ))
-    })?;
-    let Some(FileKind::Manifest(number)) = filename::parse(&name) else {
+    })
+}
+
+fn read_named(fs: &dyn FileSystem, dir: &Path, name: &str) -> Result<ManifestDump> {
+    let Some(FileKind::Manifest(number)) = filename::parse(name) else {
         return Err(Error::corruption(
             filename::current_path(dir),
             0,
             "CURRENT does not name a MANIFEST",
         ));
     };
-    let path = dir.join(&name);
-    let edits = read_edits(&fs, &path)?;
+    let path = dir.join(name);
+    let edits = read_edits(fs, &path)?;
     Ok(ManifestDump {
         path,
         number,

@@ -72,6 +72,7 @@ fn race(env: &Env, seed: u64) {
     let list = vec![SPEC.to_owned()];
     let p = Purger::new(paced, &env.lock("race"), move || list.clone(), enabled());
     let mut purged = 0;
+    let mut kept = 0;
     std::thread::scope(|s| {
         s.spawn(|| {
             let mut rng = SmallRng::seed_from_u64(seed);
@@ -120,7 +121,14 @@ fn race(env: &Env, seed: u64) {
         // for the racer's thread.
         let _stop = StopOnDrop(&stop);
         for _ in 0..4 {
-            purged += p.run_pass().expect("pass").purged();
+            let report = p.run_pass().expect("pass");
+            purged += report.purged();
+            // Selected, then resurrected before the delete: the re-check kept them.
+            kept += report
+                .tables
+                .iter()
+                .map(|t| t.selected.saturating_sub(t.purged))
+                .sum::<u64>();
         }
     });
     let touched = touched.into_inner().expect("touched");
@@ -146,16 +154,21 @@ fn race(env: &Env, seed: u64) {
         purged, gone,
         "seed {seed}: the passes' counts match the rows gone"
     );
+    assert!(
+        kept > 0,
+        "seed {seed}: no row was resurrected between a select and its delete"
+    );
     eprintln!(
-        "seed {seed}: {} rows resurrected or re-deleted during the passes, {gone} purged",
+        "seed {seed}: {} rows resurrected or re-deleted during the passes ({kept} between a \
+         select and its delete), {gone} purged",
         touched.len()
     );
 }
 
 /// The real SQL backend, except that each batch's delete first waits (at most a second) until
-/// the racer has committed a few more updates since the last batch. However fast the server
-/// deletes, the race then overlaps every batch, and many updates land between a batch's
-/// select and its delete, where only the delete's re-check keeps a resurrected row.
+/// the racer has committed a few more updates since the batch's select. However fast the
+/// server deletes, those updates land between a batch's select and its delete, where only the
+/// delete's re-check keeps a resurrected row.
 struct Paced {
     inner: SqlBackend,
     touches: Arc<AtomicUsize>,
@@ -206,7 +219,9 @@ impl PurgeSession for PacedSession<'_> {
     }
 
     fn select(&mut self, cutoff_ms: u64, want: u64) -> cairn_purger::Result<Vec<u64>> {
-        self.inner.select(cutoff_ms, want)
+        let ids = self.inner.select(cutoff_ms, want);
+        self.seen = self.touches.load(Ordering::SeqCst);
+        ids
     }
 
     fn count(&mut self, cutoff_ms: u64) -> cairn_purger::Result<u64> {
@@ -225,7 +240,6 @@ impl PurgeSession for PacedSession<'_> {
         while self.touches.load(Ordering::SeqCst) < want && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
-        self.seen = self.touches.load(Ordering::SeqCst);
         self.inner.delete(ids, cutoff_ms, stop, purged)
     }
 
