@@ -225,7 +225,7 @@ fn print_explained(e: &Explained) {
         ),
     };
     println!(
-        "{}: {} tombstones kept in {range}",
+        "{}, {range}: {} tombstones kept",
         e.column_family, e.tombstones
     );
     for g in &e.groups {
