@@ -17,6 +17,7 @@ use crate::output::{
     self, FAILED, LEVEL_HEADER, age_text, bytes_text, level_cells, print_json, print_table,
     time_text,
 };
+use crate::plot::LevelBar;
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
@@ -465,23 +466,23 @@ fn print_manifest(r: &ManifestReport) {
 
 /// One level of one column family, summed over its tables.
 #[derive(Debug, Default, Clone, Serialize)]
-pub struct LevelRow {
-    pub column_family: String,
-    pub level: usize,
-    pub files: usize,
-    pub bytes: u64,
-    pub entries: u64,
-    pub point_tombstones: u64,
-    pub range_tombstones: u64,
+struct LevelRow {
+    column_family: String,
+    level: usize,
+    files: usize,
+    bytes: u64,
+    entries: u64,
+    point_tombstones: u64,
+    range_tombstones: u64,
     /// When its oldest tombstone was written.
-    pub oldest_tombstone: Option<String>,
+    oldest_tombstone: Option<String>,
     /// How long ago, on the database's clock.
-    pub oldest_tombstone_age: Option<String>,
+    oldest_tombstone_age: Option<String>,
 }
 
 impl LevelRow {
     /// Point and range tombstones over entries and range tombstones.
-    pub fn tombstone_share(&self) -> f64 {
+    fn tombstone_share(&self) -> f64 {
         ratio(
             self.point_tombstones + self.range_tombstones,
             self.entries + self.range_tombstones,
@@ -499,7 +500,15 @@ fn levels(dir: &Path, plot: Option<&Path>, json: bool) -> i32 {
         Err(e) => return output::engine_failed("inspect levels", &e),
     };
     if let Some(path) = plot {
-        if let Err(e) = crate::plot::levels(&rows, path) {
+        let bars: Vec<LevelBar> = rows
+            .iter()
+            .map(|r| LevelBar {
+                label: format!("{} L{}", r.column_family, r.level),
+                bytes: r.bytes,
+                tombstone_share: r.tombstone_share(),
+            })
+            .collect();
+        if let Err(e) = crate::plot::levels(&bars, path) {
             eprintln!("cairn inspect levels: cannot draw {}: {e}", path.display());
             return FAILED;
         }

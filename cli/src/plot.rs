@@ -10,31 +10,39 @@ use std::path::{Path, PathBuf};
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
-use crate::inspect::LevelRow;
-
 const FONT: &str = "sans-serif";
 const WIDTH: u32 = 1000;
 const HEIGHT: u32 = 700;
 
-/// Draws `rows` into the PNG at `path`.
+/// One level of one column family, as a pair of bars.
+pub struct LevelBar {
+    /// `family Ln`.
+    pub label: String,
+    /// Bytes on disk.
+    pub bytes: u64,
+    /// Tombstones over entries, from 0 to 1.
+    pub tombstone_share: f64,
+}
+
+/// Draws `bars` into the PNG at `path`.
 ///
 /// # Errors
 /// A message: no font found, no level to draw, or the drawing or file failed.
-pub fn levels(rows: &[LevelRow], path: &Path) -> Result<(), String> {
-    if rows.is_empty() {
+pub fn levels(bars_of: &[LevelBar], path: &Path) -> Result<(), String> {
+    if bars_of.is_empty() {
         return Err("no level holds a table: nothing to draw".to_owned());
     }
     load_font()?;
     let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let (top, bottom) = root.split_vertically(HEIGHT * 11 / 20);
-    let labels: Vec<String> = rows
-        .iter()
-        .map(|r| format!("{} L{}", r.column_family, r.level))
-        .collect();
+    let labels: Vec<String> = bars_of.iter().map(|b| b.label.clone()).collect();
     #[allow(clippy::cast_precision_loss, reason = "bar heights for people to read")]
-    let mib: Vec<f64> = rows.iter().map(|r| r.bytes as f64 / 1_048_576.0).collect();
-    let share: Vec<f64> = rows.iter().map(|r| r.tombstone_share() * 100.0).collect();
+    let mib: Vec<f64> = bars_of
+        .iter()
+        .map(|b| b.bytes as f64 / 1_048_576.0)
+        .collect();
+    let share: Vec<f64> = bars_of.iter().map(|b| b.tombstone_share * 100.0).collect();
     bars(&top, "Bytes per level (MiB)", &labels, &mib, BLUE.mix(0.7))?;
     bars(
         &bottom,
