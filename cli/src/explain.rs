@@ -14,8 +14,7 @@ use cairn::{ColumnFamily, Db, KeyTrace, Location, Options, TombstoneExplanation,
 use clap::Args;
 use serde::Serialize;
 
-use crate::inspect::kind_name;
-use crate::output::{self, NO, age_text, arg_bytes, bytes_text, print_json, time_text};
+use crate::output::{self, NO, age_text, arg_bytes, bytes_text, kind_name, print_json, time_text};
 
 #[derive(Debug, Args)]
 pub struct ExplainArgs {

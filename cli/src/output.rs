@@ -152,6 +152,27 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{text:?} is not a duration ({e}): write 20s, 10m, 1h or 500ms"))
 }
 
+/// A kind as the tools print it.
+pub fn kind_name(kind: cairn::Kind) -> &'static str {
+    match kind {
+        cairn::Kind::Put => "put",
+        cairn::Kind::Delete => "delete",
+        cairn::Kind::SingleDelete => "single_delete",
+        cairn::Kind::RangeDelete => "range_delete",
+    }
+}
+
+/// `part / whole` as a share, 0 for an empty whole.
+pub fn ratio(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        #[allow(clippy::cast_precision_loss, reason = "a share for people to read")]
+        let r = part as f64 / whole as f64;
+        r
+    }
+}
+
 /// Prints `value` as pretty JSON on stdout.
 pub fn print_json(value: &impl serde::Serialize) {
     match serde_json::to_string_pretty(value) {
