@@ -12,7 +12,7 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::output::{
-    self, LEVEL_HEADER, NO, arg_bytes, bytes_text, level_cells, print_json, print_table,
+    self, LEVEL_HEADER, LevelSums, NO, arg_bytes, bytes_text, print_json, print_table,
 };
 
 /// Where and how keys are named: the directory, the family, text or hex.
@@ -209,23 +209,13 @@ pub fn scan(args: &ScanArgs) -> i32 {
 struct StatsView {
     column_families: Vec<String>,
     latest_seqno: u64,
-    levels: Vec<LevelView>,
+    levels: Vec<LevelSums>,
     tombstones_pending: u64,
     tombstones_droppable: u64,
     oldest_droppable_tombstone_age_secs: Option<u64>,
     memtable_entries: u64,
     memtable_bytes: u64,
     space_amp: f64,
-}
-
-#[derive(Debug, Serialize)]
-struct LevelView {
-    level: usize,
-    files: usize,
-    bytes: u64,
-    entries: u64,
-    point_tombstones: u64,
-    range_tombstones: u64,
 }
 
 pub fn stats(args: &StatsArgs) -> i32 {
@@ -243,7 +233,7 @@ pub fn stats(args: &StatsArgs) -> i32 {
             .iter()
             .enumerate()
             .filter(|(_, l)| l.files > 0)
-            .map(|(level, l)| LevelView {
+            .map(|(level, l)| LevelSums {
                 level,
                 files: l.files,
                 bytes: l.bytes,
@@ -286,14 +276,7 @@ fn print_stats(v: &StatsView) {
         v.memtable_entries, v.memtable_bytes
     );
     println!("space amplification: {:.2}", v.space_amp);
-    let rows: Vec<Vec<String>> = v
-        .levels
-        .iter()
-        .map(|l| {
-            let sums = [l.bytes, l.entries, l.point_tombstones, l.range_tombstones];
-            level_cells(l.level, l.files, sums)
-        })
-        .collect();
+    let rows: Vec<Vec<String>> = v.levels.iter().map(LevelSums::cells).collect();
     print_table(&LEVEL_HEADER, &rows);
 }
 

@@ -191,11 +191,44 @@ pub const LEVEL_HEADER: [&str; 6] = [
     "RANGE TOMBSTONES",
 ];
 
-/// The cells under [`LEVEL_HEADER`].
-pub fn level_cells(level: usize, files: usize, sums: [u64; 4]) -> Vec<String> {
-    let mut cells = vec![format!("L{level}"), files.to_string()];
-    cells.extend(sums.iter().map(u64::to_string));
-    cells
+/// One level's tables summed: the columns of [`LEVEL_HEADER`].
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct LevelSums {
+    /// The level.
+    pub level: usize,
+    /// Tables on it.
+    pub files: usize,
+    /// Their bytes on disk.
+    pub bytes: u64,
+    /// Point entries of every kind.
+    pub entries: u64,
+    /// `Delete` and `SingleDelete` entries.
+    pub point_tombstones: u64,
+    /// Range tombstone pieces.
+    pub range_tombstones: u64,
+}
+
+impl LevelSums {
+    /// The cells under [`LEVEL_HEADER`].
+    pub fn cells(&self) -> Vec<String> {
+        let sums = [
+            self.bytes,
+            self.entries,
+            self.point_tombstones,
+            self.range_tombstones,
+        ];
+        let mut cells = vec![format!("L{}", self.level), self.files.to_string()];
+        cells.extend(sums.iter().map(u64::to_string));
+        cells
+    }
+
+    /// Point and range tombstones over entries and range tombstones.
+    pub fn tombstone_share(&self) -> f64 {
+        ratio(
+            self.point_tombstones.saturating_add(self.range_tombstones),
+            self.entries.saturating_add(self.range_tombstones),
+        )
+    }
 }
 
 /// Prints rows under a header, each column as wide as its widest cell, in `| a | b |` form.

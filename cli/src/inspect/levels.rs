@@ -7,7 +7,7 @@ use cairn::TableInfo;
 use serde::Serialize;
 
 use crate::output::{
-    self, FAILED, LEVEL_HEADER, age_text, level_cells, print_json, print_table, ratio, time_text,
+    self, FAILED, LEVEL_HEADER, LevelSums, age_text, print_json, print_table, time_text,
 };
 use crate::plot::LevelBar;
 
@@ -15,26 +15,12 @@ use crate::plot::LevelBar;
 #[derive(Debug, Default, Clone, Serialize)]
 struct LevelRow {
     column_family: String,
-    level: usize,
-    files: usize,
-    bytes: u64,
-    entries: u64,
-    point_tombstones: u64,
-    range_tombstones: u64,
+    #[serde(flatten)]
+    sums: LevelSums,
     /// When its oldest tombstone was written.
     oldest_tombstone: Option<String>,
     /// How long ago, on the database's clock.
     oldest_tombstone_age: Option<String>,
-}
-
-impl LevelRow {
-    /// Point and range tombstones over entries and range tombstones.
-    fn tombstone_share(&self) -> f64 {
-        ratio(
-            self.point_tombstones + self.range_tombstones,
-            self.entries + self.range_tombstones,
-        )
-    }
 }
 
 pub fn run(dir: &Path, plot: Option<&Path>, json: bool) -> i32 {
@@ -50,9 +36,9 @@ pub fn run(dir: &Path, plot: Option<&Path>, json: bool) -> i32 {
         let bars: Vec<LevelBar> = rows
             .iter()
             .map(|r| LevelBar {
-                label: format!("{} L{}", r.column_family, r.level),
-                bytes: r.bytes,
-                tombstone_share: r.tombstone_share(),
+                label: format!("{} L{}", r.column_family, r.sums.level),
+                bytes: r.sums.bytes,
+                tombstone_share: r.sums.tombstone_share(),
             })
             .collect();
         if let Err(e) = crate::plot::levels(&bars, path) {
@@ -86,12 +72,14 @@ fn level_rows(db: &cairn::Db) -> cairn::Result<Vec<LevelRow>> {
             let oldest = on.iter().filter_map(|t| t.oldest_tombstone_time).min();
             rows.push(LevelRow {
                 column_family: name.clone(),
-                level,
-                files: on.len(),
-                bytes: on.iter().map(|t| t.bytes).sum(),
-                entries: on.iter().map(|t| t.entries).sum(),
-                point_tombstones: on.iter().map(|t| t.point_tombstones).sum(),
-                range_tombstones: on.iter().map(|t| t.range_tombstones).sum(),
+                sums: LevelSums {
+                    level,
+                    files: on.len(),
+                    bytes: on.iter().map(|t| t.bytes).sum(),
+                    entries: on.iter().map(|t| t.entries).sum(),
+                    point_tombstones: on.iter().map(|t| t.point_tombstones).sum(),
+                    range_tombstones: on.iter().map(|t| t.range_tombstones).sum(),
+                },
                 oldest_tombstone: oldest.map(time_text),
                 oldest_tombstone_age: oldest.map(|t| age_text(now, t)),
             });
@@ -115,9 +103,8 @@ fn print_levels(rows: &[LevelRow]) {
             .iter()
             .filter(|r| r.column_family == family)
             .map(|r| {
-                let sums = [r.bytes, r.entries, r.point_tombstones, r.range_tombstones];
-                let mut cells = level_cells(r.level, r.files, sums);
-                cells.push(format!("{:.1}%", r.tombstone_share() * 100.0));
+                let mut cells = r.sums.cells();
+                cells.push(format!("{:.1}%", r.sums.tombstone_share() * 100.0));
                 cells.push(
                     r.oldest_tombstone_age
                         .clone()
