@@ -146,12 +146,7 @@ fn fragment_overlaps(range: &(Bound<Bytes>, Bound<Bytes>), start: &[u8], end: &[
         Bound::Included(s) | Bound::Excluded(s) => end > s.as_ref(),
         Bound::Unbounded => true,
     };
-    let before_end = match &range.1 {
-        Bound::Included(e) => start <= e.as_ref(),
-        Bound::Excluded(e) => start < e.as_ref(),
-        Bound::Unbounded => true,
-    };
-    after_start && before_end
+    after_start && below_end(range, start)
 }
 
 /// True if `[smallest, largest]` meets the range.
@@ -160,12 +155,7 @@ fn overlaps(range: &(Bound<Bytes>, Bound<Bytes>), smallest: &[u8], largest: &[u8
         Bound::Included(s) | Bound::Excluded(s) => largest >= s.as_ref(),
         Bound::Unbounded => true,
     };
-    let before_end = match &range.1 {
-        Bound::Included(e) => smallest <= e.as_ref(),
-        Bound::Excluded(e) => smallest < e.as_ref(),
-        Bound::Unbounded => true,
-    };
-    after_start && before_end
+    after_start && below_end(range, smallest)
 }
 
 fn in_range(range: &(Bound<Bytes>, Bound<Bytes>), key: &[u8]) -> bool {
@@ -174,12 +164,16 @@ fn in_range(range: &(Bound<Bytes>, Bound<Bytes>), key: &[u8]) -> bool {
         Bound::Excluded(s) => key > s.as_ref(),
         Bound::Unbounded => true,
     };
-    let below = match &range.1 {
+    above && below_end(range, key)
+}
+
+/// True if the range's end admits `key`.
+fn below_end(range: &(Bound<Bytes>, Bound<Bytes>), key: &[u8]) -> bool {
+    match &range.1 {
         Bound::Included(e) => key <= e.as_ref(),
         Bound::Excluded(e) => key < e.as_ref(),
         Bound::Unbounded => true,
-    };
-    above && below
+    }
 }
 
 /// Asks the obsolete-tombstone rule of `cairn_compaction::rules` about each tombstone, with
