@@ -7,6 +7,7 @@
 //! what a long-lived snapshot keeps.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -14,7 +15,9 @@ use cairn::{ColumnFamily, Db, KeyTrace, Location, Options, TombstoneExplanation,
 use clap::Args;
 use serde::Serialize;
 
-use crate::output::{self, NO, age_text, arg_bytes, bytes_text, kind_name, print_json, time_text};
+use crate::output::{
+    self, NO, age_text, arg_bytes, bytes_text, key_range, kind_name, print_json, time_text,
+};
 
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
@@ -107,10 +110,9 @@ struct Example {
 
 pub fn explain(args: &ExplainArgs) -> i32 {
     crate::init_logging(false);
-    let bound = |text: &Option<String>| text.as_deref().map(|t| arg_bytes(t, args.hex)).transpose();
-    let (from, to) = match (bound(&args.from), bound(&args.to)) {
-        (Ok(from), Ok(to)) => (from, to),
-        (Err(e), _) | (_, Err(e)) => return crate::bad_args(&e),
+    let range = match key_range(args.from.as_deref(), args.to.as_deref(), args.hex) {
+        Ok(range) => range,
+        Err(e) => return crate::bad_args(&e),
     };
     let db = match output::open_read_only(&args.dir) {
         Ok(db) => db,
@@ -120,20 +122,15 @@ pub fn explain(args: &ExplainArgs) -> i32 {
         Ok(cf) => cf,
         Err(e) => return output::engine_failed("explain", &e),
     };
-    let range = (
-        from.clone()
-            .map_or(std::ops::Bound::Unbounded, std::ops::Bound::Included),
-        to.clone()
-            .map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded),
-    );
-    let found = match cf.explain_tombstones_with_snapshots::<Vec<u8>>(range, &args.snapshots) {
-        Ok(found) => found,
-        Err(e) => return output::engine_failed("explain", &e),
-    };
+    let found =
+        match cf.explain_tombstones_with_snapshots::<Vec<u8>>(range.clone(), &args.snapshots) {
+            Ok(found) => found,
+            Err(e) => return output::engine_failed("explain", &e),
+        };
     let explained = Explained {
         column_family: args.cf.clone(),
-        from: from.as_deref().map(bytes_text),
-        to: to.as_deref().map(bytes_text),
+        from: bound_text(&range.0),
+        to: bound_text(&range.1),
         assumed_snapshots: args.snapshots.clone(),
         tombstones: found.len(),
         groups: groups(&found, db.now_ms()),
@@ -144,6 +141,14 @@ pub fn explain(args: &ExplainArgs) -> i32 {
         print_explained(&explained);
     }
     0
+}
+
+/// A range's end as printed; `None` when open.
+fn bound_text(bound: &Bound<Vec<u8>>) -> Option<String> {
+    match bound {
+        Bound::Included(k) | Bound::Excluded(k) => Some(bytes_text(k)),
+        Bound::Unbounded => None,
+    }
 }
 
 /// What separates one group from another: the reason, with its snapshot or level.

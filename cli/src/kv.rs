@@ -3,7 +3,6 @@
 //! it for writing (so the service must be stopped), apply one write, and close, which syncs
 //! the log: a write the command reports done is durable.
 
-use std::ops::Bound;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -12,7 +11,8 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::output::{
-    self, LEVEL_HEADER, LevelSums, NO, arg_bytes, bytes_text, print_json, print_table,
+    self, LEVEL_HEADER, LevelSums, NO, arg_bytes, arg_pair, bytes_text, key_range, print_json,
+    print_table,
 };
 
 /// Where and how keys are named: the directory, the family, text or hex.
@@ -135,9 +135,9 @@ pub fn get(args: &GetArgs) -> i32 {
 
 pub fn put(args: &PutArgs) -> i32 {
     let t = &args.target;
-    let (key, value) = match (arg_bytes(&args.key, t.hex), arg_bytes(&args.value, t.hex)) {
-        (Ok(k), Ok(v)) => (k, v),
-        (Err(e), _) | (_, Err(e)) => return crate::bad_args(&e),
+    let (key, value) = match arg_pair(&args.key, &args.value, t.hex) {
+        Ok(pair) => pair,
+        Err(e) => return crate::bad_args(&e),
     };
     write(t, "put", args.create, |cf| match args.ttl {
         Some(ttl) => cf.put_with_ttl(&key, &value, ttl),
@@ -155,9 +155,9 @@ pub fn delete(args: &DeleteArgs) -> i32 {
 
 pub fn delete_range(args: &DeleteRangeArgs) -> i32 {
     let t = &args.target;
-    let (start, end) = match (arg_bytes(&args.start, t.hex), arg_bytes(&args.end, t.hex)) {
-        (Ok(s), Ok(e)) => (s, e),
-        (Err(e), _) | (_, Err(e)) => return crate::bad_args(&e),
+    let (start, end) = match arg_pair(&args.start, &args.end, t.hex) {
+        Ok(pair) => pair,
+        Err(e) => return crate::bad_args(&e),
     };
     if start >= end {
         return crate::bad_args("delete-range needs START before END");
@@ -168,19 +168,14 @@ pub fn delete_range(args: &DeleteRangeArgs) -> i32 {
 pub fn scan(args: &ScanArgs) -> i32 {
     crate::init_logging(false);
     let t = &args.target;
-    let bound = |text: &Option<String>| text.as_deref().map(|b| arg_bytes(b, t.hex)).transpose();
-    let (from, to) = match (bound(&args.from), bound(&args.to)) {
-        (Ok(f), Ok(e)) => (f, e),
-        (Err(e), _) | (_, Err(e)) => return crate::bad_args(&e),
+    let range = match key_range(args.from.as_deref(), args.to.as_deref(), t.hex) {
+        Ok(range) => range,
+        Err(e) => return crate::bad_args(&e),
     };
     let (_db, cf) = match read_only(t) {
         Ok(open) => open,
         Err(code) => return code,
     };
-    let range = (
-        from.map_or(Bound::Unbounded, Bound::Included),
-        to.map_or(Bound::Unbounded, Bound::Excluded),
-    );
     let mut rows = Vec::new();
     let iter = match cf.range::<Vec<u8>>(range) {
         Ok(iter) => iter,

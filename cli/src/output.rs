@@ -8,6 +8,7 @@
 //! damaged: `Corruption` names the file and offset); 3 bad arguments.
 
 use std::fmt::Write as _;
+use std::ops::Bound;
 use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -120,6 +121,31 @@ pub fn arg_bytes(text: &str, hex: bool) -> Result<Vec<u8>, String> {
                 .ok_or_else(|| format!("{text:?} is not hex"))
         })
         .collect()
+}
+
+/// Two command-line arguments (a key and a value, or a range's ends), as [`arg_bytes`] reads
+/// each.
+///
+/// # Errors
+/// The first one's message, for `--hex` input that is not hex.
+pub fn arg_pair(a: &str, b: &str, hex: bool) -> Result<(Vec<u8>, Vec<u8>), String> {
+    Ok((arg_bytes(a, hex)?, arg_bytes(b, hex)?))
+}
+
+/// A `--from A --to B` range: from `A` (included) to before `B`, either end open when absent.
+pub type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+
+/// Reads `--from` and `--to` as [`arg_bytes`] reads each into a [`KeyRange`].
+///
+/// # Errors
+/// The first one's message, for `--hex` input that is not hex.
+pub fn key_range(from: Option<&str>, to: Option<&str>, hex: bool) -> Result<KeyRange, String> {
+    let from = from.map(|t| arg_bytes(t, hex)).transpose()?;
+    let to = to.map(|t| arg_bytes(t, hex)).transpose()?;
+    Ok((
+        from.map_or(Bound::Unbounded, Bound::Included),
+        to.map_or(Bound::Unbounded, Bound::Excluded),
+    ))
 }
 
 /// The last millisecond RFC 3339 can write: 9999-12-31T23:59:59.999Z.
