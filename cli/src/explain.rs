@@ -11,7 +11,7 @@ use std::ops::Bound;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cairn::{ColumnFamily, Db, KeyTrace, Location, Options, TombstoneExplanation, TombstoneReason};
+use cairn::{KeyTrace, Location, Options, TombstoneExplanation, TombstoneReason};
 use clap::Args;
 use serde::Serialize;
 
@@ -308,7 +308,7 @@ pub fn audit(args: &AuditArgs) -> i32 {
         Ok(db) => db,
         Err(code) => return code,
     };
-    let traces = match family(&db, &args.cf).and_then(|cf| cf.audit_key(&key)) {
+    let traces = match db.column_family(&args.cf).and_then(|cf| cf.audit_key(&key)) {
         Ok(traces) => traces,
         Err(e) => return output::engine_failed("audit", &e),
     };
@@ -329,10 +329,6 @@ pub fn audit(args: &AuditArgs) -> i32 {
         print_traces(&audited);
     }
     if traces.is_empty() { 0 } else { NO }
-}
-
-fn family(db: &Db, name: &str) -> cairn::Result<ColumnFamily> {
-    db.column_family(name)
 }
 
 fn trace_row(t: &KeyTrace, now: u64) -> TraceRow {
