@@ -224,15 +224,29 @@ pub(crate) fn read_current(fs: &dyn FileSystem, dir: &Path) -> Result<Option<Str
     }
 }
 
+/// Hands each version edit of the MANIFEST at `path` to `each` in order, with its record's
+/// offset, stopping at the first error. A torn last edit (a crash while appending) is left
+/// out: the change it described never took effect.
+pub(crate) fn for_each_edit(
+    fs: &dyn FileSystem,
+    path: &Path,
+    mut each: impl FnMut(u64, VersionEdit) -> Result<()>,
+) -> Result<()> {
+    let mut reader = LogReader::open(fs, path, RecoveryMode::TolerateCorruptedTail)?;
+    while let Some((offset, record)) = reader.next_record()? {
+        let edit = VersionEdit::decode(&record)
+            .ok_or_else(|| Error::corruption(path, offset, "malformed version edit"))?;
+        each(offset, edit)?;
+    }
+    Ok(())
+}
+
 /// Replays the MANIFEST `name` into a state. A torn last edit (a crash while appending) is
 /// ignored: the change it described never took effect.
 pub(crate) fn load(fs: &dyn FileSystem, dir: &Path, name: &str) -> Result<ManifestState> {
     let path = dir.join(name);
-    let mut reader = LogReader::open(fs, &path, RecoveryMode::TolerateCorruptedTail)?;
     let mut state: Option<ManifestState> = None;
-    while let Some((offset, record)) = reader.next_record()? {
-        let edit = VersionEdit::decode(&record)
-            .ok_or_else(|| Error::corruption(&path, offset, "malformed version edit"))?;
+    for_each_edit(fs, &path, |offset, edit| {
         let current = state.get_or_insert_with(|| ManifestState {
             version: Arc::new(Version::default()),
             cfs: BTreeMap::new(),
@@ -247,8 +261,8 @@ pub(crate) fn load(fs: &dyn FileSystem, dir: &Path, name: &str) -> Result<Manife
                 file: &path,
                 offset,
             },
-        )?;
-    }
+        )
+    })?;
     let state = state.ok_or_else(|| Error::corruption(&path, 0, "MANIFEST holds no edit"))?;
     if !state.cfs.contains_key(&DEFAULT_CF) {
         return Err(Error::corruption(

@@ -9,11 +9,10 @@ use std::path::{Path, PathBuf};
 
 use cairn_fs::{FileSystem, RealFs};
 use cairn_sstable::SeqNo;
-use cairn_wal::{LogReader, RecoveryMode};
 
 use crate::error::{Error, Result};
 use crate::filename::{self, FileKind};
-use crate::manifest::read_current;
+use crate::manifest::{for_each_edit, read_current};
 use crate::stats::TableInfo;
 use crate::version_edit::VersionEdit;
 
@@ -110,13 +109,11 @@ fn read_named(fs: &dyn FileSystem, dir: &Path, name: &str) -> Result<ManifestDum
 }
 
 fn read_edits(fs: &dyn FileSystem, path: &Path) -> Result<Vec<ManifestEdit>> {
-    let mut reader = LogReader::open(fs, path, RecoveryMode::TolerateCorruptedTail)?;
     let mut edits = Vec::new();
-    while let Some((offset, record)) = reader.next_record()? {
-        let edit = VersionEdit::decode(&record)
-            .ok_or_else(|| Error::corruption(path, offset, "malformed version edit"))?;
+    for_each_edit(fs, path, |offset, edit| {
         edits.push(ManifestEdit::of(offset, edit));
-    }
+        Ok(())
+    })?;
     Ok(edits)
 }
 
