@@ -1,12 +1,14 @@
 //! The `soft_delete_purge` configuration block, as CubeSandbox reads it: every field optional,
 //! off unless `enable: true`, durations in Go's syntax (`168h`, `90m`, `1h30m`, `-5s`), and
-//! clamps that keep a slip of the keyboard from purging everything at once.
+//! clamps that keep a slip of the keyboard from purging everything at once. `time_zone` names
+//! the zone that zoneless `deleted_at` columns are written in (see [`TimeZone`]).
 
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
+use crate::zone::TimeZone;
 
 /// The retention used when none (or a non-positive one) is given: 7 days.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(168 * 3600);
@@ -28,6 +30,11 @@ pub struct PurgeConfig {
     pub retention: Duration,
     /// The time from the end of one pass to the start of the next.
     pub interval: Duration,
+    /// The zone the application writes zoneless `deleted_at` values in (MySQL `DATETIME`,
+    /// PostgreSQL `timestamp`). Without it such a table is refused: the purger cannot tell an
+    /// hour-old row from a fresh one written five hours west of UTC. Zoned columns (MySQL
+    /// `TIMESTAMP`, PostgreSQL `timestamptz`) and the embedded tables need none.
+    pub time_zone: Option<TimeZone>,
 }
 
 impl Default for PurgeConfig {
@@ -37,6 +44,7 @@ impl Default for PurgeConfig {
             dry_run: false,
             retention: DEFAULT_RETENTION,
             interval: DEFAULT_INTERVAL,
+            time_zone: None,
         }
     }
 }
@@ -53,6 +61,7 @@ struct Block {
     dry_run: Option<bool>,
     retention: Option<GoDuration>,
     interval: Option<GoDuration>,
+    time_zone: Option<String>,
 }
 
 /// A duration as YAML gives it: a Go duration string, or a bare number (only 0 is accepted).
@@ -91,11 +100,20 @@ impl PurgeConfig {
         };
         let retention = parse_field(block.retention, "retention")?;
         let interval = parse_field(block.interval, "interval")?;
+        let time_zone = block
+            .time_zone
+            .map(|text| TimeZone::parse_text(&text))
+            .transpose()
+            .map_err(|reason| Error::Config {
+                field: "soft_delete_purge.time_zone".to_owned(),
+                reason,
+            })?;
         Ok(Self {
             enable: block.enable.unwrap_or(false),
             dry_run: block.dry_run.unwrap_or(false),
             retention: clamp(retention, DEFAULT_RETENTION, MIN_RETENTION),
             interval: clamp(interval, DEFAULT_INTERVAL, MIN_INTERVAL),
+            time_zone,
         })
     }
 

@@ -64,6 +64,7 @@ mod tables;
 mod targets;
 mod ttl;
 mod value;
+mod zone;
 
 pub use backend::{PurgeBackend, PurgeSession, TableShape};
 pub use config::{
@@ -87,3 +88,4 @@ pub use ttl::{
     TriggerType, TtlError, TtlResult, TtlRunning, TtlSettings, TtlTasks,
 };
 pub use value::{ColumnType, Value};
+pub use zone::TimeZone;

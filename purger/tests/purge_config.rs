@@ -72,9 +72,30 @@ fn a_config_built_in_code_is_clamped_the_same_way() {
         dry_run: false,
         retention: 30 * MINUTE,
         interval: Duration::ZERO,
+        time_zone: None,
     }
     .clamped();
     assert_eq!((c.retention, c.interval), (HOUR, HOUR));
+}
+
+#[test]
+fn the_zone_of_zoneless_times_is_an_iana_name_or_an_offset() {
+    assert_eq!(config("  enable: true\n").time_zone, None);
+    for (given, shown) in [
+        ("America/New_York", "America/New_York"),
+        ("\"-05:00\"", "-05:00"),
+        ("-05:00", "-05:00"),
+        ("+08:00", "+08:00"),
+        ("\"+08:00\"", "+08:00"),
+        ("UTC", "UTC"),
+    ] {
+        let zone = config(&format!("  time_zone: {given}\n")).time_zone;
+        assert_eq!(
+            zone.map(|z| z.to_string()).as_deref(),
+            Some(shown),
+            "{given}"
+        );
+    }
 }
 
 #[test]
@@ -106,6 +127,11 @@ fn errors_name_the_field() {
             "retension",
         ),
         ("soft_delete_purge: [1, 2\n", "soft_delete_purge", ""),
+        (
+            "soft_delete_purge:\n  time_zone: Mars/Olympus\n",
+            "soft_delete_purge.time_zone",
+            "Mars/Olympus",
+        ),
     ] {
         let got = PurgeConfig::from_yaml(text);
         match &got {
