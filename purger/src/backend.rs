@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use crate::error::Result;
+use crate::zone::TimeZone;
 
 /// Where the rows a [`Purger`](crate::Purger) purges live.
 pub trait PurgeBackend: Send + Sync + 'static {
@@ -18,8 +19,9 @@ pub trait PurgeBackend: Send + Sync + 'static {
     /// one purge loop per database and lock name), and logs show it. Never holds a password.
     fn identity(&self) -> String;
 
-    /// Milliseconds since the Unix epoch by this backend's clock: the cutoff is `now -
-    /// retention`, and the loop's interval is measured on it.
+    /// Milliseconds since the Unix epoch by this host's clock (or the one the backend was
+    /// given): the loop's interval is measured on it. The cutoff is not: see
+    /// [`PurgeSession::pass_time`].
     fn now_ms(&self) -> u64;
 
     /// Takes the advisory lock `name` without waiting. `holder` names this pass (unique in the
@@ -46,12 +48,23 @@ pub trait PurgeSession {
     /// `LockLost` when it is not.
     fn renew(&mut self) -> Result<()>;
 
-    /// Starts on `table`: checks it exists and soft-deletes, and says whether an index leads
-    /// with `deleted_at` (if not, selects scan the table).
+    /// The time the pass's cutoff is measured from, read once at its start: the database's
+    /// own clock where it has one (a SQL server's), so a purger host whose clock runs fast
+    /// cannot purge young rows.
     ///
     /// # Errors
-    /// `NoSuchTable`, `InvalidArgument` for a table without `deleted_at`, or the backend's.
-    fn open_table(&mut self, table: &str) -> Result<TableShape>;
+    /// The backend's (the server could not be asked).
+    fn pass_time(&mut self) -> Result<PassTime>;
+
+    /// Starts on `table`: checks it exists, soft-deletes and may be purged safely, and says
+    /// whether an index leads with `deleted_at` (if not, selects scan the table). `zone` is
+    /// the zone zoneless `deleted_at` values are written in, if the operator named one.
+    ///
+    /// # Errors
+    /// `NoSuchTable`; `InvalidArgument` for a table without `deleted_at`; `TableRefused` for
+    /// one the purge would harm (a zoneless `deleted_at` and no `zone`, a foreign key whose
+    /// `ON DELETE` would change rows of another table); or the backend's.
+    fn open_table(&mut self, table: &str, zone: Option<TimeZone>) -> Result<TableShape>;
 
     /// Up to `want` ids of rows of the open table with `deleted_at IS NOT NULL AND deleted_at
     /// < cutoff_ms`.
@@ -67,8 +80,10 @@ pub trait PurgeSession {
     fn count(&mut self, cutoff_ms: u64) -> Result<u64>;
 
     /// Deletes those of `ids` that still meet the predicate when deleted, adding each deletion
-    /// to `purged` once it is durable (so a failure part-way does not hide earlier ones).
-    /// `stop` says the pass was cancelled: the backend may end early.
+    /// to `tally.purged` once it is durable (so a failure part-way does not hide earlier
+    /// ones). A row the database will not delete (a foreign key restricts it) goes to
+    /// `tally.refused` and the others are still deleted. `stop` says the pass was cancelled:
+    /// the backend may end early.
     ///
     /// # Errors
     /// `LockLost` if the lock went while deleting, or the backend's.
@@ -77,7 +92,7 @@ pub trait PurgeSession {
         ids: &[u64],
         cutoff_ms: u64,
         stop: &dyn Fn() -> bool,
-        purged: &mut u64,
+        tally: &mut DeleteTally,
     ) -> Result<()>;
 
     /// Releases the lock.
@@ -86,6 +101,33 @@ pub trait PurgeSession {
     /// `LockNotHeld` ("current session did not hold lock") when the lock was no longer this
     /// pass's, or the backend's.
     fn finish(self: Box<Self>) -> Result<()>;
+}
+
+/// The clock reading a pass measures its cutoff from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PassTime {
+    /// Milliseconds since the Unix epoch by the database's clock.
+    pub now_ms: u64,
+    /// This host's clock minus the database's, in milliseconds, where the two were compared.
+    pub host_skew_ms: Option<i64>,
+}
+
+/// What the deletes of one table did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeleteTally {
+    /// Rows deleted.
+    pub purged: u64,
+    /// Rows the database refused to delete, each with its reason; a later pass tries again.
+    pub refused: Vec<RefusedRow>,
+}
+
+/// A row the database would not delete.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RefusedRow {
+    /// The row's id.
+    pub id: u64,
+    /// The database's words (a foreign key of a child table restricts the delete).
+    pub reason: String,
 }
 
 /// What a pass needs to know of a table before it selects.

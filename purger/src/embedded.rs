@@ -12,13 +12,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{PurgeBackend, PurgeSession, TableShape};
+use crate::backend::{DeleteTally, PassTime, PurgeBackend, PurgeSession, TableShape};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::lock::AdvisoryLock;
 use crate::schema::{IndexDef, TableDef};
 use crate::table::{backoff, delete_row, read_row};
 use crate::tables::{Tables, scan_prefix};
+use crate::zone::TimeZone;
 
 /// Attempts at deleting one row before a conflict is given up on (a batch that conflicts is
 /// split in halves first, so only a row written again and again reaches this).
@@ -90,7 +91,15 @@ impl PurgeSession for EmbeddedSession<'_> {
         }
     }
 
-    fn open_table(&mut self, table: &str) -> Result<TableShape> {
+    fn pass_time(&mut self) -> Result<PassTime> {
+        Ok(PassTime {
+            now_ms: self.tables.db().now_ms(),
+            host_skew_ms: None,
+        })
+    }
+
+    /// `deleted_at` here is milliseconds since the epoch, so no zone applies.
+    fn open_table(&mut self, table: &str, _zone: Option<TimeZone>) -> Result<TableShape> {
         self.table = None;
         let def = Arc::clone(self.tables.catalog().def(table)?);
         if def.deleted_at_position().is_none() {
@@ -133,10 +142,10 @@ impl PurgeSession for EmbeddedSession<'_> {
         ids: &[u64],
         cutoff_ms: u64,
         stop: &dyn Fn() -> bool,
-        purged: &mut u64,
+        tally: &mut DeleteTally,
     ) -> Result<()> {
         let table = self.open()?.def.name.clone();
-        self.delete_split(&table, ids, cutoff_ms, stop, purged)
+        self.delete_split(&table, ids, cutoff_ms, stop, &mut tally.purged)
     }
 
     fn finish(mut self: Box<Self>) -> Result<()> {
@@ -353,15 +362,15 @@ mod tests {
             .begin_pass("l", "a#1", lease)
             .expect("begin")
             .expect("the lock is free");
-        session.open_table("t").expect("open table");
+        session.open_table("t", None).expect("open table");
         // The pass stalls past its lease (a back-fill, a slow disk) and another takes over.
         clock.advance(Duration::from_secs(2));
         let lock = tables.advisory_lock("l");
         assert!(lock.try_acquire("b#2", lease).expect("takeover"));
-        let mut deleted = 0;
+        let mut deleted = DeleteTally::default();
         let lost = session.delete(&ids, u64::MAX, &|| false, &mut deleted);
         assert!(matches!(lost, Err(Error::LockLost { .. })), "{lost:?}");
-        assert_eq!(deleted, 0);
+        assert_eq!(deleted.purged, 0);
         assert_eq!(
             t.unscoped().count().expect("count"),
             10,

@@ -88,6 +88,17 @@ pub enum Error {
     )]
     UnsupportedDialect(String),
 
+    /// A purge pass refused a table it could not purge safely: a zoneless `deleted_at` with
+    /// no time zone configured, or a foreign key whose `ON DELETE` would change another
+    /// table's rows. The pass goes on to the next table.
+    #[error("table {table:?} refused: {reason}")]
+    TableRefused {
+        /// The table.
+        table: String,
+        /// Why, and what to do about it.
+        reason: String,
+    },
+
     /// A server's advisory lock could not be taken or released (neither held nor free).
     #[error("advisory lock {name:?}: {reason}")]
     LockFailed {
@@ -167,6 +178,29 @@ impl Error {
             return false;
         };
         matches!(e.code().as_deref(), Some("40001" | "40P01"))
+    }
+
+    /// Whether a SQL server refused a delete because a foreign key of another table still
+    /// references the row (`RESTRICT`/`NO ACTION`): MySQL's 1451, PostgreSQL's `23503`.
+    pub(crate) fn is_foreign_key_violation(&self) -> bool {
+        matches!(
+            self,
+            Self::Sql {
+                source: sqlx::Error::Database(e),
+                ..
+            } if e.is_foreign_key_violation()
+        )
+    }
+
+    /// The database's own message for a statement it refused (else the whole error).
+    pub(crate) fn database_message(&self) -> String {
+        match self {
+            Self::Sql {
+                source: sqlx::Error::Database(e),
+                ..
+            } => e.message().to_owned(),
+            other => other.to_string(),
+        }
     }
 
     /// Whether this is an optimistic-transaction conflict (the write may be retried).

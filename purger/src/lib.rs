@@ -66,7 +66,7 @@ mod ttl;
 mod value;
 mod zone;
 
-pub use backend::{PurgeBackend, PurgeSession, TableShape};
+pub use backend::{DeleteTally, PassTime, PurgeBackend, PurgeSession, RefusedRow, TableShape};
 pub use config::{
     DEFAULT_INTERVAL, DEFAULT_RETENTION, MIN_INTERVAL, MIN_RETENTION, PurgeConfig,
     disable_hard_delete_from_yaml,

@@ -6,14 +6,18 @@
 //! A pass:
 //!
 //! 1. takes the advisory lock without waiting (a replica that finds it held skips the pass);
-//! 2. computes `cutoff = now - retention` once, and asks for the table list;
-//! 3. per table, loops: `want = min(BATCH, budget)`; select up to `want` ids with
-//!    `deleted_at IS NOT NULL AND deleted_at < cutoff` (through a `deleted_at` index when
-//!    there is one, else by scanning the table); delete them with a statement or transaction
-//!    that re-checks that predicate; `budget -= selected`; stop when a select finds fewer
-//!    than `want`. The budget starts at `MAX_PER_PASS`, so a big backlog drains over many
-//!    passes instead of in one long one;
-//! 4. a table that fails is logged and reported, and the next table still runs;
+//! 2. computes `cutoff = now - retention` once, `now` read from the database's clock (a SQL
+//!    server's, not this host's), and asks for the table list;
+//! 3. per table, first refuses it if purging could harm it (a zoneless `deleted_at` without
+//!    a configured zone; a foreign key that would cascade the delete into a child table),
+//!    then loops: `want = min(BATCH, budget)`; select up to `want` ids with
+//!    `deleted_at IS NOT NULL AND deleted_at < cutoff`, in order, after the last one seen
+//!    (through a `deleted_at` index when there is one, else by scanning the table); delete
+//!    them with a statement or transaction that re-checks that predicate, skipping and
+//!    reporting rows a foreign key restricts; `budget -= selected`; stop when a select finds
+//!    fewer than `want`. The budget starts at `MAX_PER_PASS`, so a big backlog drains over
+//!    many passes instead of in one long one;
+//! 4. a table that fails or is refused is logged and reported, and the next table still runs;
 //! 5. releases the lock; a release that finds the lock gone fails the pass.
 //!
 //! The backends (`embedded.rs`, `sql/`) say how each step is done safely.
@@ -23,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::backend::{PurgeBackend, PurgeSession};
+use crate::backend::{DeleteTally, PurgeBackend, PurgeSession};
 use crate::config::PurgeConfig;
 use crate::error::{Error, Result};
 use crate::report::{PassReport, TableReport};
@@ -181,8 +185,18 @@ impl Purger {
             report.skipped = true;
             return Ok(report);
         };
+        let time = match session.pass_time() {
+            Ok(time) => time,
+            Err(e) => {
+                if let Err(release) = session.finish() {
+                    tracing::warn!(lock = %self.lock_name, error = %release, "releasing the purge lock failed");
+                }
+                return Err(e);
+            }
+        };
         let retention = u64::try_from(self.config.retention.as_millis()).unwrap_or(u64::MAX);
-        report.cutoff_ms = self.backend.now_ms().saturating_sub(retention);
+        report.cutoff_ms = time.now_ms.saturating_sub(retention);
+        report.host_skew_ms = time.host_skew_ms;
         let mut first_error = None;
         for table in (self.list)() {
             if self.cancelled() {
@@ -250,7 +264,32 @@ impl Purger {
         cutoff: u64,
         report: &mut TableReport,
     ) -> Result<()> {
-        let shape = session.open_table(table)?;
+        let mut tally = DeleteTally::default();
+        let result = self.drain_table(session, table, cutoff, report, &mut tally);
+        report.purged = tally.purged;
+        report.refused = tally.refused;
+        if let Some(first) = report.refused.first() {
+            tracing::warn!(
+                table,
+                refused = report.refused.len(),
+                first_id = first.id,
+                reason = %first.reason,
+                "the database refused to delete some rows (a foreign key restricts them); \
+                 skipped them and purged the rest"
+            );
+        }
+        result
+    }
+
+    fn drain_table(
+        &self,
+        session: &mut dyn PurgeSession,
+        table: &str,
+        cutoff: u64,
+        report: &mut TableReport,
+        tally: &mut DeleteTally,
+    ) -> Result<()> {
+        let shape = session.open_table(table, self.config.time_zone)?;
         report.full_scan = !shape.indexed;
         if report.full_scan && self.first_full_scan(table) {
             tracing::warn!(
@@ -280,7 +319,7 @@ impl Purger {
             // The lock must cover the delete: confirmed before each batch, so a table that
             // takes long (a slow disk, a back-fill holding the catalog) cannot outlive it.
             session.renew()?;
-            session.delete(&ids, cutoff, &|| self.cancelled(), &mut report.purged)?;
+            session.delete(&ids, cutoff, &|| self.cancelled(), tally)?;
             if selected < want {
                 break;
             }

@@ -8,8 +8,11 @@ pub struct PassReport {
     pub skipped: bool,
     /// True if the pass only counted.
     pub dry_run: bool,
-    /// Rows with `deleted_at` strictly below this (engine-clock ms) were eligible.
+    /// Rows with `deleted_at` strictly below this (ms since the epoch, by the database's
+    /// clock) were eligible.
     pub cutoff_ms: u64,
+    /// This host's clock minus the database's (ms), where the pass compared them.
+    pub host_skew_ms: Option<i64>,
     /// Each table's outcome, in list order.
     pub tables: Vec<TableReport>,
 }
@@ -34,6 +37,9 @@ pub struct TableReport {
     pub batches: Vec<u64>,
     /// True if the table has no `deleted_at` index and was scanned whole.
     pub full_scan: bool,
+    /// Rows the database refused to delete (a foreign key restricts them), skipped so the
+    /// rest of the table still drains.
+    pub refused: Vec<crate::backend::RefusedRow>,
     /// The error that stopped this table, if one did.
     pub error: Option<String>,
 }

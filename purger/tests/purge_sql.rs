@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use cairn_purger::{
-    Error, PurgeBackend, PurgeConfig, PurgeSession, Purger, SqlBackend, TableShape,
+    DeleteTally, Error, PassTime, PurgeBackend, PurgeConfig, PurgeSession, Purger, SqlBackend,
+    TableShape, TimeZone,
 };
 use common::env::{Env, Kind};
 use common::sql::SqlClient;
@@ -214,8 +215,16 @@ impl PurgeSession for PacedSession<'_> {
         self.inner.renew()
     }
 
-    fn open_table(&mut self, table: &str) -> cairn_purger::Result<TableShape> {
-        self.inner.open_table(table)
+    fn pass_time(&mut self) -> cairn_purger::Result<PassTime> {
+        self.inner.pass_time()
+    }
+
+    fn open_table(
+        &mut self,
+        table: &str,
+        zone: Option<TimeZone>,
+    ) -> cairn_purger::Result<TableShape> {
+        self.inner.open_table(table, zone)
     }
 
     fn select(&mut self, cutoff_ms: u64, want: u64) -> cairn_purger::Result<Vec<u64>> {
@@ -233,14 +242,14 @@ impl PurgeSession for PacedSession<'_> {
         ids: &[u64],
         cutoff_ms: u64,
         stop: &dyn Fn() -> bool,
-        purged: &mut u64,
+        tally: &mut DeleteTally,
     ) -> cairn_purger::Result<()> {
         let want = self.seen + TOUCHES_PER_BATCH;
         let deadline = Instant::now() + Duration::from_secs(1);
         while self.touches.load(Ordering::SeqCst) < want && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
-        self.inner.delete(ids, cutoff_ms, stop, purged)
+        self.inner.delete(ids, cutoff_ms, stop, tally)
     }
 
     fn finish(self: Box<Self>) -> cairn_purger::Result<()> {

@@ -132,6 +132,24 @@ fn pg_cell(row: &PgRow) -> std::result::Result<Cell, sqlx::Error> {
         .map_or(Cell::Null, Cell::Text))
 }
 
+/// A `DATETIME` or `TIMESTAMP` column (the session is at UTC), to bind back as it was read.
+fn mysql_stamp(row: &MySqlRow, column: usize) -> std::result::Result<Param, sqlx::Error> {
+    if let Ok(at) = row.try_get::<NaiveDateTime, _>(column) {
+        return Ok(Param::Naive(at));
+    }
+    Ok(Param::Naive(
+        row.try_get::<DateTime<Utc>, _>(column)?.naive_utc(),
+    ))
+}
+
+/// A `timestamp` or `timestamptz` column, to bind back as the same type.
+fn pg_stamp(row: &PgRow, column: usize) -> std::result::Result<Param, sqlx::Error> {
+    if let Ok(at) = row.try_get::<NaiveDateTime, _>(column) {
+        return Ok(Param::Naive(at));
+    }
+    Ok(Param::Zoned(row.try_get::<DateTime<Utc>, _>(column)?))
+}
+
 /// An open connection (a session on the server: its advisory locks live as long as it does).
 #[derive(Debug)]
 pub(crate) enum Conn {
@@ -225,13 +243,47 @@ impl Conn {
         }
     }
 
-    /// The first column of every row, as non-negative ids (`BIGINT [UNSIGNED]`, `INT`).
-    pub(crate) async fn ids(&mut self, sql: &str, params: &[Param]) -> Result<Vec<u64>> {
+    /// Every text of the first column (a NULL or a number is skipped).
+    pub(crate) async fn texts(&mut self, sql: &str, params: &[Param]) -> Result<Vec<String>> {
         let cells = self.first_column(sql, params).await?;
-        cells
+        Ok(cells
             .into_iter()
-            .map(|cell| match cell {
+            .filter_map(|cell| match cell {
+                Cell::Text(t) => Some(t),
+                Cell::Null | Cell::Int(_) => None,
+            })
+            .collect())
+    }
+
+    /// Rows of `(id, deleted_at)`: each id, and its `deleted_at` as a value to bind again
+    /// (a page's cursor).
+    pub(crate) async fn keyed_ids(
+        &mut self,
+        sql: &str,
+        params: &[Param],
+    ) -> Result<Vec<(u64, Param)>> {
+        let what = || format!("running {sql:?}");
+        let rows: std::result::Result<Vec<(Cell, Param)>, sqlx::Error> = match self {
+            Self::MySql(c) => bind_mysql(sqlx::query(sql), params)
+                .fetch_all(c)
+                .await
+                .map_err(|e| Error::sql(what(), e))?
+                .iter()
+                .map(|row| Ok((mysql_cell(row)?, mysql_stamp(row, 1)?)))
+                .collect(),
+            Self::Postgres(c) => bind_pg(sqlx::query(sql), params)
+                .fetch_all(c)
+                .await
+                .map_err(|e| Error::sql(what(), e))?
+                .iter()
+                .map(|row| Ok((pg_cell(row)?, pg_stamp(row, 1)?)))
+                .collect(),
+        };
+        rows.map_err(|e| Error::sql(what(), e))?
+            .into_iter()
+            .map(|(cell, at)| match cell {
                 Cell::Int(id) => u64::try_from(id)
+                    .map(|id| (id, at))
                     .map_err(|_| Error::invalid(format!("running {sql:?}: negative id {id}"))),
                 other => Err(Error::invalid(format!(
                     "running {sql:?}: expected an id, got {other:?}"

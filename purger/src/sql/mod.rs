@@ -12,8 +12,21 @@
 //!
 //! A whole pass is bounded by [`DEFAULT_PASS_TIMEOUT`]; releasing by [`RELEASE_TIMEOUT`].
 //! Connecting retries with backoff a few times before the pass fails; the purge loop then
-//! tries again at its next tick. Times in `DATETIME`/`TIMESTAMP` columns are read as UTC (the
-//! connection's time zone is UTC).
+//! tries again at its next tick.
+//!
+//! Time: a pass measures its cutoff on the server's clock (`UTC_TIMESTAMP(6)`, `now()`), read
+//! at its start, so a purger host with a wrong clock cannot purge young rows; it warns when
+//! its own clock is more than a minute off. A `deleted_at` that names instants (MySQL
+//! `TIMESTAMP`, read in the session's UTC; PostgreSQL `timestamptz`) compares with the cutoff
+//! as it is. One that holds wall-clock times without a zone (MySQL `DATETIME`, PostgreSQL
+//! `timestamp`) needs the zone the application writes it in
+//! ([`PurgeConfig::time_zone`](crate::PurgeConfig)); without one the table is refused.
+//!
+//! Foreign keys: a table that another table references with `ON DELETE CASCADE` (or `SET
+//! NULL`, `SET DEFAULT`) is refused, since purging it would delete or change children nobody
+//! soft-deleted. A `RESTRICT` key that refuses a batch is narrowed by halving the batch down
+//! to the rows it refuses; those are skipped and reported, and pages are walked in
+//! `(deleted_at, id)` order from the last row seen, so they cannot block the rest.
 //!
 //! The backend is blocking, like the rest of the purger: it drives its connections on a
 //! runtime of its own. From async code, call a pass through `spawn_blocking` (a pass called on
@@ -76,7 +89,10 @@ pub struct SqlBackend {
     runtime: Arc<Runtime>,
     options: Options,
     identity: String,
-    clock: Arc<dyn cairn::Clock>,
+    /// The clock a pass's cutoff is measured on instead of the server's (tests drive time).
+    clock: Option<Arc<dyn cairn::Clock>>,
+    /// This host's clock: the loop's interval, and the comparison with the server's.
+    host_clock: Arc<dyn cairn::Clock>,
     pass_timeout: Duration,
 }
 
@@ -146,15 +162,26 @@ impl SqlBackend {
             runtime: Arc::new(Runtime(Some(runtime))),
             options,
             identity: redact(url),
-            clock: Arc::new(cairn::SystemClock),
+            clock: None,
+            host_clock: Arc::new(cairn::SystemClock),
             pass_timeout: DEFAULT_PASS_TIMEOUT,
         })
     }
 
-    /// Measures the cutoff and the loop's interval on `clock` instead of the system clock.
+    /// Measures the cutoff and the loop's interval on `clock` instead of the server's and
+    /// this host's: for tests and tools that drive time. Without it (the default) each pass
+    /// reads the server's clock.
     #[must_use]
     pub fn clock(mut self, clock: Arc<dyn cairn::Clock>) -> Self {
-        self.clock = clock;
+        self.clock = Some(clock);
+        self
+    }
+
+    /// This host's clock (default: the system's), on which the loop's interval runs and which
+    /// each pass compares with the server's, warning past a minute apart.
+    #[must_use]
+    pub fn host_clock(mut self, clock: Arc<dyn cairn::Clock>) -> Self {
+        self.host_clock = clock;
         self
     }
 
@@ -280,7 +307,7 @@ impl PurgeBackend for SqlBackend {
     }
 
     fn now_ms(&self) -> u64 {
-        self.clock.now_ms()
+        self.clock.as_ref().unwrap_or(&self.host_clock).now_ms()
     }
 
     fn begin_pass(

@@ -8,8 +8,12 @@ use chrono::{DateTime, Utc};
 
 use super::conn::{Conn, Dialect, Param};
 use super::{RELEASE_TIMEOUT, SqlBackend, statements};
-use crate::backend::{PurgeSession, TableShape};
+use crate::backend::{DeleteTally, PassTime, PurgeSession, RefusedRow, TableShape};
 use crate::error::{Error, Result};
+use crate::zone::TimeZone;
+
+/// How far this host's clock may be from the server's before a pass warns about it.
+const SKEW_WARNING_MS: i64 = 60_000;
 
 /// `now + timeout`, or a century from now for a timeout past what an `Instant` holds.
 fn deadline(timeout: Duration) -> tokio::time::Instant {
@@ -36,14 +40,21 @@ pub(crate) struct SqlSession<'a> {
 
 struct OpenTable {
     name: String,
-    /// `deleted_at` is PostgreSQL's `timestamptz` (else a zoneless type, read as UTC).
-    zoned: bool,
+    /// The zone zoneless `deleted_at` values are written in; `None` for a zoned column
+    /// (MySQL `TIMESTAMP` read in the session's UTC, PostgreSQL `timestamptz`).
+    wall_zone: Option<TimeZone>,
+    /// The last row the previous page ended on: its `deleted_at`, bound as read, and id.
+    cursor: Option<(Param, u64)>,
 }
 
 /// What a table has, for a pass or the migration; `None` when it has no `deleted_at`.
 pub(crate) struct Shape {
     pub(crate) indexed: bool,
+    /// `deleted_at` names instants (MySQL `TIMESTAMP`, PostgreSQL `timestamptz`), not wall
+    /// times in a zone only the writer knows (MySQL `DATETIME`, PostgreSQL `timestamp`).
     pub(crate) zoned: bool,
+    /// `deleted_at`'s type, as the server names it.
+    pub(crate) column_type: String,
 }
 
 /// Reads `table`'s shape: `NoSuchTable` if absent, `None` if it does not soft-delete.
@@ -56,9 +67,9 @@ pub(crate) async fn table_shape(conn: &mut Conn, table: &str) -> Result<Option<S
     let Some(kind) = conn.text(statements::deleted_at_type(d), &name).await? else {
         return Ok(None);
     };
-    let zoned = match kind.to_ascii_lowercase().as_str() {
-        "datetime" | "timestamp" | "timestamp without time zone" => false,
-        "timestamp with time zone" => true,
+    let zoned = match (d, kind.to_ascii_lowercase().as_str()) {
+        (Dialect::MySql, "datetime") | (Dialect::Postgres, "timestamp without time zone") => false,
+        (Dialect::MySql, "timestamp") | (Dialect::Postgres, "timestamp with time zone") => true,
         _ => {
             return Err(Error::invalid(format!(
                 "table {table:?}: deleted_at is {kind}; the SQL backend purges DATETIME, \
@@ -68,7 +79,45 @@ pub(crate) async fn table_shape(conn: &mut Conn, table: &str) -> Result<Option<S
     };
     let leading = conn.scalar(statements::leading_deleted_at_indexes(d), &name);
     let indexed = leading.await?.unwrap_or(0) > 0;
-    Ok(Some(Shape { indexed, zoned }))
+    Ok(Some(Shape {
+        indexed,
+        zoned,
+        column_type: kind.to_ascii_uppercase(),
+    }))
+}
+
+/// Refuses a table the purge would harm. A zoneless `deleted_at` without a zone: the cutoff
+/// cannot be placed among its values. A foreign key whose `ON DELETE` writes a child table:
+/// purging a parent would delete or change children nobody soft-deleted.
+async fn check_safe(
+    conn: &mut Conn,
+    table: &str,
+    shape: &Shape,
+    zone: Option<TimeZone>,
+) -> Result<()> {
+    let refused = |reason: String| Error::TableRefused {
+        table: table.to_owned(),
+        reason,
+    };
+    if !shape.zoned && zone.is_none() {
+        return Err(refused(format!(
+            "deleted_at is {}, a type without a time zone, and no time zone is configured: \
+             set soft_delete_purge.time_zone (or --time-zone) to the zone the application \
+             writes deleted_at in, an IANA name (America/New_York) or an offset (-05:00)",
+            shape.column_type
+        )));
+    }
+    let sql = statements::writing_foreign_keys(conn.dialect());
+    let keys = conn.texts(sql, &[Param::from(table)]).await?;
+    if !keys.is_empty() {
+        return Err(refused(format!(
+            "purging it would change rows of other tables through {}; make those keys \
+             RESTRICT (the purge then skips a row that still has children) or purge the \
+             children first",
+            keys.join(", ")
+        )));
+    }
+    Ok(())
 }
 
 impl<'a> SqlSession<'a> {
@@ -223,17 +272,70 @@ impl<'a> SqlSession<'a> {
             .ok_or_else(|| Error::invalid("no table is open in this purge pass"))
     }
 
-    /// The cutoff as the open table's `deleted_at` compares it.
+    /// The cutoff as the open table's `deleted_at` compares it: an instant, or the wall time
+    /// below which every value was written before the cutoff in the writer's zone.
     fn cutoff(&self, cutoff_ms: u64) -> Result<Param> {
-        let zoned = self.open()?.zoned;
+        let wall_zone = self.open()?.wall_zone;
         let ms = i64::try_from(cutoff_ms).unwrap_or(i64::MAX);
         let at = DateTime::<Utc>::from_timestamp_millis(ms)
             .ok_or_else(|| Error::invalid(format!("cutoff {cutoff_ms} ms is out of range")))?;
-        Ok(if zoned {
-            Param::Zoned(at)
-        } else {
-            Param::Naive(at.naive_utc())
+        Ok(match wall_zone {
+            None => Param::Zoned(at),
+            Some(zone) => Param::Naive(zone.wall_bound(at)),
         })
+    }
+
+    /// Deletes those of `ids` still eligible; where a foreign key refuses the statement,
+    /// halves the batch down to the rows it refuses and skips those.
+    fn delete_or_split(
+        &mut self,
+        ids: &[u64],
+        cutoff: &Param,
+        tally: &mut DeleteTally,
+    ) -> Result<()> {
+        match self.delete_batch(ids, cutoff) {
+            Ok(n) => {
+                tally.purged += n;
+                Ok(())
+            }
+            Err(e) if e.is_foreign_key_violation() => {
+                if let [id] = ids {
+                    tally.refused.push(RefusedRow {
+                        id: *id,
+                        reason: e.database_message(),
+                    });
+                    return Ok(());
+                }
+                let (left, right) = ids.split_at(ids.len() / 2);
+                self.delete_or_split(left, cutoff, tally)?;
+                self.delete_or_split(right, cutoff, tally)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One `DELETE` of `ids` that re-checks the predicate, retried after a deadlock.
+    fn delete_batch(&mut self, ids: &[u64], cutoff: &Param) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let sql = statements::delete_ids(self.dialect, &self.open()?.name, ids.len());
+        let mut params = ids
+            .iter()
+            .map(|&id| self.id_param(id))
+            .collect::<Result<Vec<_>>>()?;
+        params.push(cutoff.clone());
+        let mut attempt = 1;
+        loop {
+            match self.run(async |c| c.execute(&sql, &params).await) {
+                Err(e) if e.is_deadlock() && attempt < DELETE_ATTEMPTS => {
+                    tracing::info!(attempt, "the server rolled a purge delete back; retrying");
+                    std::thread::sleep(Duration::from_millis(20) * attempt);
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
     }
 
     fn id_param(&self, id: u64) -> Result<Param> {
@@ -256,9 +358,43 @@ impl PurgeSession for SqlSession<'_> {
         }
     }
 
-    fn open_table(&mut self, table: &str) -> Result<TableShape> {
+    fn pass_time(&mut self) -> Result<PassTime> {
+        if let Some(clock) = &self.backend.clock {
+            return Ok(PassTime {
+                now_ms: clock.now_ms(),
+                host_skew_ms: None,
+            });
+        }
+        let sql = statements::server_now_ms(self.dialect);
+        let server = self.run(async |c| c.scalar(sql, &[]).await)?;
+        let host = i64::try_from(self.backend.host_clock.now_ms()).unwrap_or(i64::MAX);
+        let server = server
+            .filter(|ms| *ms >= 0)
+            .ok_or_else(|| Error::invalid(format!("the server's clock reads {server:?} ms")))?;
+        let skew = host.saturating_sub(server);
+        if skew.saturating_abs() > SKEW_WARNING_MS {
+            tracing::warn!(
+                database = %self.backend.identity,
+                host_minus_server_ms = skew,
+                "this host's clock and the database server's differ by more than a minute; \
+                 the purge measures its cutoff on the server's"
+            );
+        }
+        Ok(PassTime {
+            now_ms: u64::try_from(server).unwrap_or_default(),
+            host_skew_ms: Some(skew),
+        })
+    }
+
+    fn open_table(&mut self, table: &str, zone: Option<TimeZone>) -> Result<TableShape> {
         self.table = None;
-        let shape = self.run(async |c| table_shape(c, table).await)?;
+        let shape = self.run(async |c| {
+            let shape = table_shape(c, table).await?;
+            if let Some(shape) = &shape {
+                check_safe(c, table, shape, zone).await?;
+            }
+            Ok(shape)
+        })?;
         let Some(shape) = shape else {
             return Err(Error::invalid(format!(
                 "table {table:?} does not soft-delete"
@@ -266,7 +402,8 @@ impl PurgeSession for SqlSession<'_> {
         };
         self.table = Some(OpenTable {
             name: table.to_owned(),
-            zoned: shape.zoned,
+            wall_zone: if shape.zoned { None } else { zone },
+            cursor: None,
         });
         Ok(TableShape {
             indexed: shape.indexed,
@@ -274,10 +411,18 @@ impl PurgeSession for SqlSession<'_> {
     }
 
     fn select(&mut self, cutoff_ms: u64, want: u64) -> Result<Vec<u64>> {
-        let sql = statements::select_ids(self.dialect, &self.open()?.name);
-        let limit = Param::Int(i64::try_from(want).unwrap_or(i64::MAX));
-        let params = [self.cutoff(cutoff_ms)?, limit];
-        self.run(async |c| c.ids(&sql, &params).await)
+        let open = self.open()?;
+        let sql = statements::select_page(self.dialect, &open.name, open.cursor.is_some());
+        let mut params = vec![self.cutoff(cutoff_ms)?];
+        if let Some((at, id)) = &open.cursor {
+            params.extend([at.clone(), at.clone(), self.id_param(*id)?]);
+        }
+        params.push(Param::Int(i64::try_from(want).unwrap_or(i64::MAX)));
+        let rows = self.run(async |c| c.keyed_ids(&sql, &params).await)?;
+        if let (Some(open), Some((id, at))) = (self.table.as_mut(), rows.last()) {
+            open.cursor = Some((at.clone(), *id));
+        }
+        Ok(rows.into_iter().map(|(id, _)| id).collect())
     }
 
     fn count(&mut self, cutoff_ms: u64) -> Result<u64> {
@@ -292,32 +437,10 @@ impl PurgeSession for SqlSession<'_> {
         ids: &[u64],
         cutoff_ms: u64,
         _stop: &dyn Fn() -> bool,
-        purged: &mut u64,
+        tally: &mut DeleteTally,
     ) -> Result<()> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        let sql = statements::delete_ids(self.dialect, &self.open()?.name, ids.len());
-        let mut params = ids
-            .iter()
-            .map(|&id| self.id_param(id))
-            .collect::<Result<Vec<_>>>()?;
-        params.push(self.cutoff(cutoff_ms)?);
-        let mut attempt = 1;
-        loop {
-            match self.run(async |c| c.execute(&sql, &params).await) {
-                Ok(n) => {
-                    *purged += n;
-                    return Ok(());
-                }
-                Err(e) if e.is_deadlock() && attempt < DELETE_ATTEMPTS => {
-                    tracing::info!(attempt, "the server rolled a purge delete back; retrying");
-                    std::thread::sleep(Duration::from_millis(20) * attempt);
-                    attempt += 1;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        let cutoff = self.cutoff(cutoff_ms)?;
+        self.delete_or_split(ids, &cutoff, tally)
     }
 
     fn finish(mut self: Box<Self>) -> Result<()> {

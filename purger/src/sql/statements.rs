@@ -97,6 +97,40 @@ pub(crate) fn kill_session(d: Dialect, id: i64) -> String {
     }
 }
 
+/// The server's clock, in milliseconds since the epoch.
+pub(crate) fn server_now_ms(d: Dialect) -> &'static str {
+    match d {
+        Dialect::MySql => {
+            "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) \
+             DIV 1000 AS SIGNED)"
+        }
+        Dialect::Postgres => "SELECT (EXTRACT(EPOCH FROM now()) * 1000)::bigint",
+    }
+}
+
+/// The foreign keys referencing the table whose `ON DELETE` changes the child's rows
+/// (`CASCADE`, `SET NULL`, `SET DEFAULT`), each as `child.constraint ON DELETE rule`.
+pub(crate) fn writing_foreign_keys(d: Dialect) -> &'static str {
+    match d {
+        Dialect::MySql => {
+            "SELECT CAST(CONCAT(constraint_schema, '.', table_name, ' (', constraint_name, \
+             ') ON DELETE ', delete_rule) AS CHAR) FROM information_schema.referential_constraints \
+             WHERE unique_constraint_schema = DATABASE() AND referenced_table_name = ? \
+             AND delete_rule IN ('CASCADE', 'SET NULL', 'SET DEFAULT') \
+             ORDER BY constraint_schema, table_name, constraint_name"
+        }
+        Dialect::Postgres => {
+            "SELECT format('%s (%s) ON DELETE %s', c.conrelid::regclass::text, c.conname, \
+             CASE c.confdeltype WHEN 'c' THEN 'CASCADE' WHEN 'n' THEN 'SET NULL' \
+             ELSE 'SET DEFAULT' END) FROM pg_constraint c \
+             JOIN pg_class t ON t.oid = c.confrelid \
+             JOIN pg_namespace n ON n.oid = t.relnamespace \
+             WHERE c.contype = 'f' AND n.nspname = current_schema() AND t.relname = $1 \
+             AND c.confdeltype IN ('c', 'n', 'd') ORDER BY 1"
+        }
+    }
+}
+
 /// How many tables of that name the connection's database (schema) has.
 pub(crate) fn table_exists(d: Dialect) -> &'static str {
     match d {
@@ -144,13 +178,27 @@ pub(crate) fn leading_deleted_at_indexes(d: Dialect) -> &'static str {
     }
 }
 
-/// Up to a bound number of eligible ids: binds the cutoff, then the limit.
-pub(crate) fn select_ids(d: Dialect, table: &str) -> String {
+/// The next page of eligible rows, `id` and `deleted_at`, in `(deleted_at, id)` order (the
+/// order of a `deleted_at` index, whose entries carry the primary key): binds the cutoff,
+/// then, `after` a page, the last row's `deleted_at` twice and its id, then the limit. The
+/// cursor walks past rows the delete had to skip, so they cannot fill every page.
+pub(crate) fn select_page(d: Dialect, table: &str, after: bool) -> String {
+    let (keyset, limit) = if after {
+        let keyset = format!(
+            " AND (deleted_at > {} OR (deleted_at = {} AND id > {}))",
+            d.param(2),
+            d.param(3),
+            d.param(4)
+        );
+        (keyset, d.param(5))
+    } else {
+        (String::new(), d.param(2))
+    };
     format!(
-        "SELECT id FROM {} WHERE deleted_at IS NOT NULL AND deleted_at < {} LIMIT {}",
+        "SELECT id, deleted_at FROM {} WHERE deleted_at IS NOT NULL AND deleted_at < {}{keyset} \
+         ORDER BY deleted_at, id LIMIT {limit}",
         d.quote(table),
         d.param(1),
-        d.param(2)
     )
 }
 
@@ -202,8 +250,14 @@ mod tests {
              AND deleted_at < $4"
         );
         assert_eq!(
-            select_ids(Dialect::Postgres, "t"),
-            "SELECT id FROM \"t\" WHERE deleted_at IS NOT NULL AND deleted_at < $1 LIMIT $2"
+            select_page(Dialect::Postgres, "t", false),
+            "SELECT id, deleted_at FROM \"t\" WHERE deleted_at IS NOT NULL AND deleted_at < $1 \
+             ORDER BY deleted_at, id LIMIT $2"
+        );
+        assert_eq!(
+            select_page(Dialect::MySql, "t", true),
+            "SELECT id, deleted_at FROM `t` WHERE deleted_at IS NOT NULL AND deleted_at < ? \
+             AND (deleted_at > ? OR (deleted_at = ? AND id > ?)) ORDER BY deleted_at, id LIMIT ?"
         );
         assert_eq!(
             count_eligible(Dialect::MySql, "t"),

@@ -106,13 +106,15 @@ pub fn fill(
         .collect()
 }
 
-/// Enabled, 1h retention and interval.
+/// Enabled, 1h retention and interval; zoneless `deleted_at` values (MySQL's `DATETIME`)
+/// are written in UTC, as [`sql::SqlClient::timestamp`] writes them.
 pub fn enabled() -> PurgeConfig {
     PurgeConfig {
         enable: true,
         dry_run: false,
         retention: HOUR,
         interval: Duration::from_secs(3600),
+        time_zone: Some(cairn_purger::TimeZone::UTC),
     }
 }
 
