@@ -437,10 +437,25 @@ impl DbInner {
                 break;
             }
         }
-        // A background compaction of this family may have taken the tables first: once it
-        // ends, its inputs are swept too, so nothing the rules let go is left on disk.
+        // A background compaction may have taken some of the range's tables first: once it
+        // ends, its inputs are swept too, so nothing the rules let go is left on disk. Only
+        // those running now over this range are waited for: under steady writes the family
+        // always has another compaction running, and waiting for all of them may never end.
         let mut state = self.lock_state();
-        while state.compacting.iter().any(|r| r.cf == cf) {
+        let taken: std::collections::HashSet<u64> = match bounds_in(&state.levels_view(cf), range) {
+            Some((start, end)) => state
+                .compacting
+                .iter()
+                .filter(|r| r.cf == cf && r.start <= end && r.end >= start)
+                .flat_map(|r| r.pick.all_inputs())
+                .collect(),
+            None => std::collections::HashSet::new(),
+        };
+        while state
+            .compacting
+            .iter()
+            .any(|r| r.cf == cf && r.pick.all_inputs().any(|n| taken.contains(&n)))
+        {
             state.check_running()?;
             state = self
                 .state_changed

@@ -43,6 +43,20 @@ pub enum Error {
     /// database has stopped.
     #[error("a writer panicked: {0}")]
     Panicked(String),
+    /// Writes are stopped because level 0 holds `l0_stop` tables and automatic compactions are
+    /// off, so no compaction will come to drain it: the write was not applied. Compact level 0
+    /// (`compact_range`) or open with automatic compactions on, then write again.
+    #[error(
+        "writes are stopped: level 0 holds {level0_files} tables (l0_stop is {limit}) and \
+         automatic compactions are off, so none will drain it; compact it (compact_range, \
+         `cairn compact`) or open with automatic compactions on"
+    )]
+    WriteStall {
+        /// The tables in the fullest family's level 0.
+        level0_files: usize,
+        /// The count at which writes stop.
+        limit: usize,
+    },
     /// The database takes no more work: it is closed, or an earlier failure left it unable to
     /// accept writes safely (reopen it). A write that fails with `Stopped` was not applied.
     #[error("database stopped: {cause}")]
@@ -193,6 +207,13 @@ impl Error {
             },
             Self::Panicked(why) => Self::Panicked(why.clone()),
             Self::ReadOnly => Self::ReadOnly,
+            Self::WriteStall {
+                level0_files,
+                limit,
+            } => Self::WriteStall {
+                level0_files: *level0_files,
+                limit: *limit,
+            },
         }
     }
 }

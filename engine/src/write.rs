@@ -1,7 +1,8 @@
 //! Group commit: the leader of a commit group writes the log, then the memtables.
 //!
 //! The leader (see `write_queue`) finds room in the active memtables — waiting while level 0 is
-//! too full or too many memtables wait for their flush, freezing the memtables (see
+//! too full (failing with `WriteStall` instead when automatic compactions are off, since none
+//! would come) or too many memtables wait for their flush, freezing the memtables (see
 //! `memtable_switch`) when they are full, when background work asked for it, or when a batch's
 //! range deletes would carry them past their size (`room_for`) — gives the group
 //! consecutive sequence numbers, writes it as one log record (fsynced if any writer asked),
@@ -165,6 +166,13 @@ impl DbInner {
             let room_to_freeze = state.imm.len() < self.options.max_immutable_memtables;
             let l0 = state.meta.version.most_level0_files();
             let c = &self.options.compaction;
+            if l0 >= c.l0_stop && c.disable_auto {
+                // No compaction will come: waiting would be forever.
+                return Err(Error::WriteStall {
+                    level0_files: l0,
+                    limit: c.l0_stop,
+                });
+            }
             if l0 >= c.l0_stop {
                 // Compaction is far behind: stop writes until it catches up.
                 self.stats.note_stall();

@@ -2,6 +2,8 @@
 //! and says what it read and dropped) and `ColumnFamily::tables` (the family's tables): what the
 //! TTL task manager builds its tablet tasks and counters on.
 
+mod common;
+
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
@@ -189,4 +191,83 @@ fn with_auto_compactions_off_a_deadline_is_refused_and_waiting_for_background_wo
         .expect("wait_for_background_work returned");
     outcome.expect("no error");
     assert_eq!(db.stats().levels.first().map(|l| l.files), Some(6));
+}
+
+/// Holds a compaction that meets a key starting with `x` until opened; lets others through.
+#[derive(Debug)]
+struct HoldX {
+    gate: Arc<(std::sync::Mutex<(bool, bool)>, std::sync::Condvar)>,
+}
+
+impl cairn::CompactionFilter for HoldX {
+    fn filter(&self, _cf: &str, key: &[u8], _value: &[u8]) -> cairn::Decision {
+        if key.first() == Some(&b'x') {
+            let (lock, changed) = &*self.gate;
+            let mut state = lock
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            state.0 = true;
+            changed.notify_all();
+            while !state.1 {
+                state = changed
+                    .wait(state)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+        }
+        cairn::Decision::Keep
+    }
+}
+
+/// A background compaction of other tables of the family runs (held) while a manual
+/// compaction of `[a, b)` is asked for: the manual one waits only for compactions holding its
+/// own tables, so it returns. It used to wait for every compaction of the family, which under
+/// steady writes may never end.
+#[test]
+fn compact_tables_does_not_wait_for_compactions_of_other_tables() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gate = Arc::new((
+        std::sync::Mutex::new((false, false)),
+        std::sync::Condvar::new(),
+    ));
+    let db = Arc::new(
+        Db::open(
+            dir.path(),
+            Options::default()
+                .level0_triggers(2, 20, 36)
+                .compaction_filter(Arc::new(HoldX {
+                    gate: Arc::clone(&gate),
+                })),
+        )
+        .expect("open"),
+    );
+    for i in 0..10 {
+        db.put(format!("a{i}"), "v").expect("put");
+    }
+    db.compact_range::<&str>(..)
+        .expect("a-keys to the last level");
+    db.put("x1", "v").expect("put");
+    db.flush().expect("flush");
+    db.put("x2", "v").expect("put");
+    db.flush().expect("flush");
+    {
+        let (lock, changed) = &*gate;
+        let state = lock.lock().expect("gate");
+        let (state, _) = changed
+            .wait_timeout_while(state, Duration::from_secs(30), |s| !s.0)
+            .expect("gate");
+        assert!(state.0, "the x-tables' background compaction is held");
+    }
+    let manual = Arc::clone(&db);
+    let done = common::within(Duration::from_secs(30), move || {
+        manual
+            .column_family("default")
+            .expect("cf")
+            .compact_tables("a".."b")
+    });
+    let (lock, changed) = &*gate;
+    lock.lock().expect("gate").1 = true;
+    changed.notify_all();
+    done.expect("compact_tables waited for a compaction of other tables")
+        .expect("compact");
+    db.wait_for_background_work().expect("settle");
 }

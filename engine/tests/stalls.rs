@@ -68,3 +68,53 @@ fn a_writer_stalled_on_level0_never_blocks_the_compaction_that_drains_it() {
     assert!(l0 < 2, "level 0 drained: {l0} tables left");
     assert_eq!(db.get("c").expect("get").as_deref(), Some(&b"3"[..]));
 }
+
+/// With automatic compactions off nothing will drain level 0, so a write that finds it at
+/// `l0_stop` must not wait: it fails, saying what to do, and `compact_range` (the escape it
+/// names) clears the way. It used to wait forever (an ad hoc `cairn put` after 36 others).
+#[test]
+fn with_compactions_off_a_write_at_l0_stop_fails_and_compact_range_clears_the_way() {
+    let dir = tempdir();
+    let db = Arc::new(
+        Db::open(
+            dir.path(),
+            Options::default()
+                .disable_auto_compactions(true)
+                .level0_triggers(1, 2, 3),
+        )
+        .expect("open"),
+    );
+    for i in 0..3 {
+        db.put(format!("k{i}"), "v").expect("put");
+        db.flush().expect("flush");
+    }
+    assert_eq!(db.stats().levels.first().map(|l| l.files), Some(3));
+    let writer = Arc::clone(&db);
+    let Some(stalled) = within(Duration::from_secs(30), move || writer.put("k9", "v")) else {
+        std::mem::forget(db);
+        panic!("the write waited for a compaction that will never come");
+    };
+    match stalled {
+        Err(cairn::Error::WriteStall {
+            level0_files: 3,
+            limit: 3,
+        }) => {}
+        other => panic!("expected WriteStall, got {other:?}"),
+    }
+    let text = db.put("k9", "v").expect_err("still stopped").to_string();
+    assert!(text.contains("compact"), "{text}");
+    assert_eq!(
+        db.get("k9").expect("get"),
+        None,
+        "a refused write was not applied"
+    );
+    let compactor = Arc::clone(&db);
+    within(Duration::from_secs(30), move || {
+        compactor.compact_range::<&str>(..)
+    })
+    .expect("compact_range never returned")
+    .expect("compact");
+    db.put("k9", "v")
+        .expect("the write goes through once level 0 is compacted");
+    assert_eq!(db.get("k9").expect("get").as_deref(), Some(&b"v"[..]));
+}
