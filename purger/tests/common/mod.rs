@@ -113,6 +113,7 @@ pub fn enabled() -> PurgeConfig {
         dry_run: false,
         retention: HOUR,
         interval: Duration::from_secs(3600),
+        time_zone: None,
     }
 }
 
