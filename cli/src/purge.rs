@@ -42,11 +42,11 @@ pub struct PurgeArgs {
     #[arg(long)]
     lock: Option<String>,
     /// Comma-separated tables to purge instead of the lock's list: some of CubeMaster's
-    /// (t_cube_sandbox_spec, t_cube_template_replica, t_cube_instance_info,
-    /// t_cube_instance_userdata; lock cubemaster_tombstone_purge_v1) or some of CubeOps'
-    /// (t_agenthub_instance, t_agenthub_snapshot, t_agenthub_template; lock
-    /// cubeops_tombstone_purge_v1), never both. Tables of neither need --lock. The guide
-    /// exempts t_cube_instance_info and t_cube_instance_userdata while the config's
+    /// (`t_cube_sandbox_spec`, `t_cube_template_replica`, `t_cube_instance_info`,
+    /// `t_cube_instance_userdata`; lock `cubemaster_tombstone_purge_v1`) or some of CubeOps'
+    /// (`t_agenthub_instance`, `t_agenthub_snapshot`, `t_agenthub_template`; lock
+    /// `cubeops_tombstone_purge_v1`), never both. Tables of neither need --lock. The guide
+    /// exempts `t_cube_instance_info` and `t_cube_instance_userdata` while the config's
     /// `common.disable_hard_delete` is true: they are left out then even when named here.
     #[arg(long, value_delimiter = ',')]
     tables: Vec<String>,
@@ -375,7 +375,7 @@ impl CubeMasterTables {
             .into_iter()
             .filter(|t| !targets.contains(t))
             .collect();
-        let (left_out, list): (Vec<String>, Vec<String>) =
+        let (left_out, kept): (Vec<String>, Vec<String>) =
             requested.iter().cloned().partition(|t| exempt.contains(t));
         if !left_out.is_empty() {
             tracing::warn!(
@@ -383,7 +383,7 @@ impl CubeMasterTables {
                 "exempt while common.disable_hard_delete is true: not purged"
             );
         }
-        list
+        kept
     }
 }
 

@@ -203,7 +203,7 @@ fn purge(
 }
 
 /// What `SHOW INDEX` / `pg_indexes` say about the table (how many, and a hash of their
-/// definitions), and its rows (how many, and a hash of every id, name and deleted_at).
+/// definitions), and its rows (how many, and a hash of every `id`, `name` and `deleted_at`).
 #[derive(Debug, PartialEq, Eq)]
 struct ServerContents {
     indexes: (i64, i64),
