@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use cairn::{Db, Options};
 use cairn_purger::{
-    CUBEMASTER_LOCK, CUBEOPS_LOCK, PassReport, PurgeConfig, Purger, SqlBackend, Tables,
-    TablesOptions, cube_master_purge_tables, cube_ops_purge_tables, disable_hard_delete_from_yaml,
+    CUBEMASTER_LOCK, CUBEOPS_LOCK, HardDeleteSetting, PassReport, PurgeConfig, Purger, SqlBackend,
+    TABLES_COLUMN_FAMILY, Tables, TablesOptions, TimeZone, cube_master_purge_tables,
+    cube_ops_purge_tables,
 };
 use clap::{Args, Subcommand};
 
@@ -34,20 +35,34 @@ pub struct PurgeArgs {
     /// Run one pass and exit, instead of the loop.
     #[arg(long)]
     once: bool,
-    /// The advisory lock: `cubemaster_tombstone_purge_v1` purges CubeMaster's tables,
-    /// `cubeops_tombstone_purge_v1` CubeOps'; any other name needs --tables.
-    #[arg(long, default_value = CUBEMASTER_LOCK)]
-    lock: String,
-    /// Comma-separated tables to purge instead of the lock's list.
+    /// The advisory lock: `cubemaster_tombstone_purge_v1` purges CubeMaster's tables (the
+    /// default without --tables), `cubeops_tombstone_purge_v1` CubeOps'; any other name needs
+    /// --tables. With --tables it follows from the list, and a component's lock given with the
+    /// other component's tables is refused.
+    #[arg(long)]
+    lock: Option<String>,
+    /// Comma-separated tables to purge instead of the lock's list: some of CubeMaster's
+    /// (`t_cube_sandbox_spec`, `t_cube_template_replica`, `t_cube_instance_info`,
+    /// `t_cube_instance_userdata`; lock `cubemaster_tombstone_purge_v1`) or some of CubeOps'
+    /// (`t_agenthub_instance`, `t_agenthub_snapshot`, `t_agenthub_template`; lock
+    /// `cubeops_tombstone_purge_v1`), never both. Tables of neither need --lock. The guide
+    /// exempts `t_cube_instance_info` and `t_cube_instance_userdata` while the config's
+    /// `common.disable_hard_delete` is true: they are left out then even when named here.
     #[arg(long, value_delimiter = ',')]
     tables: Vec<String>,
+    /// The zone the application writes zoneless `deleted_at` values in (MySQL `DATETIME`,
+    /// PostgreSQL `timestamp`): an IANA name (`America/New_York`) or an offset (`-05:00`).
+    /// Overrides the config's `soft_delete_purge.time_zone`.
+    #[arg(long, value_name = "ZONE")]
+    time_zone: Option<String>,
     /// Stop the loop after this many passes, skipped ones included (default: run until
     /// killed; a killed purger's lock frees itself when its 5-minute lease ends, or on a server
     /// when its connection closes).
     #[arg(long)]
     passes: Option<u64>,
     /// Do not apply pending migrations (as with `CUBE_AUTO_MIGRATION=false`); on a server,
-    /// migration 20260731120000 then has to be applied out of band or purges scan tables.
+    /// migration 20260731120000 then has to be applied out of band or purges scan tables. A
+    /// dry run, or a config whose `enable` is not true, never migrates: it changes nothing.
     #[arg(long)]
     no_migrate: bool,
     /// Print JSON lines: with --once the pass's report, in the loop one per table and pass.
@@ -96,17 +111,38 @@ pub fn run(args: PurgeArgs) -> i32 {
         Ok(text) => text,
         Err(e) => return crate::bad_args(&format!("cannot read {}: {e}", config.display())),
     };
-    let purge_config = match PurgeConfig::from_yaml(&text) {
+    let mut purge_config = match PurgeConfig::from_yaml(&text) {
         Ok(c) => c,
         Err(e) => return crate::bad_args(&format!("{}: {e}", config.display())),
     };
-    let list = match table_list(&args, &config, &text) {
-        Ok(list) => list,
+    if let Some(zone) = &args.time_zone {
+        match TimeZone::parse(zone) {
+            Ok(zone) => purge_config.time_zone = Some(zone),
+            Err(e) => return crate::bad_args(&format!("--time-zone: {e}")),
+        }
+    }
+    let (lock, list) = match table_list(&args, &config, &text) {
+        Ok(plan) => plan,
         Err(why) => return crate::bad_args(&why),
     };
+    // A dry run and a disabled purger only look: no migration, so no schema changes.
+    let look_only = purge_config.dry_run || !purge_config.enable;
+    let migrate_now = !args.no_migrate && !look_only;
+    if look_only && !args.no_migrate {
+        tracing::info!("a dry run or a disabled purger changes nothing: migrations not applied");
+    }
     let purger = match (&args.db, &args.database_url) {
-        (Some(db), None) => match open_tables(db, !args.no_migrate) {
-            Ok(tables) => Purger::new(tables, &args.lock, list, purge_config),
+        (Some(db), None) => match open_tables(db, migrate_now) {
+            Ok(Some(tables)) => Purger::new(tables, &lock, list, purge_config),
+            Ok(None) if !purge_config.enable => return disabled(args.once, args.json),
+            Ok(None) => {
+                eprintln!(
+                    "cairn purge: {} has no tables (no column family {TABLES_COLUMN_FAMILY}), and \
+                     without migrating (a dry run, --no-migrate) they are not created",
+                    db.display()
+                );
+                return 1;
+            }
             Err(e) => {
                 eprintln!("cairn purge: cannot open {}: {e}", db.display());
                 return 2;
@@ -114,10 +150,10 @@ pub fn run(args: PurgeArgs) -> i32 {
         },
         (None, Some(url)) => match SqlBackend::new(url) {
             Ok(backend) => {
-                if !args.no_migrate && purge_config.enable {
+                if migrate_now {
                     migrate(&backend, &list());
                 }
-                Purger::new(backend, &args.lock, list, purge_config)
+                Purger::new(backend, &lock, list, purge_config)
             }
             Err(e) => return crate::bad_args(&format!("--database-url: {e}")),
         },
@@ -131,10 +167,19 @@ pub fn run(args: PurgeArgs) -> i32 {
     run_loop(&purger, &args)
 }
 
-fn open_tables(db: &Path, migrate: bool) -> cairn_purger::Result<Tables> {
+/// The tables of the database at `db`, migrated if `migrate`. Without migrating, a database
+/// that has no tables yet is `None`: opening them would create their column family.
+fn open_tables(db: &Path, migrate: bool) -> cairn_purger::Result<Option<Tables>> {
     let db = Db::open(db, Options::default().create_if_missing(false))?;
+    if !migrate {
+        match db.column_family(TABLES_COLUMN_FAMILY) {
+            Ok(_) => {}
+            Err(cairn::Error::ColumnFamilyNotFound(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+    }
     let options = TablesOptions::default().auto_migration(migrate);
-    Tables::open_with(Arc::new(db), &options)
+    Tables::open_with(Arc::new(db), &options).map(Some)
 }
 
 /// Migration 20260731120000 on the server's purge targets. A failure (the server is down)
@@ -151,61 +196,215 @@ fn migrate(backend: &SqlBackend, tables: &[String]) {
     }
 }
 
-/// The table list, asked for at every pass: `--tables`, or the lock's list. CubeMaster's is
-/// rebuilt from the config file each pass, so a `disable_hard_delete` changed on disk counts
-/// at the next pass.
+/// The two components whose purge targets and locks the guide names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Component {
+    CubeMaster,
+    CubeOps,
+}
+
+impl Component {
+    fn name(self) -> &'static str {
+        match self {
+            Self::CubeMaster => "CubeMaster",
+            Self::CubeOps => "CubeOps",
+        }
+    }
+
+    fn lock(self) -> &'static str {
+        match self {
+            Self::CubeMaster => CUBEMASTER_LOCK,
+            Self::CubeOps => CUBEOPS_LOCK,
+        }
+    }
+
+    /// Every table the component may purge (CubeMaster's instance tables included).
+    fn tables(self) -> Vec<String> {
+        match self {
+            Self::CubeMaster => cube_master_purge_tables(false),
+            Self::CubeOps => cube_ops_purge_tables(),
+        }
+    }
+
+    fn of_lock(lock: &str) -> Option<Self> {
+        [Self::CubeMaster, Self::CubeOps]
+            .into_iter()
+            .find(|c| c.lock() == lock)
+    }
+
+    fn of_table(table: &str) -> Option<Self> {
+        [Self::CubeMaster, Self::CubeOps]
+            .into_iter()
+            .find(|c| c.tables().iter().any(|t| t == table))
+    }
+}
+
+/// The lock for `--lock` and `--tables`, and whose tables the list holds (`None`: the tables
+/// of neither component). Without `--tables` the lock names the list; with it the list names
+/// the lock: one component's tables take that component's lock, a list mixing the two is
+/// refused (two purgers under two locks would purge one table at once), and tables of
+/// neither need the lock given.
+fn resolve_lock(
+    lock: Option<&str>,
+    tables: &[String],
+) -> Result<(String, Option<Component>), String> {
+    if tables.is_empty() {
+        let lock = lock.unwrap_or(CUBEMASTER_LOCK);
+        return match Component::of_lock(lock) {
+            Some(component) => Ok((lock.to_owned(), Some(component))),
+            None => Err(format!(
+                "lock {lock:?} has no table list of its own: give --tables"
+            )),
+        };
+    }
+    let of = |component: Component| -> Vec<&str> {
+        tables
+            .iter()
+            .filter(|t| Component::of_table(t) == Some(component))
+            .map(String::as_str)
+            .collect()
+    };
+    let (master, ops) = (of(Component::CubeMaster), of(Component::CubeOps));
+    let owner = match (master.is_empty(), ops.is_empty()) {
+        (false, false) => {
+            return Err(format!(
+                "--tables mixes CubeMaster's ({}) and CubeOps' ({}) tables, which purge under \
+                 two locks: run one purger per component",
+                master.join(", "),
+                ops.join(", ")
+            ));
+        }
+        (false, true) => Some(Component::CubeMaster),
+        (true, false) => Some(Component::CubeOps),
+        (true, true) => None,
+    };
+    if let (Some(owner), Some(given)) = (owner, lock.and_then(Component::of_lock))
+        && given != owner
+    {
+        return Err(format!(
+            "--lock {} is {}'s, but --tables names {}'s tables (their lock is {})",
+            given.lock(),
+            given.name(),
+            owner.name(),
+            owner.lock()
+        ));
+    }
+    let neither: Vec<&str> = tables
+        .iter()
+        .filter(|t| Component::of_table(t).is_none())
+        .map(String::as_str)
+        .collect();
+    match (lock, owner) {
+        (Some(lock), _) => Ok((lock.to_owned(), owner)),
+        (None, Some(owner)) if neither.is_empty() => Ok((owner.lock().to_owned(), Some(owner))),
+        (None, _) => Err(format!(
+            "--tables names tables of neither CubeMaster nor CubeOps ({}): give --lock",
+            neither.join(", ")
+        )),
+    }
+}
+
+/// The lock, and the table list asked for at every pass: `--tables`, or the lock's list.
+/// Where the list holds CubeMaster's tables, `disable_hard_delete` is re-read from the config
+/// file each pass, so a change on disk counts at the next pass; a re-read that cannot be
+/// trusted keeps the last good value (see [`HardDeleteSetting::reload`]).
 fn table_list(
     args: &PurgeArgs,
     path: &Path,
     text: &str,
-) -> Result<impl Fn() -> Vec<String> + Send + Sync + 'static, String> {
-    enum Source {
-        Fixed(Vec<String>),
-        CubeMaster { path: PathBuf, last: Mutex<bool> },
-    }
-    let source = if !args.tables.is_empty() {
-        Source::Fixed(args.tables.clone())
-    } else if args.lock == CUBEOPS_LOCK {
-        Source::Fixed(cube_ops_purge_tables())
-    } else if args.lock == CUBEMASTER_LOCK {
-        let disable = disable_hard_delete_from_yaml(text).map_err(|e| e.to_string())?;
-        Source::CubeMaster {
+) -> Result<(String, impl Fn() -> Vec<String> + Send + Sync + 'static), String> {
+    let (lock, owner) = resolve_lock(args.lock.as_deref(), &args.tables)?;
+    let requested = (!args.tables.is_empty()).then(|| args.tables.clone());
+    let source = if owner == Some(Component::CubeMaster) {
+        let setting = HardDeleteSetting::from_yaml(text).map_err(|e| e.to_string())?;
+        Source::CubeMaster(CubeMasterTables {
             path: path.to_path_buf(),
-            last: Mutex::new(disable),
-        }
+            last: Mutex::new(setting),
+            requested,
+        })
     } else {
-        return Err(format!(
-            "lock {:?} has no table list of its own: give --tables",
-            args.lock
-        ));
+        Source::Fixed(requested.unwrap_or_else(cube_ops_purge_tables))
     };
-    Ok(move || match &source {
+    Ok((lock, move || match &source {
         Source::Fixed(list) => list.clone(),
-        Source::CubeMaster { path, last } => {
-            let mut last = last
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            match std::fs::read_to_string(path)
-                .map_err(|e| e.to_string())
-                .and_then(|t| disable_hard_delete_from_yaml(&t).map_err(|e| e.to_string()))
-            {
-                Ok(disable) => *last = disable,
-                Err(e) => {
-                    tracing::warn!(
-                        error = %e,
-                        "re-reading disable_hard_delete failed; keeping the last value"
-                    );
+        Source::CubeMaster(tables) => tables.now(),
+    }))
+}
+
+enum Source {
+    Fixed(Vec<String>),
+    CubeMaster(CubeMasterTables),
+}
+
+/// CubeMaster's tables as the config file says at this pass.
+struct CubeMasterTables {
+    path: PathBuf,
+    /// The last good reading of `common.disable_hard_delete`.
+    last: Mutex<HardDeleteSetting>,
+    /// `--tables`, if given: the instance tables in it are still left out while exempt.
+    requested: Option<Vec<String>>,
+}
+
+impl CubeMasterTables {
+    fn now(&self) -> Vec<String> {
+        let mut last = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match std::fs::read_to_string(&self.path) {
+            Ok(text) => {
+                let reload = last.reload(&text);
+                if let Some(warning) = &reload.warning {
+                    tracing::warn!(config = %self.path.display(), "{warning}");
                 }
+                *last = reload.setting;
             }
-            cube_master_purge_tables(*last)
+            Err(e) => tracing::warn!(
+                config = %self.path.display(),
+                error = %e,
+                "cannot re-read the config; keeping disable_hard_delete: {}",
+                last.disable_hard_delete
+            ),
         }
-    })
+        let targets = cube_master_purge_tables(last.disable_hard_delete);
+        let Some(requested) = &self.requested else {
+            return targets;
+        };
+        let exempt: Vec<String> = Component::CubeMaster
+            .tables()
+            .into_iter()
+            .filter(|t| !targets.contains(t))
+            .collect();
+        let (left_out, kept): (Vec<String>, Vec<String>) =
+            requested.iter().cloned().partition(|t| exempt.contains(t));
+        if !left_out.is_empty() {
+            tracing::warn!(
+                ?left_out,
+                "exempt while common.disable_hard_delete is true: not purged"
+            );
+        }
+        kept
+    }
+}
+
+/// What a purger whose `enable` is not true does: with `--once`, the report of a skipped pass;
+/// in the loop, nothing.
+fn disabled(once: bool, json: bool) -> i32 {
+    if once {
+        let report = PassReport {
+            skipped: true,
+            ..PassReport::default()
+        };
+        print_pass(&Ok(report), json);
+    } else {
+        eprintln!("cairn purge: soft_delete_purge.enable is not true; nothing runs");
+    }
+    0
 }
 
 fn run_loop(purger: &Purger, args: &PurgeArgs) -> i32 {
     if !purger.config().enable {
-        eprintln!("cairn purge: soft_delete_purge.enable is not true; nothing runs");
-        return 0;
+        return disabled(false, args.json);
     }
     let json = args.json;
     let failed = Arc::new(AtomicBool::new(false));
@@ -285,5 +484,108 @@ fn exit_code(result: &cairn_purger::Result<PassReport>) -> i32 {
         Ok(_) => 0,
         Err(cairn_purger::Error::PassFailed { .. }) => 1,
         Err(_) => 2,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(tables: &[&str]) -> Vec<String> {
+        tables.iter().map(|t| (*t).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_lock_follows_from_the_tables() {
+        let master = list(&["t_cube_sandbox_spec", "t_cube_instance_info"]);
+        let ops = list(&["t_agenthub_snapshot"]);
+        assert_eq!(
+            resolve_lock(None, &master),
+            Ok((CUBEMASTER_LOCK.to_owned(), Some(Component::CubeMaster)))
+        );
+        assert_eq!(
+            resolve_lock(None, &ops),
+            Ok((CUBEOPS_LOCK.to_owned(), Some(Component::CubeOps)))
+        );
+        assert_eq!(
+            resolve_lock(None, &[]),
+            Ok((CUBEMASTER_LOCK.to_owned(), Some(Component::CubeMaster)))
+        );
+        assert_eq!(
+            resolve_lock(Some(CUBEOPS_LOCK), &[]),
+            Ok((CUBEOPS_LOCK.to_owned(), Some(Component::CubeOps)))
+        );
+        // A lock of one's own over one component's tables (tests, a second deployment).
+        assert_eq!(
+            resolve_lock(Some("mine"), &ops),
+            Ok(("mine".to_owned(), Some(Component::CubeOps)))
+        );
+        assert_eq!(
+            resolve_lock(Some("mine"), &list(&["t_other"])),
+            Ok(("mine".to_owned(), None))
+        );
+    }
+
+    #[test]
+    fn mixed_or_mislocked_or_unowned_lists_are_refused() {
+        let mixed = list(&["t_cube_sandbox_spec", "t_agenthub_instance"]);
+        for lock in [None, Some(CUBEMASTER_LOCK), Some("mine")] {
+            let refused = resolve_lock(lock, &mixed);
+            assert!(
+                refused.as_ref().is_err_and(|e| e.contains("mixes")),
+                "{lock:?}: {refused:?}"
+            );
+        }
+        let wrong = resolve_lock(Some(CUBEMASTER_LOCK), &list(&["t_agenthub_instance"]));
+        assert!(wrong.is_err(), "{wrong:?}");
+        let wrong = resolve_lock(Some(CUBEOPS_LOCK), &list(&["t_cube_sandbox_spec"]));
+        assert!(wrong.is_err(), "{wrong:?}");
+        let unowned = resolve_lock(None, &list(&["t_cube_sandbox_spec", "t_other"]));
+        assert!(
+            unowned.as_ref().is_err_and(|e| e.contains("t_other")),
+            "{unowned:?}"
+        );
+        assert!(resolve_lock(Some("mine"), &[]).is_err());
+    }
+
+    /// The list a loop asks for at each pass, with the config file rewritten in between.
+    #[test]
+    fn a_reread_config_that_cannot_be_trusted_keeps_the_instance_tables_exempt() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("purge.yaml");
+        let good = "soft_delete_purge:\n  enable: true\n  dry_run: true\ncommon:\n  \
+                    disable_hard_delete: true\n";
+        let exempt = ["t_cube_instance_info", "t_cube_instance_userdata"];
+        for tables in [vec![], list(&exempt)] {
+            std::fs::write(&path, good).expect("write");
+            let source = CubeMasterTables {
+                path: path.clone(),
+                last: Mutex::new(HardDeleteSetting::from_yaml(good).expect("valid")),
+                requested: (!tables.is_empty()).then(|| tables.clone()),
+            };
+            let cut = good.find("common:").expect("common");
+            for (what, text) in [
+                ("empty", ""),
+                ("truncated mid-block", &good[..good.len() - 10]),
+                ("without the common block", &good[..cut]),
+                ("invalid YAML", "common: [\n"),
+            ] {
+                std::fs::write(&path, text).expect("write");
+                let now = source.now();
+                for table in exempt {
+                    assert!(
+                        !now.iter().any(|t| t == table),
+                        "{what} (--tables {tables:?}): {table} in {now:?}"
+                    );
+                }
+            }
+            std::fs::remove_file(&path).expect("remove");
+            assert!(!source.now().iter().any(|t| t == exempt[0]), "file gone");
+            std::fs::write(&path, good.replace("delete: true", "delete: false")).expect("write");
+            let now = source.now();
+            for table in exempt {
+                assert!(now.iter().any(|t| t == table), "false: {table} in {now:?}");
+            }
+        }
     }
 }

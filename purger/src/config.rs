@@ -130,30 +130,132 @@ impl PurgeConfig {
     }
 }
 
-#[derive(Debug, Deserialize)]
-struct CommonFile {
-    common: Option<Common>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Common {
-    disable_hard_delete: Option<bool>,
-}
-
 /// CubeMaster's `common.disable_hard_delete` (absent: `false`), which decides whether the
 /// instance tables are purge targets (see [`cube_master_purge_tables`](crate::cube_master_purge_tables)).
 ///
 /// # Errors
 /// `Config` naming `common.disable_hard_delete` for bad YAML or a value that is not a bool.
 pub fn disable_hard_delete_from_yaml(text: &str) -> Result<bool> {
-    let file: CommonFile = serde_yaml_ng::from_str(text).map_err(|e| Error::Config {
-        field: "common.disable_hard_delete".to_owned(),
-        reason: e.to_string(),
-    })?;
-    Ok(file
-        .common
-        .and_then(|c| c.disable_hard_delete)
-        .unwrap_or(false))
+    HardDeleteSetting::from_yaml(text).map(|s| s.disable_hard_delete)
+}
+
+/// One good reading of CubeMaster's `common.disable_hard_delete`: the value, and how much of
+/// it the file spelled out. A purger that re-reads its config at every pass keeps the last
+/// good reading and asks [`reload`](Self::reload) whether a new text may replace it.
+///
+/// The rule, because purging cannot be undone: a file that does not parse, or that lost the
+/// `common` block or the `disable_hard_delete` key the last good reading had (an empty file,
+/// one truncated mid-write, one whose block was cut), keeps the last good value and warns.
+/// Only a file that says `disable_hard_delete: false` turns an exemption off.
+///
+/// ```
+/// use cairn_purger::HardDeleteSetting;
+/// let good = HardDeleteSetting::from_yaml("common:\n  disable_hard_delete: true\n")?;
+/// let empty = good.reload("");
+/// assert!(empty.setting.disable_hard_delete && empty.warning.is_some());
+/// let off = good.reload("common:\n  disable_hard_delete: false\n");
+/// assert!(!off.setting.disable_hard_delete && off.warning.is_none());
+/// # Ok::<(), cairn_purger::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HardDeleteSetting {
+    /// Whether hard deletes of instance records are disabled (the instance tables exempt).
+    pub disable_hard_delete: bool,
+    said: Said,
+}
+
+/// How much of `common.disable_hard_delete` a file spelled out; ordered, so that "less than
+/// the last good reading" is a comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Said {
+    /// No `common` block.
+    Nothing,
+    /// A `common` block without a `disable_hard_delete` value.
+    Block,
+    /// `disable_hard_delete: true` or `false`.
+    Key,
+}
+
+impl Said {
+    fn what(self) -> &'static str {
+        match self {
+            Self::Nothing => "no common block",
+            Self::Block => "a common block without disable_hard_delete",
+            Self::Key => "common.disable_hard_delete",
+        }
+    }
+}
+
+/// What a [`HardDeleteSetting::reload`] decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HardDeleteReload {
+    /// The reading now in force: the new one, or the last good one kept.
+    pub setting: HardDeleteSetting,
+    /// Why the new text was not taken, to log as a warning; `None` when it was.
+    pub warning: Option<String>,
+}
+
+impl HardDeleteSetting {
+    /// Reads `common.disable_hard_delete` from a whole config file; a file without the block
+    /// or the key reads as `false`, CubeMaster's default.
+    ///
+    /// # Errors
+    /// `Config` naming `common.disable_hard_delete` for bad YAML, a top level or a `common`
+    /// that is not a mapping, or a value that is not a bool.
+    pub fn from_yaml(text: &str) -> Result<Self> {
+        let bad = |reason: String| Error::Config {
+            field: "common.disable_hard_delete".to_owned(),
+            reason,
+        };
+        let file: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(text).map_err(|e| bad(e.to_string()))?;
+        let common = match &file {
+            // An empty document.
+            serde_yaml_ng::Value::Null => None,
+            serde_yaml_ng::Value::Mapping(top) => top.get("common"),
+            _ => return Err(bad("the file is not a mapping of blocks".to_owned())),
+        };
+        let (disable_hard_delete, said) = match common {
+            None => (false, Said::Nothing),
+            Some(serde_yaml_ng::Value::Null) => (false, Said::Block),
+            Some(serde_yaml_ng::Value::Mapping(block)) => match block.get("disable_hard_delete") {
+                None | Some(serde_yaml_ng::Value::Null) => (false, Said::Block),
+                Some(serde_yaml_ng::Value::Bool(value)) => (*value, Said::Key),
+                Some(other) => return Err(bad(format!("expected true or false, got {other:?}"))),
+            },
+            Some(_) => return Err(bad("the common block is not a mapping".to_owned())),
+        };
+        Ok(Self {
+            disable_hard_delete,
+            said,
+        })
+    }
+
+    /// Decides what a re-read of the config file yields, this being the last good reading:
+    /// the new reading if `text` parses and says at least as much as this one did, else this
+    /// one kept, with a warning saying why.
+    #[must_use]
+    pub fn reload(self, text: &str) -> HardDeleteReload {
+        let keep = |why: String| HardDeleteReload {
+            setting: self,
+            warning: Some(format!(
+                "{why}; keeping disable_hard_delete: {} from the last good read",
+                self.disable_hard_delete
+            )),
+        };
+        match Self::from_yaml(text) {
+            Err(e) => keep(format!("the config does not parse ({e})")),
+            Ok(new) if new.said < self.said => keep(format!(
+                "the config has {} where the last good read had {}",
+                new.said.what(),
+                self.said.what()
+            )),
+            Ok(new) => HardDeleteReload {
+                setting: new,
+                warning: None,
+            },
+        }
+    }
 }
 
 fn parse_field(value: Option<GoDuration>, name: &str) -> Result<Option<i128>> {

@@ -68,8 +68,8 @@ mod zone;
 
 pub use backend::{DeleteTally, PassTime, PurgeBackend, PurgeSession, RefusedRow, TableShape};
 pub use config::{
-    DEFAULT_INTERVAL, DEFAULT_RETENTION, MIN_INTERVAL, MIN_RETENTION, PurgeConfig,
-    disable_hard_delete_from_yaml,
+    DEFAULT_INTERVAL, DEFAULT_RETENTION, HardDeleteReload, HardDeleteSetting, MIN_INTERVAL,
+    MIN_RETENTION, PurgeConfig, disable_hard_delete_from_yaml,
 };
 pub use error::{Error, Result};
 pub use lock::{AdvisoryLock, Lease};

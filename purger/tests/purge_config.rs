@@ -156,3 +156,99 @@ fn disable_hard_delete_is_read_from_the_common_block() {
         "{bad:?}"
     );
 }
+
+const EXEMPT: [&str; 2] = ["t_cube_instance_info", "t_cube_instance_userdata"];
+
+const DISABLED: &str = "\
+soft_delete_purge:
+  enable: true
+  dry_run: true
+common:
+  disable_hard_delete: true
+  other: 1
+";
+
+fn targets(setting: cairn_purger::HardDeleteSetting) -> Vec<String> {
+    cairn_purger::cube_master_purge_tables(setting.disable_hard_delete)
+}
+
+#[test]
+fn a_reload_that_cannot_be_read_keeps_the_instance_tables_exempt() {
+    let good = cairn_purger::HardDeleteSetting::from_yaml(DISABLED).expect("valid");
+    assert!(good.disable_hard_delete);
+    let cut = DISABLED.find("common:").expect("a common block");
+    for (what, text) in [
+        ("empty", ""),
+        ("only whitespace", "\n  \n"),
+        ("truncated before the common block", &DISABLED[..cut]),
+        (
+            "truncated after `common:`",
+            &DISABLED[..cut + "common:\n".len()],
+        ),
+        (
+            "truncated mid-key",
+            &DISABLED[..DISABLED.find("_delete").expect("the key")],
+        ),
+        (
+            "truncated after the key",
+            &DISABLED[..DISABLED.find(" true").expect("the value")],
+        ),
+        (
+            "without the common block",
+            "soft_delete_purge:\n  enable: true\n",
+        ),
+        ("the common block without the key", "common:\n  other: 1\n"),
+        ("invalid YAML", "common:\n  disable_hard_delete: [true\n"),
+        ("not a mapping", "- common\n"),
+        (
+            "a value that is not a bool",
+            "common:\n  disable_hard_delete: sometimes\n",
+        ),
+    ] {
+        let reload = good.reload(text);
+        assert_eq!(reload.setting, good, "{what}: {text:?}");
+        assert!(reload.warning.is_some(), "{what}: no warning");
+        for table in EXEMPT {
+            assert!(
+                !targets(reload.setting).iter().any(|t| t == table),
+                "{what}: {table} became a target"
+            );
+        }
+        // The kept reading is still the last good one: a second bad read is judged against it.
+        assert_eq!(reload.setting.reload(text).setting, good, "{what}, twice");
+    }
+}
+
+#[test]
+fn only_a_file_saying_false_makes_the_instance_tables_targets() {
+    let good = cairn_purger::HardDeleteSetting::from_yaml(DISABLED).expect("valid");
+    let reload = good.reload(&DISABLED.replace("true\n  other", "false\n  other"));
+    assert_eq!(reload.warning, None);
+    assert!(!reload.setting.disable_hard_delete);
+    for table in EXEMPT {
+        assert!(
+            targets(reload.setting).iter().any(|t| t == table),
+            "{table}"
+        );
+    }
+    // And back: a file saying true exempts them again, without a warning.
+    let again = reload.setting.reload(DISABLED);
+    assert_eq!((again.setting, again.warning), (good, None));
+}
+
+#[test]
+fn a_file_that_never_had_the_block_reads_false_without_warnings() {
+    let none = cairn_purger::HardDeleteSetting::from_yaml("soft_delete_purge:\n  enable: true\n")
+        .expect("valid");
+    assert!(!none.disable_hard_delete, "CubeMaster's default");
+    let reload = none.reload("soft_delete_purge:\n  enable: true\n");
+    assert_eq!((reload.setting, reload.warning), (none, None));
+    // A bad read still warns and keeps (false here).
+    let bad = none.reload("soft_delete_purge: [\n");
+    assert_eq!(bad.setting, none);
+    assert!(bad.warning.is_some());
+    // Gaining the block is taken at once.
+    let gained = none.reload("common:\n  disable_hard_delete: true\n");
+    assert!(gained.setting.disable_hard_delete);
+    assert_eq!(gained.warning, None);
+}
