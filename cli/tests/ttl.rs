@@ -51,6 +51,13 @@ fn field<'a>(
         .collect()
 }
 
+/// A counter summed over every row, as an operator sums the view's column.
+fn sum(rows: &[serde_json::Value], name: &str) -> u64 {
+    rows.iter()
+        .map(|r| r[name].as_u64().expect("a count"))
+        .sum()
+}
+
 /// A family over `max_versions = 2` with three versions of 1000 keys, each version in its own
 /// table. (Nothing expired: the `cairn` process's background compactions would reclaim expired
 /// cells before the task could count them.)
@@ -83,9 +90,14 @@ fn trigger_runs_a_task_to_history_and_the_views_show_it() {
     let rows = json(&cairn(&["trigger", "--json", "--no-progress"], dir.path()));
     assert_eq!(field(&rows, true, "status"), ["FINISHED"]);
     assert_eq!(field(&rows, true, "trigger_type"), ["USER"]);
-    assert_eq!(field(&rows, true, "max_version_del_cnt"), [1000]);
-    assert_eq!(field(&rows, true, "ttl_del_cnt"), [0]);
-    assert_eq!(field(&rows, true, "scan_cnt"), [3000]);
+    assert_eq!(sum(&rows, "max_version_del_cnt"), 1000);
+    assert_eq!(sum(&rows, "ttl_del_cnt"), 0);
+    assert_eq!(sum(&rows, "scan_cnt"), 3000);
+    assert_eq!(
+        field(&rows, true, "max_version_del_cnt"),
+        [0],
+        "the tablet rows carry the counts"
+    );
     assert_eq!(field(&rows, false, "status"), ["FINISHED"]);
 
     let history = json(&cairn(&["history", "--json"], dir.path()));
@@ -163,5 +175,5 @@ fn run_finishes_a_task_left_behind_and_a_refusal_on_a_bare_database_writes_nothi
     json(&cairn(&["trigger", "--no-wait", "--json"], dir.path()));
     let rows = json(&cairn(&["run", "--json", "--no-progress"], dir.path()));
     assert_eq!(field(&rows, true, "status"), ["FINISHED"]);
-    assert_eq!(field(&rows, true, "max_version_del_cnt"), [1000]);
+    assert_eq!(sum(&rows, "max_version_del_cnt"), 1000);
 }

@@ -123,6 +123,12 @@ fn tenant(rows: &[TaskRow]) -> &TaskRow {
     rows.iter().find(|r| r.is_tenant()).expect("a tenant row")
 }
 
+/// A counter summed over every row of a view, as an operator sums the column: the tenant row
+/// carries no counts of its own, so each cell counts once.
+fn total(rows: &[TaskRow], counter: fn(&TaskRow) -> u64) -> u64 {
+    rows.iter().map(counter).sum()
+}
+
 fn tablet_statuses(rows: &[TaskRow]) -> Vec<TaskStatus> {
     rows.iter()
         .filter(|r| !r.is_tenant())
@@ -311,10 +317,19 @@ fn a_task_reclaims_expired_cells_and_versions_and_counts_them_once() {
         "the two oldest of each key"
     );
     assert_eq!(tablet.ttl_del_cnt, 20_000, "the two newest, expired");
-    let total = tenant(&history);
-    assert_eq!(total.status, TaskStatus::Finished);
+    let task = tenant(&history);
+    assert_eq!(task.status, TaskStatus::Finished);
     assert_eq!(
-        (total.scan_cnt, total.ttl_del_cnt, total.max_version_del_cnt),
+        (task.scan_cnt, task.ttl_del_cnt, task.max_version_del_cnt),
+        (0, 0, 0),
+        "the tablets carry the counts"
+    );
+    assert_eq!(
+        (
+            total(&history, |r| r.scan_cnt),
+            total(&history, |r| r.ttl_del_cnt),
+            total(&history, |r| r.max_version_del_cnt)
+        ),
         (40_000, 20_000, 20_000)
     );
     assert!(
@@ -666,9 +681,9 @@ fn a_crash_between_two_row_writes_leaves_a_state_the_next_open_or_run_finishes()
         .cloned()
         .collect::<Vec<_>>();
     assert_eq!(tenant(&last).status, TaskStatus::Finished);
-    assert_eq!(tenant(&last).ttl_del_cnt, 1000);
+    assert_eq!(total(&last, |r| r.ttl_del_cnt), 1000);
 
-    // A move cut short after one tablet row reached history: the tenant's totals count it.
+    // A move cut short after one tablet row reached history: the task's rows count it, once.
     let c = f.family("c", CfOptions::default().ttl(TTL), 300, 1);
     f.clock.advance(TTL * 2);
     ttl.trigger().expect("trigger");
@@ -720,7 +735,7 @@ fn a_crash_between_two_row_writes_leaves_a_state_the_next_open_or_run_finishes()
         "tenant and three tablets, none twice: {last:?}"
     );
     assert_eq!(
-        tenant(&last).ttl_del_cnt,
+        total(&last, |r| r.ttl_del_cnt),
         900,
         "the tablet moved before the crash counts"
     );
@@ -800,7 +815,7 @@ fn memtable_pressure_pauses_running_tablets_after_their_step_until_it_falls() {
     assert!(ttl.tasks().expect("tasks").is_empty());
     let history = ttl.history().expect("history");
     assert_eq!(tablet_statuses(&history), [TaskStatus::Finished]);
-    assert_eq!(tenant(&history).ttl_del_cnt, 2000);
+    assert_eq!(total(&history, |r| r.ttl_del_cnt), 2000);
     assert!(cf.tables().expect("tables").is_empty());
 }
 
@@ -823,7 +838,7 @@ fn the_background_loop_runs_a_triggered_task_to_history() {
     }
     running.stop().expect("stop");
     assert!(cf.tables().expect("tables").is_empty());
-    assert_eq!(tenant(&ttl.history().expect("history")).ttl_del_cnt, 500);
+    assert_eq!(total(&ttl.history().expect("history"), |r| r.ttl_del_cnt), 500);
 }
 
 /// A file system that, while closed, makes the flush thread wait before it creates a file: the
@@ -936,7 +951,11 @@ fn a_million_expired_cells_leave_no_bytes_behind() {
     let took = started.elapsed();
     let after = cf.tables().expect("tables");
     let history = ttl.history().expect("history");
-    let total = tenant(&history);
+    let (scanned, expired, over) = (
+        total(&history, |r| r.scan_cnt),
+        total(&history, |r| r.ttl_del_cnt),
+        total(&history, |r| r.max_version_del_cnt),
+    );
     println!(
         "before: {} tables, {bytes} bytes, {entries} entries; after: {} tables, {} bytes; \
          task: {} tablets, scan_cnt {}, ttl_del_cnt {}, max_version_del_cnt {}, {:.1?}",
@@ -944,12 +963,142 @@ fn a_million_expired_cells_leave_no_bytes_behind() {
         after.len(),
         after.iter().map(|t| t.bytes).sum::<u64>(),
         history.len() - 1,
-        total.scan_cnt,
-        total.ttl_del_cnt,
-        total.max_version_del_cnt,
+        scanned,
+        expired,
+        over,
         took
     );
     assert!(after.is_empty());
-    assert_eq!(total.ttl_del_cnt, 1_000_000);
+    assert_eq!(expired, 1_000_000);
     assert_eq!(cf.iter().expect("iter").count(), 0);
+}
+
+/// The layouts a family of `KEYS` keys × 4 versions is laid out in for the counter tests.
+#[derive(Debug, Clone, Copy)]
+enum Layout {
+    /// One flush per version, all in level 0.
+    Flushed,
+    /// Each version flushed in five key-disjoint tables: tablets cut at their starts.
+    Chunked,
+    /// Two versions settled in the last level in small tables, two more in level 0 over them.
+    Settled,
+}
+
+const KEYS: u32 = 2_500;
+
+impl Fixture {
+    fn laid_out(&self, name: &str, options: CfOptions, layout: Layout) -> ColumnFamily {
+        let cf = self
+            .db
+            .create_column_family(name, options)
+            .expect("create family");
+        let put = |v: u32, keys: std::ops::Range<u32>| {
+            for i in keys {
+                cf.put(
+                    format!("key{i:06}"),
+                    value(u64::from(v) << 32 | u64::from(i)),
+                )
+                .expect("put");
+            }
+        };
+        for v in 0..4 {
+            match layout {
+                Layout::Flushed | Layout::Settled => {
+                    put(v, 0..KEYS);
+                    self.db.flush().expect("flush");
+                }
+                Layout::Chunked => {
+                    for chunk in 0..5 {
+                        put(v, chunk * KEYS / 5..(chunk + 1) * KEYS / 5);
+                        self.db.flush().expect("flush");
+                    }
+                }
+            }
+            if matches!(layout, Layout::Settled) && v == 1 {
+                cf.compact_range::<&str>(..).expect("settle two versions");
+            }
+        }
+        cf
+    }
+}
+
+/// Runs one task over a family laid out as `layout` (expired first if `expire`), in one tablet
+/// for `Flushed` and in tablets of 64 KiB for the others, and returns how many tablets it had
+/// and its rows in history.
+fn count_one_task(options: CfOptions, layout: Layout, expire: bool) -> (usize, Vec<TaskRow>) {
+    let f = Fixture::new();
+    let cf = f.laid_out("t1$cf1", options, layout);
+    if expire {
+        f.clock.advance(TTL + Duration::from_secs(1));
+    }
+    let ttl = f.ttl(enabled());
+    if !matches!(layout, Layout::Flushed) {
+        ttl.set_tablet_bytes(64 << 10);
+    }
+    ttl.trigger().expect("trigger");
+    let tablets = ttl.tasks().expect("tasks").len() - 1;
+    ttl.run_until_idle().expect("run");
+    assert_eq!(
+        cf.iter().expect("iter").count(),
+        if expire { 0 } else { 2_500 }
+    );
+    (tablets, ttl.history().expect("history"))
+}
+
+/// Checks the tablet count a layout gives: one for `Flushed`, several for the others.
+fn check_tablets(layout: Layout, tablets: usize) {
+    match layout {
+        Layout::Flushed => assert_eq!(tablets, 1, "{layout:?}"),
+        Layout::Chunked | Layout::Settled => assert!(tablets > 1, "{layout:?}: {tablets}"),
+    }
+}
+
+#[test]
+fn every_version_over_the_limit_counts_once_whatever_the_layout() {
+    for layout in [Layout::Flushed, Layout::Chunked, Layout::Settled] {
+        let options = CfOptions::default().max_versions(2);
+        let (tablets, history) = count_one_task(options, layout, false);
+        check_tablets(layout, tablets);
+        assert_eq!(
+            (
+                total(&history, |r| r.max_version_del_cnt),
+                total(&history, |r| r.ttl_del_cnt)
+            ),
+            (5_000, 0),
+            "{layout:?}, {tablets} tablets: the two oldest of 2,500 keys: {history:?}"
+        );
+        if matches!(layout, Layout::Flushed) {
+            // Over several tablets a table a step rewrote is read again by the next (module doc).
+            assert_eq!(total(&history, |r| r.scan_cnt), 10_000, "{layout:?}");
+        }
+        let task = tenant(&history);
+        assert_eq!(
+            (task.max_version_del_cnt, task.ttl_del_cnt, task.scan_cnt),
+            (0, 0, 0),
+            "{layout:?}: the tenant row counts nothing of its own"
+        );
+    }
+}
+
+#[test]
+fn every_expired_cell_counts_once_in_one_column_whatever_the_layout() {
+    for layout in [Layout::Flushed, Layout::Chunked, Layout::Settled] {
+        let options = CfOptions::default().max_versions(2).ttl(TTL);
+        let (tablets, history) = count_one_task(options, layout, true);
+        check_tablets(layout, tablets);
+        let (over, expired) = (
+            total(&history, |r| r.max_version_del_cnt),
+            total(&history, |r| r.ttl_del_cnt),
+        );
+        assert_eq!(
+            over + expired,
+            10_000,
+            "{layout:?}, {tablets} tablets: 10,000 cells, each once: {history:?}"
+        );
+        assert_eq!(
+            (over, expired),
+            (5_000, 5_000),
+            "{layout:?}: the two oldest over the limit, the two newest expired"
+        );
+    }
 }
