@@ -10,8 +10,8 @@ use std::time::Duration;
 use cairn::{CfOptions, ColumnFamily, Db, ManualClock, Options};
 use cairn_fs::{FileLock, FileSystem, ReadableFile, RealFs, WritableFile};
 use cairn_purger::{
-    HISTORY_TABLE, TASKS_TABLE, Tables, TaskRow, TaskStatus, TriggerType, TtlError, TtlSettings,
-    TtlTasks, Value,
+    HISTORY_TABLE, TASKS_TABLE, Tables, TaskRow, TaskStatus, TimeZone, TriggerType, TtlError,
+    TtlSettings, TtlTasks, Value,
 };
 
 /// 2026-01-01 00:00:00 UTC.
@@ -116,6 +116,7 @@ fn enabled() -> TtlSettings {
         kv_ttl_duty_duration: "".parse().expect("empty window"),
         kv_ttl_history_recycle_interval: Duration::from_secs(7 * 86_400),
         ttl_thread_score: 2,
+        time_zone: TimeZone::UTC,
     }
 }
 
@@ -310,7 +311,8 @@ fn a_task_reclaims_expired_cells_and_versions_and_counts_them_once() {
     assert_eq!(tablet.table_name.as_deref(), Some("t1$cf1"));
     assert_eq!(tablet.table_id, i64::from(cf.id()));
     assert_eq!(tablet.status, TaskStatus::Finished);
-    assert_eq!(tablet.ret_code, "SUCCESS");
+    assert_eq!(tablet.ret_code, "OB_SUCCESS");
+    assert_eq!(tenant(&history).ret_code, "OB_SUCCESS");
     assert_eq!(tablet.scan_cnt, 40_000);
     assert_eq!(
         tablet.max_version_del_cnt, 20_000,
@@ -472,6 +474,77 @@ fn a_periodic_task_starts_once_per_window_entry_and_never_beside_another() {
     });
     f.clock.set(START_MS + 2 * DAY_MS + 23 * HOUR_MS);
     assert!(!ttl.tick().expect("tick"));
+}
+
+#[test]
+fn the_duty_window_is_read_on_the_wall_clock_of_the_time_zone() {
+    let f = Fixture::new();
+    f.family("t1$cf1", CfOptions::default().ttl(TTL), 10, 1);
+    let window = "[02:00:00, 03:00:00]";
+    let ttl = f.ttl(TtlSettings {
+        kv_ttl_duty_duration: window.parse().expect("window"),
+        time_zone: TimeZone::parse("+08:00").expect("zone"),
+        ..enabled()
+    });
+    let at = |ms: u64| f.clock.set(START_MS + ms);
+    at(2 * HOUR_MS);
+    assert!(!ttl.tick().expect("tick"), "02:00 UTC is 10:00 at +08:00");
+    at(18 * HOUR_MS - 1000);
+    assert!(!ttl.tick().expect("tick"), "01:59:59 at +08:00");
+    at(18 * HOUR_MS);
+    assert!(ttl.tick().expect("tick"), "02:00 at +08:00 is 18:00 UTC");
+    ttl.run_until_idle().expect("run");
+    let history = ttl.history().expect("history");
+    assert_eq!(tenant(&history).trigger_type, TriggerType::Periodic);
+    assert_eq!(tenant(&history).start_time, START_MS + 18 * HOUR_MS);
+    drop(ttl);
+
+    // The same window with the default zone, UTC: shut at 18:00 UTC, open at 02:00 UTC.
+    let f = f.reopen();
+    let utc = f.ttl(TtlSettings {
+        kv_ttl_duty_duration: window.parse().expect("window"),
+        ..enabled()
+    });
+    assert_eq!(utc.settings().time_zone, TimeZone::UTC);
+    f.clock.set(START_MS + DAY_MS + 18 * HOUR_MS);
+    assert!(!utc.tick().expect("tick"));
+    f.clock.set(START_MS + 2 * DAY_MS + 2 * HOUR_MS);
+    assert!(utc.tick().expect("tick"));
+}
+
+#[test]
+fn a_history_recycle_interval_outside_one_to_180_days_is_refused() {
+    let f = Fixture::new();
+    for interval in [
+        Duration::from_secs(86_400 - 1),
+        Duration::from_secs(180 * 86_400 + 1),
+    ] {
+        let refused = TtlTasks::open(
+            f.tables.clone(),
+            TtlSettings {
+                kv_ttl_history_recycle_interval: interval,
+                ..enabled()
+            },
+        );
+        match refused {
+            Err(e @ TtlError::InvalidArgument(_)) => assert!(
+                e.to_string().contains("kv_ttl_history_recycle_interval"),
+                "{e}"
+            ),
+            other => panic!("{interval:?}: expected InvalidArgument, got {other:?}"),
+        }
+    }
+    assert!(
+        f.tables.table(TASKS_TABLE).is_err(),
+        "a refused open creates nothing"
+    );
+    for days in [1, 180] {
+        let ttl = f.ttl(TtlSettings {
+            kv_ttl_history_recycle_interval: Duration::from_secs(days * 86_400),
+            ..enabled()
+        });
+        drop(ttl);
+    }
 }
 
 #[test]
@@ -838,7 +911,10 @@ fn the_background_loop_runs_a_triggered_task_to_history() {
     }
     running.stop().expect("stop");
     assert!(cf.tables().expect("tables").is_empty());
-    assert_eq!(total(&ttl.history().expect("history"), |r| r.ttl_del_cnt), 500);
+    assert_eq!(
+        total(&ttl.history().expect("history"), |r| r.ttl_del_cnt),
+        500
+    );
 }
 
 /// A file system that, while closed, makes the flush thread wait before it creates a file: the

@@ -314,7 +314,8 @@ impl Inner {
     /// no task is active; each occurrence is decided once.
     pub(crate) fn periodic(&self) -> TtlResult<bool> {
         let window = self.settings.kv_ttl_duty_duration;
-        let Some(occurrence) = window.occurrence(self.now()) else {
+        let zone = self.settings.time_zone;
+        let Some(occurrence) = window.occurrence(self.now(), zone) else {
             return Ok(false);
         };
         let start = {
@@ -342,12 +343,12 @@ impl Inner {
 
     /// True if a periodic task started in this window occurrence (before a restart, say).
     fn launched_in(&self, occurrence: u64) -> TtlResult<bool> {
-        let window = self.settings.kv_ttl_duty_duration;
+        let (window, zone) = (self.settings.kv_ttl_duty_duration, self.settings.time_zone);
         for table in [&self.tasks, &self.history] {
             let launched = records(table)?.iter().any(|r| {
                 r.row.is_tenant()
                     && r.row.trigger_type == TriggerType::Periodic
-                    && window.occurrence(r.row.start_time) == Some(occurrence)
+                    && window.occurrence(r.row.start_time, zone) == Some(occurrence)
             });
             if launched {
                 return Ok(true);

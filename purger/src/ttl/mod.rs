@@ -44,6 +44,7 @@
 //!     kv_ttl_duty_duration: "[22:00:00, 24:00:00]".parse()?,
 //!     kv_ttl_history_recycle_interval: Duration::from_secs(7 * 86_400),
 //!     ttl_thread_score: 2,
+//!     time_zone: cairn_purger::TimeZone::UTC,
 //! })?;
 //! ttl.trigger()?;
 //! ttl.run_until_idle()?;
@@ -80,8 +81,8 @@ use record::{Record, TENANT};
 /// about this much.
 pub const DEFAULT_TABLET_BYTES: u64 = 256 << 20;
 
-/// A row's `ret_code` when nothing failed.
-const SUCCESS: &str = "SUCCESS";
+/// A row's `ret_code` when nothing failed, as OceanBase's views print it.
+const SUCCESS: &str = "OB_SUCCESS";
 /// A tenant row's `ret_code` while its launch is writing the tablet rows.
 const LAUNCHING: &str = "LAUNCHING";
 
@@ -134,9 +135,11 @@ impl TtlTasks {
     /// task left active by a previous process goes on where it was.
     ///
     /// # Errors
-    /// `InvalidArgument` if a manager of these tables is open already (clone it instead);
-    /// `Tables` if the task tables cannot be created or read.
+    /// `InvalidArgument` if a setting is out of its bounds ([`TtlSettings::validate`]) or a
+    /// manager of these tables is open already (clone it instead); `Tables` if the task tables
+    /// cannot be created or read.
     pub fn open(tables: Tables, settings: TtlSettings) -> TtlResult<Self> {
+        settings.validate()?;
         let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
         open.retain(|(_, inner)| inner.strong_count() > 0);
         let address = tables.address();

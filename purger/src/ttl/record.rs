@@ -190,7 +190,8 @@ pub struct TaskRow {
     pub max_version_del_cnt: u64,
     /// Entries the tablet's compactions read.
     pub scan_cnt: u64,
-    /// `SUCCESS`, or what made the tablet task fail.
+    /// `OB_SUCCESS`; `ERROR: …` with what made the tablet task fail (the tenant row shows a
+    /// failed tablet's); `CANCELED: …` for a tablet whose column family was dropped.
     pub ret_code: String,
 }
 
