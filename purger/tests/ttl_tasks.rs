@@ -10,8 +10,8 @@ use std::time::Duration;
 use cairn::{CfOptions, ColumnFamily, Db, ManualClock, Options};
 use cairn_fs::{FileLock, FileSystem, ReadableFile, RealFs, WritableFile};
 use cairn_purger::{
-    HISTORY_TABLE, TASKS_TABLE, Tables, TaskRow, TaskStatus, TimeZone, TriggerType, TtlError,
-    TtlSettings, TtlTasks, Value,
+    HISTORY_TABLE, TASKS_TABLE, Tables, TaskRow, TaskStatus, TimeZone, TriggerType, TtlCommand,
+    TtlError, TtlSettings, TtlTasks, Value,
 };
 
 /// 2026-01-01 00:00:00 UTC.
@@ -215,6 +215,49 @@ fn commands_move_the_task_through_its_states_and_refuse_the_rest() {
     assert_eq!(tablet_statuses(&history), [TaskStatus::Canceled]);
     assert!(matches!(ttl.cancel(), Err(TtlError::NoTaskRunning)));
     assert_eq!(ttl.trigger().expect("a new task"), task + 1);
+}
+
+#[test]
+fn a_command_checked_on_the_views_answers_as_the_command_would() {
+    let f = Fixture::new();
+    f.family("t1$cf1", CfOptions::default().ttl(TTL), 100, 1);
+    let ttl = f.ttl(enabled());
+    let answer = |r: Result<(), TtlError>| match r {
+        Ok(()) => "ok",
+        Err(TtlError::NoTaskRunning) => "none",
+        Err(TtlError::CmdNotAllowed) => "not allowed",
+        Err(e) => panic!("{e}"),
+    };
+    let check = |ttl: &TtlTasks| {
+        let rows = ttl.tasks().expect("tasks");
+        [
+            TtlCommand::Trigger,
+            TtlCommand::Suspend,
+            TtlCommand::Resume,
+            TtlCommand::Cancel,
+        ]
+        .map(|c| answer(c.check(&rows)))
+    };
+    assert_eq!(check(&ttl), ["ok", "none", "none", "none"]);
+    assert_eq!(answer(ttl.suspend()), "none");
+    ttl.trigger().expect("trigger");
+    assert_eq!(check(&ttl), ["not allowed", "ok", "not allowed", "ok"]);
+    assert_eq!(answer(ttl.resume()), "not allowed");
+    ttl.suspend().expect("suspend");
+    assert_eq!(check(&ttl), ["not allowed", "not allowed", "ok", "ok"]);
+    assert_eq!(answer(ttl.suspend()), "not allowed");
+
+    // A launch a crash cut short is rolled back at the next open: no task to command.
+    let mut rows = ttl.tasks().expect("tasks");
+    for row in &mut rows {
+        row.status = TaskStatus::RsTriggering;
+        "LAUNCHING".clone_into(&mut row.ret_code);
+    }
+    assert!(TtlCommand::Trigger.check(&rows).is_ok());
+    assert!(matches!(
+        TtlCommand::Suspend.check(&rows),
+        Err(TtlError::NoTaskRunning)
+    ));
 }
 
 #[test]
