@@ -1,9 +1,12 @@
 //! `cairn ttl`: the TTL task manager of a database, as OceanBase's `ALTER SYSTEM TRIGGER |
 //! SUSPEND | RESUME | CANCEL TTL` and its `DBA_OB_KV_TTL_TASKS` / `_HISTORY` views.
 //!
-//! `status` and `history` open the database read-only, so they run beside a stopped service
-//! without changing anything. The commands open it for writing: the database must not be open
-//! elsewhere. Since the process that holds the database is the one that runs its tasks,
+//! `status` and `history` open the database read-only and read the task tables as they are (no
+//! migration, nothing created), so they run beside a stopped service without changing a byte. The
+//! commands first read the task tables the same way and refuse there (`NO_TASK_RUNNING`,
+//! `CMD_NOT_ALLOWED`) without writing anything; only a command that will be carried out opens the
+//! database for writing (it must not be open elsewhere), and even then it applies none of the
+//! table layer's pending migrations: those are the purger's to apply. Since the process that holds the database is the one that runs its tasks,
 //! `trigger`, `resume` and `run` run the task to the end here (with progress on stderr) unless
 //! `--no-wait` leaves it for the service's `TtlTasks::start` to run.
 //!
@@ -16,7 +19,10 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use cairn::{Db, Options};
-use cairn_purger::{TABLES_COLUMN_FAMILY, Tables, TaskRow, TtlError, TtlSettings, TtlTasks};
+use cairn_purger::{
+    TABLES_COLUMN_FAMILY, Tables, TablesOptions, TaskRow, TtlCommand, TtlError, TtlSettings,
+    TtlTasks,
+};
 use clap::{Args, ValueEnum};
 
 /// The most worker threads `--threads` takes.
@@ -98,12 +104,7 @@ pub fn run(args: &TtlArgs) -> i32 {
 
 /// `status` and `history`, from a read-only open. True (nothing failed) always.
 fn show(args: &TtlArgs) -> Result<bool, TtlError> {
-    let db = Arc::new(Db::open_read_only(&args.db, Options::default())?);
-    let (tasks, history) = if has_tables(&db) {
-        TtlTasks::views(&Tables::open(db)?)?
-    } else {
-        (Vec::new(), Vec::new())
-    };
+    let (tasks, history) = views(args)?;
     let rows = if args.action == Action::Status {
         tasks
     } else {
@@ -116,14 +117,23 @@ fn show(args: &TtlArgs) -> Result<bool, TtlError> {
 /// `trigger`, `suspend`, `resume`, `cancel` and `run`, then the rows the command left. False if
 /// a tablet task of the task shown failed.
 fn command(args: &TtlArgs) -> Result<bool, TtlError> {
+    // Refused from a read-only look, so a refusal writes nothing; the command checks again
+    // once the database is open for writing.
+    let (tasks, _) = views(args)?;
+    match args.action {
+        Action::Trigger => TtlCommand::Trigger.check(&tasks)?,
+        Action::Suspend => TtlCommand::Suspend.check(&tasks)?,
+        Action::Resume => TtlCommand::Resume.check(&tasks)?,
+        Action::Cancel => TtlCommand::Cancel.check(&tasks)?,
+        Action::Run if !tasks.iter().any(TaskRow::is_tenant) => {
+            return Err(TtlError::NoTaskRunning);
+        }
+        Action::Run | Action::Status | Action::History => {}
+    }
     let db = Arc::new(Db::open(
         &args.db,
         Options::default().create_if_missing(false),
     )?);
-    if !has_tables(&db) && args.action != Action::Trigger {
-        // No task was ever triggered here: refuse without creating anything.
-        return Err(TtlError::NoTaskRunning);
-    }
     let ttl = open(db, args.threads)?;
     match args.action {
         Action::Trigger => drop(ttl.trigger()?),
@@ -157,15 +167,27 @@ fn command(args: &TtlArgs) -> Result<bool, TtlError> {
     Ok(rows.iter().all(|r| !r.ret_code.starts_with("ERROR")))
 }
 
-/// Whether the table layer (and so maybe a TTL task) was ever opened on `db`.
-fn has_tables(db: &Db) -> bool {
-    db.list_column_families()
+/// The current tasks and the history, from a read-only open that migrates and creates nothing:
+/// empty if the table layer or the task tables were never created.
+fn views(args: &TtlArgs) -> Result<(Vec<TaskRow>, Vec<TaskRow>), TtlError> {
+    let db = Arc::new(Db::open_read_only(&args.db, Options::default())?);
+    let has_tables = db
+        .list_column_families()
         .iter()
-        .any(|n| n == TABLES_COLUMN_FAMILY)
+        .any(|n| n == TABLES_COLUMN_FAMILY);
+    if !has_tables {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    TtlTasks::views(&Tables::open_with(db, &as_they_are())?)
+}
+
+/// The table layer as it is: its pending migrations are the purger's to apply.
+fn as_they_are() -> TablesOptions {
+    TablesOptions::default().auto_migration(false)
 }
 
 fn open(db: Arc<Db>, threads: usize) -> Result<TtlTasks, TtlError> {
-    let tables = Tables::open(db)?;
+    let tables = Tables::open_with(db, &as_they_are())?;
     let settings = TtlSettings {
         enable_kv_ttl: true,
         ttl_thread_score: threads,

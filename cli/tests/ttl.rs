@@ -2,10 +2,14 @@
 
 use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cairn::{CfOptions, Db, Options};
+use cairn_purger::{ColumnType, Row, Schema, Tables, TablesOptions};
+use common::{changed, contents};
+
+mod common;
 
 /// Held while a test opens a database in this process or runs `cairn`: a child forked while
 /// another test's database is open inherits its lock's descriptor until it execs, and a close and
@@ -51,6 +55,13 @@ fn field<'a>(
         .collect()
 }
 
+/// A counter summed over every row, as an operator sums the view's column.
+fn sum(rows: &[serde_json::Value], name: &str) -> u64 {
+    rows.iter()
+        .map(|r| r[name].as_u64().expect("a count"))
+        .sum()
+}
+
 /// A family over `max_versions = 2` with three versions of 1000 keys, each version in its own
 /// table. (Nothing expired: the `cairn` process's background compactions would reclaim expired
 /// cells before the task could count them.)
@@ -83,9 +94,14 @@ fn trigger_runs_a_task_to_history_and_the_views_show_it() {
     let rows = json(&cairn(&["trigger", "--json", "--no-progress"], dir.path()));
     assert_eq!(field(&rows, true, "status"), ["FINISHED"]);
     assert_eq!(field(&rows, true, "trigger_type"), ["USER"]);
-    assert_eq!(field(&rows, true, "max_version_del_cnt"), [1000]);
-    assert_eq!(field(&rows, true, "ttl_del_cnt"), [0]);
-    assert_eq!(field(&rows, true, "scan_cnt"), [3000]);
+    assert_eq!(sum(&rows, "max_version_del_cnt"), 1000);
+    assert_eq!(sum(&rows, "ttl_del_cnt"), 0);
+    assert_eq!(sum(&rows, "scan_cnt"), 3000);
+    assert_eq!(
+        field(&rows, true, "max_version_del_cnt"),
+        [0],
+        "the tablet rows carry the counts"
+    );
     assert_eq!(field(&rows, false, "status"), ["FINISHED"]);
 
     let history = json(&cairn(&["history", "--json"], dir.path()));
@@ -163,5 +179,127 @@ fn run_finishes_a_task_left_behind_and_a_refusal_on_a_bare_database_writes_nothi
     json(&cairn(&["trigger", "--no-wait", "--json"], dir.path()));
     let rows = json(&cairn(&["run", "--json", "--no-progress"], dir.path()));
     assert_eq!(field(&rows, true, "status"), ["FINISHED"]);
-    assert_eq!(field(&rows, true, "max_version_del_cnt"), [1000]);
+    assert_eq!(sum(&rows, "max_version_del_cnt"), 1000);
+}
+
+/// Gives the database of `build` a table the purger's `deleted_at` index migration has not
+/// reached: a soft-deleting purge target with a soft-deleted row, opened without migrating. A
+/// tool that applied the migration would write the index and its entry.
+fn needing_a_migration(dir: &Path) {
+    let _serial = serial();
+    let db = Arc::new(Db::open(dir, Options::default()).expect("open"));
+    let as_they_are = TablesOptions::default().auto_migration(false);
+    let tables = Tables::open_with(Arc::clone(&db), &as_they_are).expect("tables");
+    let target = cairn_purger::cube_master_purge_tables(false)
+        .into_iter()
+        .next()
+        .expect("a purge target");
+    tables
+        .create_table(
+            Schema::new(&target)
+                .column("name", ColumnType::Text)
+                .soft_delete(),
+        )
+        .expect("create table");
+    let table = tables.table(&target).expect("table");
+    let id = table.insert(Row::new().set("name", "a")).expect("insert");
+    table.soft_delete(id).expect("soft delete");
+    assert!(tables.applied_migrations().is_empty());
+    drop((table, tables));
+    Arc::into_inner(db)
+        .expect("one handle")
+        .close()
+        .expect("close");
+}
+
+/// Runs `cairn ttl <args>` and checks that it exits with `code`, says `says` on stderr, and
+/// leaves every file of the database as it was, byte for byte.
+fn changes_nothing(dir: &Path, args: &[&str], code: i32, says: &str) -> Output {
+    let before = contents(dir);
+    let out = cairn(args, dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "cairn ttl {args:?}: {stderr}"
+    );
+    assert!(stderr.contains(says), "cairn ttl {args:?}: {stderr}");
+    assert_eq!(
+        changed(&before, &contents(dir)),
+        Vec::<String>::new(),
+        "cairn ttl {args:?} changed these files"
+    );
+    out
+}
+
+/// Every view, and every command the task's state refuses, on `dir`: each leaves every file
+/// as it was. Returns what `status --json` and `history --json` read.
+fn look_and_be_refused(
+    dir: &Path,
+    refused: &[(&str, &str)],
+) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    for view in [["status"], ["history"]] {
+        changes_nothing(dir, &view, 0, "");
+    }
+    for (command, says) in refused {
+        changes_nothing(dir, &[command], 1, says);
+        changes_nothing(dir, &[command, "--json", "--no-progress"], 1, says);
+    }
+    let status = changes_nothing(dir, &["status", "--json"], 0, "");
+    let history = changes_nothing(dir, &["history", "--json"], 0, "");
+    (json(&status), json(&history))
+}
+
+#[test]
+fn views_and_refused_commands_leave_every_file_of_the_database_byte_identical() {
+    const NO_TASK: &str = "NO_TASK_RUNNING";
+    const NOT_ALLOWED: &str = "CMD_NOT_ALLOWED";
+    for migration_pending in [false, true] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        build(dir.path());
+        if migration_pending {
+            needing_a_migration(dir.path());
+        }
+        let none = [
+            ("suspend", NO_TASK),
+            ("resume", NO_TASK),
+            ("cancel", NO_TASK),
+            ("run", NO_TASK),
+        ];
+        let (status, history) = look_and_be_refused(dir.path(), &none);
+        assert!(
+            status.is_empty() && history.is_empty(),
+            "no task tables yet"
+        );
+
+        let triggered = json(&cairn(&["trigger", "--no-wait", "--json"], dir.path()));
+        let (status, _) = look_and_be_refused(
+            dir.path(),
+            &[("trigger", NOT_ALLOWED), ("resume", NOT_ALLOWED)],
+        );
+        assert_eq!(status, triggered, "migration pending: {migration_pending}");
+
+        json(&cairn(&["suspend", "--json"], dir.path()));
+        let (status, _) = look_and_be_refused(
+            dir.path(),
+            &[("trigger", NOT_ALLOWED), ("suspend", NOT_ALLOWED)],
+        );
+        assert_eq!(field(&status, true, "status"), ["RS_SUSPENDING"]);
+
+        json(&cairn(&["cancel", "--json"], dir.path()));
+        let (status, history) = look_and_be_refused(dir.path(), &none);
+        assert!(status.is_empty());
+        assert_eq!(field(&history, true, "status"), ["CANCELED"]);
+
+        if migration_pending {
+            let _serial = serial();
+            let db = Arc::new(Db::open_read_only(dir.path(), Options::default()).expect("open"));
+            let as_they_are = TablesOptions::default().auto_migration(false);
+            let tables = Tables::open_with(db, &as_they_are).expect("tables");
+            assert!(
+                tables.applied_migrations().is_empty(),
+                "the TTL commands left the purger's migration to the purger"
+            );
+        }
+    }
 }

@@ -85,7 +85,7 @@ pub use tables::{TABLES_COLUMN_FAMILY, Tables, TablesOptions};
 pub use targets::{CUBEMASTER_LOCK, CUBEOPS_LOCK, cube_master_purge_tables, cube_ops_purge_tables};
 pub use ttl::{
     DEFAULT_TABLET_BYTES, DutyDuration, HISTORY_TABLE, TASKS_TABLE, TaskRow, TaskStatus,
-    TriggerType, TtlError, TtlResult, TtlRunning, TtlSettings, TtlTasks,
+    TriggerType, TtlCommand, TtlError, TtlResult, TtlRunning, TtlSettings, TtlTasks,
 };
 pub use value::{ColumnType, Value};
 pub use zone::TimeZone;

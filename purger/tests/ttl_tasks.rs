@@ -10,8 +10,8 @@ use std::time::Duration;
 use cairn::{CfOptions, ColumnFamily, Db, ManualClock, Options};
 use cairn_fs::{FileLock, FileSystem, ReadableFile, RealFs, WritableFile};
 use cairn_purger::{
-    HISTORY_TABLE, TASKS_TABLE, Tables, TaskRow, TaskStatus, TriggerType, TtlError, TtlSettings,
-    TtlTasks, Value,
+    HISTORY_TABLE, TASKS_TABLE, Tables, TaskRow, TaskStatus, TimeZone, TriggerType, TtlCommand,
+    TtlError, TtlSettings, TtlTasks, Value,
 };
 
 /// 2026-01-01 00:00:00 UTC.
@@ -116,11 +116,18 @@ fn enabled() -> TtlSettings {
         kv_ttl_duty_duration: "".parse().expect("empty window"),
         kv_ttl_history_recycle_interval: Duration::from_secs(7 * 86_400),
         ttl_thread_score: 2,
+        time_zone: TimeZone::UTC,
     }
 }
 
 fn tenant(rows: &[TaskRow]) -> &TaskRow {
     rows.iter().find(|r| r.is_tenant()).expect("a tenant row")
+}
+
+/// A counter summed over every row of a view, as an operator sums the column: the tenant row
+/// carries no counts of its own, so each cell counts once.
+fn total(rows: &[TaskRow], counter: fn(&TaskRow) -> u64) -> u64 {
+    rows.iter().map(counter).sum()
 }
 
 fn tablet_statuses(rows: &[TaskRow]) -> Vec<TaskStatus> {
@@ -208,6 +215,49 @@ fn commands_move_the_task_through_its_states_and_refuse_the_rest() {
     assert_eq!(tablet_statuses(&history), [TaskStatus::Canceled]);
     assert!(matches!(ttl.cancel(), Err(TtlError::NoTaskRunning)));
     assert_eq!(ttl.trigger().expect("a new task"), task + 1);
+}
+
+#[test]
+fn a_command_checked_on_the_views_answers_as_the_command_would() {
+    let f = Fixture::new();
+    f.family("t1$cf1", CfOptions::default().ttl(TTL), 100, 1);
+    let ttl = f.ttl(enabled());
+    let answer = |r: Result<(), TtlError>| match r {
+        Ok(()) => "ok",
+        Err(TtlError::NoTaskRunning) => "none",
+        Err(TtlError::CmdNotAllowed) => "not allowed",
+        Err(e) => panic!("{e}"),
+    };
+    let check = |ttl: &TtlTasks| {
+        let rows = ttl.tasks().expect("tasks");
+        [
+            TtlCommand::Trigger,
+            TtlCommand::Suspend,
+            TtlCommand::Resume,
+            TtlCommand::Cancel,
+        ]
+        .map(|c| answer(c.check(&rows)))
+    };
+    assert_eq!(check(&ttl), ["ok", "none", "none", "none"]);
+    assert_eq!(answer(ttl.suspend()), "none");
+    ttl.trigger().expect("trigger");
+    assert_eq!(check(&ttl), ["not allowed", "ok", "not allowed", "ok"]);
+    assert_eq!(answer(ttl.resume()), "not allowed");
+    ttl.suspend().expect("suspend");
+    assert_eq!(check(&ttl), ["not allowed", "not allowed", "ok", "ok"]);
+    assert_eq!(answer(ttl.suspend()), "not allowed");
+
+    // A launch a crash cut short is rolled back at the next open: no task to command.
+    let mut rows = ttl.tasks().expect("tasks");
+    for row in &mut rows {
+        row.status = TaskStatus::RsTriggering;
+        "LAUNCHING".clone_into(&mut row.ret_code);
+    }
+    assert!(TtlCommand::Trigger.check(&rows).is_ok());
+    assert!(matches!(
+        TtlCommand::Suspend.check(&rows),
+        Err(TtlError::NoTaskRunning)
+    ));
 }
 
 #[test]
@@ -304,17 +354,27 @@ fn a_task_reclaims_expired_cells_and_versions_and_counts_them_once() {
     assert_eq!(tablet.table_name.as_deref(), Some("t1$cf1"));
     assert_eq!(tablet.table_id, i64::from(cf.id()));
     assert_eq!(tablet.status, TaskStatus::Finished);
-    assert_eq!(tablet.ret_code, "SUCCESS");
+    assert_eq!(tablet.ret_code, "OB_SUCCESS");
+    assert_eq!(tenant(&history).ret_code, "OB_SUCCESS");
     assert_eq!(tablet.scan_cnt, 40_000);
     assert_eq!(
         tablet.max_version_del_cnt, 20_000,
         "the two oldest of each key"
     );
     assert_eq!(tablet.ttl_del_cnt, 20_000, "the two newest, expired");
-    let total = tenant(&history);
-    assert_eq!(total.status, TaskStatus::Finished);
+    let task = tenant(&history);
+    assert_eq!(task.status, TaskStatus::Finished);
     assert_eq!(
-        (total.scan_cnt, total.ttl_del_cnt, total.max_version_del_cnt),
+        (task.scan_cnt, task.ttl_del_cnt, task.max_version_del_cnt),
+        (0, 0, 0),
+        "the tablets carry the counts"
+    );
+    assert_eq!(
+        (
+            total(&history, |r| r.scan_cnt),
+            total(&history, |r| r.ttl_del_cnt),
+            total(&history, |r| r.max_version_del_cnt)
+        ),
         (40_000, 20_000, 20_000)
     );
     assert!(
@@ -457,6 +517,77 @@ fn a_periodic_task_starts_once_per_window_entry_and_never_beside_another() {
     });
     f.clock.set(START_MS + 2 * DAY_MS + 23 * HOUR_MS);
     assert!(!ttl.tick().expect("tick"));
+}
+
+#[test]
+fn the_duty_window_is_read_on_the_wall_clock_of_the_time_zone() {
+    let f = Fixture::new();
+    f.family("t1$cf1", CfOptions::default().ttl(TTL), 10, 1);
+    let window = "[02:00:00, 03:00:00]";
+    let ttl = f.ttl(TtlSettings {
+        kv_ttl_duty_duration: window.parse().expect("window"),
+        time_zone: TimeZone::parse("+08:00").expect("zone"),
+        ..enabled()
+    });
+    let at = |ms: u64| f.clock.set(START_MS + ms);
+    at(2 * HOUR_MS);
+    assert!(!ttl.tick().expect("tick"), "02:00 UTC is 10:00 at +08:00");
+    at(18 * HOUR_MS - 1000);
+    assert!(!ttl.tick().expect("tick"), "01:59:59 at +08:00");
+    at(18 * HOUR_MS);
+    assert!(ttl.tick().expect("tick"), "02:00 at +08:00 is 18:00 UTC");
+    ttl.run_until_idle().expect("run");
+    let history = ttl.history().expect("history");
+    assert_eq!(tenant(&history).trigger_type, TriggerType::Periodic);
+    assert_eq!(tenant(&history).start_time, START_MS + 18 * HOUR_MS);
+    drop(ttl);
+
+    // The same window with the default zone, UTC: shut at 18:00 UTC, open at 02:00 UTC.
+    let f = f.reopen();
+    let utc = f.ttl(TtlSettings {
+        kv_ttl_duty_duration: window.parse().expect("window"),
+        ..enabled()
+    });
+    assert_eq!(utc.settings().time_zone, TimeZone::UTC);
+    f.clock.set(START_MS + DAY_MS + 18 * HOUR_MS);
+    assert!(!utc.tick().expect("tick"));
+    f.clock.set(START_MS + 2 * DAY_MS + 2 * HOUR_MS);
+    assert!(utc.tick().expect("tick"));
+}
+
+#[test]
+fn a_history_recycle_interval_outside_one_to_180_days_is_refused() {
+    let f = Fixture::new();
+    for interval in [
+        Duration::from_secs(86_400 - 1),
+        Duration::from_secs(180 * 86_400 + 1),
+    ] {
+        let refused = TtlTasks::open(
+            f.tables.clone(),
+            TtlSettings {
+                kv_ttl_history_recycle_interval: interval,
+                ..enabled()
+            },
+        );
+        match refused {
+            Err(e @ TtlError::InvalidArgument(_)) => assert!(
+                e.to_string().contains("kv_ttl_history_recycle_interval"),
+                "{e}"
+            ),
+            other => panic!("{interval:?}: expected InvalidArgument, got {other:?}"),
+        }
+    }
+    assert!(
+        f.tables.table(TASKS_TABLE).is_err(),
+        "a refused open creates nothing"
+    );
+    for days in [1, 180] {
+        let ttl = f.ttl(TtlSettings {
+            kv_ttl_history_recycle_interval: Duration::from_secs(days * 86_400),
+            ..enabled()
+        });
+        drop(ttl);
+    }
 }
 
 #[test]
@@ -666,9 +797,9 @@ fn a_crash_between_two_row_writes_leaves_a_state_the_next_open_or_run_finishes()
         .cloned()
         .collect::<Vec<_>>();
     assert_eq!(tenant(&last).status, TaskStatus::Finished);
-    assert_eq!(tenant(&last).ttl_del_cnt, 1000);
+    assert_eq!(total(&last, |r| r.ttl_del_cnt), 1000);
 
-    // A move cut short after one tablet row reached history: the tenant's totals count it.
+    // A move cut short after one tablet row reached history: the task's rows count it, once.
     let c = f.family("c", CfOptions::default().ttl(TTL), 300, 1);
     f.clock.advance(TTL * 2);
     ttl.trigger().expect("trigger");
@@ -720,7 +851,7 @@ fn a_crash_between_two_row_writes_leaves_a_state_the_next_open_or_run_finishes()
         "tenant and three tablets, none twice: {last:?}"
     );
     assert_eq!(
-        tenant(&last).ttl_del_cnt,
+        total(&last, |r| r.ttl_del_cnt),
         900,
         "the tablet moved before the crash counts"
     );
@@ -800,7 +931,7 @@ fn memtable_pressure_pauses_running_tablets_after_their_step_until_it_falls() {
     assert!(ttl.tasks().expect("tasks").is_empty());
     let history = ttl.history().expect("history");
     assert_eq!(tablet_statuses(&history), [TaskStatus::Finished]);
-    assert_eq!(tenant(&history).ttl_del_cnt, 2000);
+    assert_eq!(total(&history, |r| r.ttl_del_cnt), 2000);
     assert!(cf.tables().expect("tables").is_empty());
 }
 
@@ -823,7 +954,10 @@ fn the_background_loop_runs_a_triggered_task_to_history() {
     }
     running.stop().expect("stop");
     assert!(cf.tables().expect("tables").is_empty());
-    assert_eq!(tenant(&ttl.history().expect("history")).ttl_del_cnt, 500);
+    assert_eq!(
+        total(&ttl.history().expect("history"), |r| r.ttl_del_cnt),
+        500
+    );
 }
 
 /// A file system that, while closed, makes the flush thread wait before it creates a file: the
@@ -936,7 +1070,11 @@ fn a_million_expired_cells_leave_no_bytes_behind() {
     let took = started.elapsed();
     let after = cf.tables().expect("tables");
     let history = ttl.history().expect("history");
-    let total = tenant(&history);
+    let (scanned, expired, over) = (
+        total(&history, |r| r.scan_cnt),
+        total(&history, |r| r.ttl_del_cnt),
+        total(&history, |r| r.max_version_del_cnt),
+    );
     println!(
         "before: {} tables, {bytes} bytes, {entries} entries; after: {} tables, {} bytes; \
          task: {} tablets, scan_cnt {}, ttl_del_cnt {}, max_version_del_cnt {}, {:.1?}",
@@ -944,12 +1082,142 @@ fn a_million_expired_cells_leave_no_bytes_behind() {
         after.len(),
         after.iter().map(|t| t.bytes).sum::<u64>(),
         history.len() - 1,
-        total.scan_cnt,
-        total.ttl_del_cnt,
-        total.max_version_del_cnt,
+        scanned,
+        expired,
+        over,
         took
     );
     assert!(after.is_empty());
-    assert_eq!(total.ttl_del_cnt, 1_000_000);
+    assert_eq!(expired, 1_000_000);
     assert_eq!(cf.iter().expect("iter").count(), 0);
+}
+
+/// The layouts a family of `KEYS` keys × 4 versions is laid out in for the counter tests.
+#[derive(Debug, Clone, Copy)]
+enum Layout {
+    /// One flush per version, all in level 0.
+    Flushed,
+    /// Each version flushed in five key-disjoint tables: tablets cut at their starts.
+    Chunked,
+    /// Two versions settled in the last level in small tables, two more in level 0 over them.
+    Settled,
+}
+
+const KEYS: u32 = 2_500;
+
+impl Fixture {
+    fn laid_out(&self, name: &str, options: CfOptions, layout: Layout) -> ColumnFamily {
+        let cf = self
+            .db
+            .create_column_family(name, options)
+            .expect("create family");
+        let put = |v: u32, keys: std::ops::Range<u32>| {
+            for i in keys {
+                cf.put(
+                    format!("key{i:06}"),
+                    value(u64::from(v) << 32 | u64::from(i)),
+                )
+                .expect("put");
+            }
+        };
+        for v in 0..4 {
+            match layout {
+                Layout::Flushed | Layout::Settled => {
+                    put(v, 0..KEYS);
+                    self.db.flush().expect("flush");
+                }
+                Layout::Chunked => {
+                    for chunk in 0..5 {
+                        put(v, chunk * KEYS / 5..(chunk + 1) * KEYS / 5);
+                        self.db.flush().expect("flush");
+                    }
+                }
+            }
+            if matches!(layout, Layout::Settled) && v == 1 {
+                cf.compact_range::<&str>(..).expect("settle two versions");
+            }
+        }
+        cf
+    }
+}
+
+/// Runs one task over a family laid out as `layout` (expired first if `expire`), in one tablet
+/// for `Flushed` and in tablets of 64 KiB for the others, and returns how many tablets it had
+/// and its rows in history.
+fn count_one_task(options: CfOptions, layout: Layout, expire: bool) -> (usize, Vec<TaskRow>) {
+    let f = Fixture::new();
+    let cf = f.laid_out("t1$cf1", options, layout);
+    if expire {
+        f.clock.advance(TTL + Duration::from_secs(1));
+    }
+    let ttl = f.ttl(enabled());
+    if !matches!(layout, Layout::Flushed) {
+        ttl.set_tablet_bytes(64 << 10);
+    }
+    ttl.trigger().expect("trigger");
+    let tablets = ttl.tasks().expect("tasks").len() - 1;
+    ttl.run_until_idle().expect("run");
+    assert_eq!(
+        cf.iter().expect("iter").count(),
+        if expire { 0 } else { 2_500 }
+    );
+    (tablets, ttl.history().expect("history"))
+}
+
+/// Checks the tablet count a layout gives: one for `Flushed`, several for the others.
+fn check_tablets(layout: Layout, tablets: usize) {
+    match layout {
+        Layout::Flushed => assert_eq!(tablets, 1, "{layout:?}"),
+        Layout::Chunked | Layout::Settled => assert!(tablets > 1, "{layout:?}: {tablets}"),
+    }
+}
+
+#[test]
+fn every_version_over_the_limit_counts_once_whatever_the_layout() {
+    for layout in [Layout::Flushed, Layout::Chunked, Layout::Settled] {
+        let options = CfOptions::default().max_versions(2);
+        let (tablets, history) = count_one_task(options, layout, false);
+        check_tablets(layout, tablets);
+        assert_eq!(
+            (
+                total(&history, |r| r.max_version_del_cnt),
+                total(&history, |r| r.ttl_del_cnt)
+            ),
+            (5_000, 0),
+            "{layout:?}, {tablets} tablets: the two oldest of 2,500 keys: {history:?}"
+        );
+        if matches!(layout, Layout::Flushed) {
+            // Over several tablets a table a step rewrote is read again by the next (module doc).
+            assert_eq!(total(&history, |r| r.scan_cnt), 10_000, "{layout:?}");
+        }
+        let task = tenant(&history);
+        assert_eq!(
+            (task.max_version_del_cnt, task.ttl_del_cnt, task.scan_cnt),
+            (0, 0, 0),
+            "{layout:?}: the tenant row counts nothing of its own"
+        );
+    }
+}
+
+#[test]
+fn every_expired_cell_counts_once_in_one_column_whatever_the_layout() {
+    for layout in [Layout::Flushed, Layout::Chunked, Layout::Settled] {
+        let options = CfOptions::default().max_versions(2).ttl(TTL);
+        let (tablets, history) = count_one_task(options, layout, true);
+        check_tablets(layout, tablets);
+        let (over, expired) = (
+            total(&history, |r| r.max_version_del_cnt),
+            total(&history, |r| r.ttl_del_cnt),
+        );
+        assert_eq!(
+            over + expired,
+            10_000,
+            "{layout:?}, {tablets} tablets: 10,000 cells, each once: {history:?}"
+        );
+        assert_eq!(
+            (over, expired),
+            (5_000, 5_000),
+            "{layout:?}: the two oldest over the limit, the two newest expired"
+        );
+    }
 }

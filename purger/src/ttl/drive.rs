@@ -268,7 +268,14 @@ impl Inner {
             summarize(&mut tenant.row, &all);
             tenant.row.end_time = now;
             self.move_row(&tenant)?;
-            tracing::info!(task_id = tenant.row.task_id, status = %tenant.row.status, "TTL task moved to history");
+            tracing::info!(
+                task_id = tenant.row.task_id,
+                status = %tenant.row.status,
+                ttl_del_cnt = all.iter().map(|r| r.ttl_del_cnt).sum::<u64>(),
+                max_version_del_cnt = all.iter().map(|r| r.max_version_del_cnt).sum::<u64>(),
+                scan_cnt = all.iter().map(|r| r.scan_cnt).sum::<u64>(),
+                "TTL task moved to history"
+            );
         }
         Ok(())
     }
@@ -307,7 +314,8 @@ impl Inner {
     /// no task is active; each occurrence is decided once.
     pub(crate) fn periodic(&self) -> TtlResult<bool> {
         let window = self.settings.kv_ttl_duty_duration;
-        let Some(occurrence) = window.occurrence(self.now()) else {
+        let zone = self.settings.time_zone;
+        let Some(occurrence) = window.occurrence(self.now(), zone) else {
             return Ok(false);
         };
         let start = {
@@ -335,12 +343,12 @@ impl Inner {
 
     /// True if a periodic task started in this window occurrence (before a restart, say).
     fn launched_in(&self, occurrence: u64) -> TtlResult<bool> {
-        let window = self.settings.kv_ttl_duty_duration;
+        let (window, zone) = (self.settings.kv_ttl_duty_duration, self.settings.time_zone);
         for table in [&self.tasks, &self.history] {
             let launched = records(table)?.iter().any(|r| {
                 r.row.is_tenant()
                     && r.row.trigger_type == TriggerType::Periodic
-                    && window.occurrence(r.row.start_time) == Some(occurrence)
+                    && window.occurrence(r.row.start_time, zone) == Some(occurrence)
             });
             if launched {
                 return Ok(true);
@@ -403,7 +411,9 @@ impl Inner {
     }
 }
 
-/// A tenant row's final status, counters and return code, from all its tablets' rows.
+/// A tenant row's final status and return code, from all its tablets' rows. Its counters stay
+/// zero, as OceanBase's do: the tablet rows carry the counts, so a sum over the task's rows (what
+/// an operator reads off the view) counts each cell once.
 fn summarize(tenant: &mut TaskRow, tablets: &[TaskRow]) {
     let canceled = tenant.status == TaskStatus::RsCanceling
         || tablets.iter().any(|t| t.status == TaskStatus::Canceled);
@@ -412,9 +422,9 @@ fn summarize(tenant: &mut TaskRow, tablets: &[TaskRow]) {
     } else {
         TaskStatus::Finished
     };
-    tenant.ttl_del_cnt = tablets.iter().map(|t| t.ttl_del_cnt).sum();
-    tenant.max_version_del_cnt = tablets.iter().map(|t| t.max_version_del_cnt).sum();
-    tenant.scan_cnt = tablets.iter().map(|t| t.scan_cnt).sum();
+    tenant.ttl_del_cnt = 0;
+    tenant.max_version_del_cnt = 0;
+    tenant.scan_cnt = 0;
     if let Some(failed) = tablets.iter().find(|t| t.ret_code.starts_with("ERROR")) {
         tenant.ret_code.clone_from(&failed.ret_code);
     }

@@ -44,6 +44,7 @@
 //!     kv_ttl_duty_duration: "[22:00:00, 24:00:00]".parse()?,
 //!     kv_ttl_history_recycle_interval: Duration::from_secs(7 * 86_400),
 //!     ttl_thread_score: 2,
+//!     time_zone: cairn_purger::TimeZone::UTC,
 //! })?;
 //! ttl.trigger()?;
 //! ttl.run_until_idle()?;
@@ -80,8 +81,8 @@ use record::{Record, TENANT};
 /// about this much.
 pub const DEFAULT_TABLET_BYTES: u64 = 256 << 20;
 
-/// A row's `ret_code` when nothing failed.
-const SUCCESS: &str = "SUCCESS";
+/// A row's `ret_code` when nothing failed, as OceanBase's views print it.
+const SUCCESS: &str = "OB_SUCCESS";
 /// A tenant row's `ret_code` while its launch is writing the tablet rows.
 const LAUNCHING: &str = "LAUNCHING";
 
@@ -134,9 +135,11 @@ impl TtlTasks {
     /// task left active by a previous process goes on where it was.
     ///
     /// # Errors
-    /// `InvalidArgument` if a manager of these tables is open already (clone it instead);
-    /// `Tables` if the task tables cannot be created or read.
+    /// `InvalidArgument` if a setting is out of its bounds ([`TtlSettings::validate`]) or a
+    /// manager of these tables is open already (clone it instead); `Tables` if the task tables
+    /// cannot be created or read.
     pub fn open(tables: Tables, settings: TtlSettings) -> TtlResult<Self> {
+        settings.validate()?;
         let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
         open.retain(|(_, inner)| inner.strong_count() > 0);
         let address = tables.address();
@@ -226,15 +229,11 @@ impl TtlTasks {
     /// # Errors
     /// `NotEnabled`; `NoTaskRunning`; `CmdNotAllowed` unless the task is triggering.
     pub fn suspend(&self) -> TtlResult<()> {
-        self.inner.command(
-            "suspend",
-            &[TaskStatus::RsTriggering],
-            TaskStatus::RsSuspending,
-            |s| {
+        self.inner
+            .command(TtlCommand::Suspend, TaskStatus::RsSuspending, |s| {
                 matches!(s, TaskStatus::Prepared | TaskStatus::Running)
                     .then_some(TaskStatus::Pending)
-            },
-        )
+            })
     }
 
     /// Resumes a suspended task (`ALTER SYSTEM RESUME TTL`): its pending tablet tasks turn
@@ -243,12 +242,10 @@ impl TtlTasks {
     /// # Errors
     /// `NotEnabled`; `NoTaskRunning`; `CmdNotAllowed` unless the task is suspended.
     pub fn resume(&self) -> TtlResult<()> {
-        self.inner.command(
-            "resume",
-            &[TaskStatus::RsSuspending],
-            TaskStatus::RsTriggering,
-            |s| (s == TaskStatus::Pending).then_some(TaskStatus::Prepared),
-        )
+        self.inner
+            .command(TtlCommand::Resume, TaskStatus::RsTriggering, |s| {
+                (s == TaskStatus::Pending).then_some(TaskStatus::Prepared)
+            })
     }
 
     /// Cancels the active task (`ALTER SYSTEM CANCEL TTL`): every tablet task not finished
@@ -257,12 +254,10 @@ impl TtlTasks {
     /// # Errors
     /// `NotEnabled`; `NoTaskRunning`; `CmdNotAllowed` once the task is canceling or moving.
     pub fn cancel(&self) -> TtlResult<()> {
-        self.inner.command(
-            "cancel",
-            &[TaskStatus::RsTriggering, TaskStatus::RsSuspending],
-            TaskStatus::RsCanceling,
-            |s| (!s.is_done()).then_some(TaskStatus::Canceled),
-        )?;
+        self.inner
+            .command(TtlCommand::Cancel, TaskStatus::RsCanceling, |s| {
+                (!s.is_done()).then_some(TaskStatus::Canceled)
+            })?;
         self.inner.move_if_done()
     }
 
@@ -427,25 +422,27 @@ impl Inner {
         Ok(highest + 1)
     }
 
-    /// Suspend, resume or cancel: the tenant task must be in one of `from`; it moves to `to`,
-    /// and each tablet task to what `tablet` says (`None`: unchanged).
+    /// Suspend, resume or cancel: the tenant task must allow `command`
+    /// ([`TtlCommand::check`]); it moves to `to`, and each tablet task to what `tablet` says
+    /// (`None`: unchanged).
     fn command(
         &self,
-        name: &str,
-        from: &[TaskStatus],
+        command: TtlCommand,
         to: TaskStatus,
         tablet: impl Fn(TaskStatus) -> Option<TaskStatus>,
     ) -> TtlResult<()> {
         self.enabled()?;
         let _control = self.lock();
         let current = self.current()?;
+        let rows: Vec<TaskRow> = current.iter().map(|r| r.row.clone()).collect();
+        if let Err(e) = command.check(&rows) {
+            tracing::info!(%command, error = %e, "TTL command refused");
+            return Err(e);
+        }
         let Some(tenant) = current.iter().find(|r| r.row.is_tenant()) else {
             return Err(TtlError::NoTaskRunning);
         };
-        if !from.contains(&tenant.row.status) {
-            tracing::info!(command = name, status = %tenant.row.status, "TTL command not allowed");
-            return Err(TtlError::CmdNotAllowed);
-        }
+        let name = command.as_str();
         let now = self.now();
         // Tablets first, the tenant row last: a crash in between leaves a state the same
         // command (or, for a cancel, the next move) can finish.
@@ -471,6 +468,66 @@ impl Inner {
             to
         );
         Ok(())
+    }
+}
+
+/// A command an operator gives, as OceanBase's `ALTER SYSTEM TRIGGER | SUSPEND | RESUME |
+/// CANCEL TTL` name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TtlCommand {
+    /// [`TtlTasks::trigger`].
+    Trigger,
+    /// [`TtlTasks::suspend`].
+    Suspend,
+    /// [`TtlTasks::resume`].
+    Resume,
+    /// [`TtlTasks::cancel`].
+    Cancel,
+}
+
+impl TtlCommand {
+    /// Its name, lower case.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Trigger => "trigger",
+            Self::Suspend => "suspend",
+            Self::Resume => "resume",
+            Self::Cancel => "cancel",
+        }
+    }
+
+    /// Whether the command is allowed on a database whose current task rows are `tasks` (as
+    /// [`TtlTasks::tasks`] or [`TtlTasks::views`] give them), without running it: what a tool
+    /// asks of a database opened read-only before it opens it for writing, so that a command
+    /// that would be refused writes nothing. A launch a crash cut short (rolled back at the next
+    /// open) counts as no task.
+    ///
+    /// # Errors
+    /// `CmdNotAllowed` if the task's state does not allow it (any task, for `Trigger`);
+    /// `NoTaskRunning` if there is no task to suspend, resume or cancel.
+    pub fn check(self, tasks: &[TaskRow]) -> TtlResult<()> {
+        let tenant = tasks
+            .iter()
+            .find(|r| r.is_tenant() && r.ret_code != LAUNCHING);
+        let allowed: &[TaskStatus] = match self {
+            Self::Trigger => &[],
+            Self::Suspend => &[TaskStatus::RsTriggering],
+            Self::Resume => &[TaskStatus::RsSuspending],
+            Self::Cancel => &[TaskStatus::RsTriggering, TaskStatus::RsSuspending],
+        };
+        match (self, tenant) {
+            (Self::Trigger, None) => Ok(()),
+            (_, None) => Err(TtlError::NoTaskRunning),
+            (_, Some(t)) if allowed.contains(&t.status) => Ok(()),
+            (_, Some(_)) => Err(TtlError::CmdNotAllowed),
+        }
+    }
+}
+
+impl std::fmt::Display for TtlCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

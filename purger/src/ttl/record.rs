@@ -181,13 +181,17 @@ pub struct TaskRow {
     pub trigger_type: TriggerType,
     /// Its status.
     pub status: TaskStatus,
-    /// Cells dropped because their TTL ran out.
+    /// Cells dropped because their TTL ran out. The three counters are a tablet row's: the
+    /// tenant row's stay 0 (as OceanBase's do), so a task's total is the sum over its rows and
+    /// each cell counts once.
     pub ttl_del_cnt: u64,
-    /// Versions dropped for being over `max_versions` (an expired one too: it counts once, here).
+    /// Versions dropped for being over `max_versions` (an expired one too: it counts once, here
+    /// and not in `ttl_del_cnt`).
     pub max_version_del_cnt: u64,
     /// Entries the tablet's compactions read.
     pub scan_cnt: u64,
-    /// `SUCCESS`, or what made the tablet task fail.
+    /// `OB_SUCCESS`; `ERROR: …` with what made the tablet task fail (the tenant row shows a
+    /// failed tablet's); `CANCELED: …` for a tablet whose column family was dropped.
     pub ret_code: String,
 }
 

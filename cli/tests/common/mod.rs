@@ -1,0 +1,35 @@
+//! What the CLI's test files share: reading a database directory byte for byte, to show that a
+//! command which should only look changed nothing.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Every file's name and bytes (a database directory has no subdirectories).
+pub fn contents(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .expect("list")
+        .map(|e| {
+            let path = e.expect("entry").path();
+            let name = path
+                .file_name()
+                .expect("name")
+                .to_string_lossy()
+                .into_owned();
+            (name, std::fs::read(&path).expect("read"))
+        })
+        .collect()
+}
+
+/// The names of the files added, removed or changed from `before` to `after`.
+pub fn changed(
+    before: &BTreeMap<String, Vec<u8>>,
+    after: &BTreeMap<String, Vec<u8>>,
+) -> Vec<String> {
+    let mut names: Vec<String> = before
+        .iter()
+        .filter(|(name, bytes)| after.get(*name) != Some(*bytes))
+        .map(|(name, _)| name.clone())
+        .collect();
+    names.extend(after.keys().filter(|n| !before.contains_key(*n)).cloned());
+    names
+}
