@@ -22,7 +22,7 @@ use cairn_sstable::{
 };
 
 use crate::clock::Clock;
-use crate::converted_runs::{Learned, RunMap};
+use crate::converted_runs::{Learned, ReadPoint, RunMap};
 use crate::cursor::{Rules, Walk};
 use crate::error::{Error, Result};
 use crate::level_iter::{LevelIter, LevelTombstones};
@@ -92,6 +92,8 @@ impl Tombstones {
 pub(crate) struct SourceIter {
     inner: Box<dyn InternalIterator + Send>,
     snapshot: SeqNo,
+    /// The number of the read's view: runs learned under a newer one do not hold for it.
+    view: u64,
     own: Tombstones,
     /// Range tombstones of every newer source that has any.
     newer: Arc<Vec<Tombstones>>,
@@ -158,9 +160,11 @@ impl SourceIter {
 
     /// A recorded run of deleted keys holding `key` that the snapshot may skip.
     fn run_cover(&self, key: &[u8]) -> Option<(Bytes, Bytes)> {
-        self.runs
-            .iter()
-            .find_map(|runs| runs.cover(key, self.snapshot))
+        let at = ReadPoint {
+            snapshot: self.snapshot,
+            view: self.view,
+        };
+        self.runs.iter().find_map(|runs| runs.cover(key, at))
     }
 
     /// A fragment of a newer source visible at the snapshot that covers `key`.
@@ -384,6 +388,7 @@ fn sources(
         out.push(SourceIter {
             inner,
             snapshot,
+            view: sv.number,
             own: own.clone(),
             hidden: 0,
             newer: Arc::new(newer.clone()),
@@ -567,12 +572,21 @@ pub(crate) struct RunSink<'a> {
 const LEARNED_BATCH: usize = 256;
 
 impl RunSink<'_> {
+    /// Where the read reads: runs it learns hold from its view on, and it uses only those
+    /// learned under its view or an older one.
+    fn at(&self) -> ReadPoint {
+        ReadPoint {
+            snapshot: self.snapshot,
+            view: self.sv.number,
+        }
+    }
+
     /// The deleted entries the recorded runs of the view within `[start, end)` stand for.
     pub(crate) fn deleted_within(&self, start: &[u8], end: &[u8]) -> u64 {
         self.sv
             .memtables(self.cf)
             .filter_map(|mem| mem.converted_runs())
-            .map(|runs| runs.deleted_within(start, end, self.snapshot))
+            .map(|runs| runs.deleted_within(start, end, self.at()))
             .sum()
     }
 
@@ -596,7 +610,7 @@ impl RunSink<'_> {
         if older_newest > self.snapshot {
             return;
         }
-        let Some(run) = newest.learn_run(start, end, self.snapshot, deleted) else {
+        let Some(run) = newest.learn_run(start, end, self.at(), deleted) else {
             return;
         };
         let mut learned = lock(self.learned);
