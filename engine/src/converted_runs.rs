@@ -278,6 +278,26 @@ impl ConvertedRuns {
         Some(Learned(run))
     }
 
+    /// Withdraws the announcement of the runs `learned` without recording them: a read that
+    /// ends by a panic records nothing, but must not leave its runs pending, where every later
+    /// write to the memtable would take the lock for them until the flush.
+    pub(crate) fn withdraw(&self, learned: &[Learned]) {
+        if learned.is_empty() {
+            return;
+        }
+        let mut state = self.lock();
+        state
+            .pending
+            .retain(|p| !learned.iter().any(|l| Arc::ptr_eq(p, &l.0)));
+        self.publish(&state);
+    }
+
+    /// How many runs are announced, recorded or pending.
+    #[cfg(test)]
+    pub(crate) fn announced(&self) -> usize {
+        self.announced.load(Ordering::SeqCst)
+    }
+
     /// Moves the runs `learned` into the map, those no write ended. A run takes in the live
     /// runs it overlaps if they are no newer (their union holds at its seqno too: nothing in
     /// them changed since, or a write would have ended them) and drops the ended ones; one that
@@ -507,6 +527,19 @@ mod tests {
         assert_eq!(cover(&runs, "n", 20), run("m", "p"));
         assert!(runs.lock().pending.is_empty());
         assert_eq!(runs.announced.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_withdrawn_run_is_neither_pending_nor_recorded() {
+        let runs = ConvertedRuns::default();
+        let kept = learned(&runs, "b", "f", 10).expect("learned");
+        let withdrawn = learned(&runs, "m", "p", 10).expect("learned");
+        assert_eq!(runs.announced(), 2);
+        runs.withdraw(&[withdrawn]);
+        assert_eq!(runs.announced(), 1, "the other stays announced");
+        assert_eq!(runs.record(&[kept]), 1);
+        assert_eq!(cover(&runs, "n", 20), None);
+        assert_eq!(runs.announced(), 1);
     }
 
     #[test]

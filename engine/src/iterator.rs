@@ -542,14 +542,17 @@ impl Read {
 }
 
 impl Drop for Read {
-    /// Records the runs of deleted keys the read learned; not while unwinding, where a second
-    /// panic would abort.
+    /// Records the runs of deleted keys the read learned. While unwinding it only withdraws
+    /// their announcement (recording copies the map, and a second panic there would abort);
+    /// left announced, they would make every later write to the memtable take the runs' lock
+    /// until the flush.
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            return;
-        }
         let (rules, _) = self.parts();
-        rules.runs.record_learned();
+        if std::thread::panicking() {
+            rules.runs.withdraw_learned();
+        } else {
+            rules.runs.record_learned();
+        }
     }
 }
 
@@ -619,6 +622,14 @@ impl RunSink<'_> {
             let batch = std::mem::take(&mut *learned);
             drop(learned);
             self.record_all(&batch);
+        }
+    }
+
+    /// Withdraws the runs learned and not recorded yet.
+    fn withdraw_learned(&self) {
+        let batch = std::mem::take(&mut *lock(self.learned));
+        if let Some(newest) = self.sv.memtables(self.cf).next() {
+            newest.withdraw_runs(&batch);
         }
     }
 
@@ -882,4 +893,47 @@ pub(crate) fn prefix_bounds(prefix: &[u8]) -> (Bound<Bytes>, Bound<Bytes>) {
         Bound::Included(Bytes::copy_from_slice(prefix)),
         Bound::Unbounded,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Db, Options};
+
+    /// A read that learned a run (pending until it ends) and is dropped by a panic withdraws
+    /// it: nothing stays announced to make writes take the runs' lock.
+    #[test]
+    fn a_read_dropped_by_a_panic_withdraws_its_pending_runs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = Db::open(dir.path(), Options::default()).expect("open");
+        for i in 0..200 {
+            db.put(format!("k{i:03}"), "value").expect("put");
+        }
+        for i in 10..150 {
+            db.delete(format!("k{i:03}")).expect("delete");
+        }
+        let announced = || {
+            let sv = db.inner.super_version();
+            sv.memtables(0).next().map_or(0, |m| m.runs_announced())
+        };
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut cursor = db.cursor().expect("cursor");
+            cursor.seek("k010").expect("seek");
+            assert_eq!(cursor.key(), Some(&b"k150"[..]));
+            assert_eq!(announced(), 1, "learned and pending");
+            panic!("the reader fails");
+        }));
+        assert!(read.is_err());
+        assert_eq!(
+            announced(),
+            0,
+            "left announced by a read dropped in a panic"
+        );
+        assert_eq!(db.stats().deleted_runs_recorded, 0);
+        // A read that ends normally still records.
+        let mut cursor = db.cursor().expect("cursor");
+        cursor.seek("k010").expect("seek");
+        drop(cursor);
+        assert_eq!(announced(), 1);
+        assert_eq!(db.stats().deleted_runs_recorded, 1);
+    }
 }

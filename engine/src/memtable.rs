@@ -131,6 +131,17 @@ impl Memtable {
         self.runs.learn(start, end, at, deleted, &self.newest_seqno)
     }
 
+    /// Withdraws runs a read learned and will not record (it ended by a panic).
+    pub(crate) fn withdraw_runs(&self, learned: &[Learned]) {
+        self.runs.withdraw(learned);
+    }
+
+    /// How many runs of deleted keys are announced in it, recorded or pending.
+    #[cfg(test)]
+    pub(crate) fn runs_announced(&self) -> usize {
+        self.runs.announced()
+    }
+
     /// Moves runs learned by a read into the map; how many it kept.
     pub(crate) fn record_runs(&self, learned: &[Learned]) -> u64 {
         self.runs.record(learned)
