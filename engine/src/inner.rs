@@ -252,6 +252,9 @@ impl DbInner {
         let mut memsets = vec![Arc::clone(&state.mem)];
         memsets.extend(state.imm.iter().rev().cloned());
         state.view_number += 1;
+        self.stats
+            .immutable_memtables_peak
+            .fetch_max(state.imm.len() as u64, Ordering::Relaxed);
         let sv = Arc::new(SuperVersion {
             number: state.view_number,
             memsets,
