@@ -488,8 +488,8 @@ impl cairn::CompactionFilter for Doom {
 
 /// A cursor or iterator made earlier and not used yet, with what it must read.
 enum Held {
-    Cursor(cairn::DbCursor, Live),
-    Iter(cairn::DbIterator, String, Live),
+    Cursor(Box<cairn::DbCursor>, Live),
+    Iter(Box<cairn::DbIterator>, String, Live),
 }
 
 /// The held-reader model: readers made at one moment and first used after compactions that
@@ -646,12 +646,14 @@ impl HeldModel {
         }
         let live = self.live();
         if self.rng.random_bool(0.5) {
-            self.held
-                .push(Held::Cursor(self.cf.cursor().expect("cursor"), live));
+            self.held.push(Held::Cursor(
+                Box::new(self.cf.cursor().expect("cursor")),
+                live,
+            ));
         } else {
             let from = held_key(self.rng.random_range(0..200));
             let iter = self.cf.range(from.clone()..).expect("range");
-            self.held.push(Held::Iter(iter, from, live));
+            self.held.push(Held::Iter(Box::new(iter), from, live));
         }
     }
 
