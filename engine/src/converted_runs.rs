@@ -37,6 +37,22 @@
 //! that learned something, not once per run, and a read may write (delete the key it found,
 //! say) before it ends without losing what it learned.
 //!
+//! A run holds only for readers whose view is the one it was learned under or a newer one. A
+//! reader fixes its view (tables, memtables, family options) and its clock reading when it
+//! starts, but takes the runs when it builds a walk, later; by then a newer view may have
+//! dropped a key the reader still sees as live (a put whose TTL ran out, in a family whose TTL
+//! `set_options` just set, or that a compaction filter removed), and a reader of that view may
+//! have learned a run over it at the very seqno the older reader reads at. Every such change
+//! installs a new view, and views are numbered in the order they are installed (under the
+//! state lock), so each run keeps the number of the view it was learned under and a reader of
+//! an older view ignores it. The other way is safe: a newer view only drops what compaction
+//! may drop, so a key deleted (by a `Delete` or a range tombstone, never by expiry, see below)
+//! in an older view stays deleted in every newer one at the run's seqno and after; and two
+//! readers of one view see the same entries, whatever their clock readings. Taking the runs
+//! with the view instead would not do: a reader that took its view just before a compaction
+//! installed, and its runs just after a reader of the new view recorded one, would still mix
+//! the two.
+//!
 //! Runs are never logged or flushed: they live and die with their memtable, are learned again
 //! by the next read that steps over the deletes, and change nothing compaction decides. Runs
 //! decided by expiry, version limits or `SingleDelete` are not recorded (a clock stepping back,
@@ -61,13 +77,23 @@ const RUN_OVERHEAD: usize = 160;
 /// if it also skipped a run recorded before: the new run then takes it in).
 pub(crate) const MIN_STEPPED: u64 = 32;
 
+/// Where a reader reads: its snapshot's seqno and the number of its view
+/// ([`SuperVersion::number`](crate::super_version::SuperVersion)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReadPoint {
+    pub(crate) snapshot: SeqNo,
+    pub(crate) view: u64,
+}
+
 /// One run: everything in `[start, end)` with seqno `<= seqno` is deleted, for readers below
-/// `ended_at`.
+/// `ended_at` whose view is `view` or newer.
 #[derive(Debug)]
 pub(crate) struct Run {
     start: Bytes,
     end: Bytes,
     seqno: SeqNo,
+    /// The number of the view it was learned under (the newest of those it took in).
+    view: u64,
     /// The seqno of the first write into the run; `SeqNo::MAX` while none came.
     ended_at: AtomicU64,
     /// The deleted entries reads stepped over to learn it (those of the runs it took in
@@ -76,8 +102,10 @@ pub(crate) struct Run {
 }
 
 impl Run {
-    fn usable_at(&self, snapshot: SeqNo) -> bool {
-        self.seqno <= snapshot && snapshot < self.ended_at.load(Ordering::SeqCst)
+    fn usable_at(&self, at: ReadPoint) -> bool {
+        self.view <= at.view
+            && self.seqno <= at.snapshot
+            && at.snapshot < self.ended_at.load(Ordering::SeqCst)
     }
 
     fn live(&self) -> bool {
@@ -102,14 +130,13 @@ pub(crate) struct RunMap {
 }
 
 impl RunMap {
-    /// The run holding `key` that a reader at `snapshot` may skip, as `(start, end)`.
-    pub(crate) fn cover(&self, key: &[u8], snapshot: SeqNo) -> Option<(Bytes, Bytes)> {
+    /// The run holding `key` that a reader at `at` may skip, as `(start, end)`.
+    pub(crate) fn cover(&self, key: &[u8], at: ReadPoint) -> Option<(Bytes, Bytes)> {
         let (start, run) = self
             .runs
             .range::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
             .next_back()?;
-        (key < run.end.as_ref() && run.usable_at(snapshot))
-            .then(|| (start.clone(), run.end.clone()))
+        (key < run.end.as_ref() && run.usable_at(at)).then(|| (start.clone(), run.end.clone()))
     }
 
     /// True if a reader of `[lower, upper)` (unbounded if `None`) may meet a run.
@@ -117,10 +144,10 @@ impl RunMap {
         self.overlapping(lower, upper).next().is_some()
     }
 
-    /// The deleted entries of the runs a reader at `snapshot` may skip within `[start, end)`.
-    pub(crate) fn deleted_within(&self, start: &[u8], end: &[u8], snapshot: SeqNo) -> u64 {
+    /// The deleted entries of the runs a reader at `at` may skip within `[start, end)`.
+    pub(crate) fn deleted_within(&self, start: &[u8], end: &[u8], at: ReadPoint) -> u64 {
         self.overlapping(start, Some(end))
-            .filter(|(_, run)| run.usable_at(snapshot))
+            .filter(|(_, run)| run.usable_at(at))
             .map(|(_, run)| run.deleted)
             .sum()
     }
@@ -215,17 +242,19 @@ impl ConvertedRuns {
         }
     }
 
-    /// Announces `[start, end)@seqno`, learned by stepping over `deleted` entries, unless the
-    /// memtable holds an entry newer than `seqno` (`newest` is its newest seqno): the walk that
-    /// learned it might not have seen such an entry in the run.
+    /// Announces `[start, end)@seqno`, learned by a reader at `at` (`at.snapshot` is `seqno`)
+    /// stepping over `deleted` entries, unless the memtable holds an entry newer than `seqno`
+    /// (`newest` is its newest seqno): the walk that learned it might not have seen such an
+    /// entry in the run.
     pub(crate) fn learn(
         &self,
         start: &[u8],
         end: &[u8],
-        seqno: SeqNo,
+        at: ReadPoint,
         deleted: u64,
         newest: &AtomicU64,
     ) -> Option<Learned> {
+        let seqno = at.snapshot;
         if start >= end || newest.load(Ordering::SeqCst) > seqno {
             return None;
         }
@@ -233,6 +262,7 @@ impl ConvertedRuns {
             start: Bytes::copy_from_slice(start),
             end: Bytes::copy_from_slice(end),
             seqno,
+            view: at.view,
             ended_at: AtomicU64::new(SeqNo::MAX),
             deleted,
         });
@@ -246,6 +276,26 @@ impl ConvertedRuns {
             return None;
         }
         Some(Learned(run))
+    }
+
+    /// Withdraws the announcement of the runs `learned` without recording them: a read that
+    /// ends by a panic records nothing, but must not leave its runs pending, where every later
+    /// write to the memtable would take the lock for them until the flush.
+    pub(crate) fn withdraw(&self, learned: &[Learned]) {
+        if learned.is_empty() {
+            return;
+        }
+        let mut state = self.lock();
+        state
+            .pending
+            .retain(|p| !learned.iter().any(|l| Arc::ptr_eq(p, &l.0)));
+        self.publish(&state);
+    }
+
+    /// How many runs are announced, recorded or pending.
+    #[cfg(test)]
+    pub(crate) fn announced(&self) -> usize {
+        self.announced.load(Ordering::SeqCst)
     }
 
     /// Moves the runs `learned` into the map, those no write ended. A run takes in the live
@@ -309,6 +359,8 @@ fn add(map: &mut RunMap, run: &Arc<Run>) -> bool {
         return false;
     }
     let deleted = taken_in().fold(run.deleted, |sum, (_, r)| sum.saturating_add(r.deleted));
+    // The union holds for the views under which every part of it holds.
+    let view = taken_in().map(|(_, r)| r.view).fold(run.view, u64::max);
     let (first, last) = (Bytes::copy_from_slice(first), Bytes::copy_from_slice(last));
     for (key, _) in &overlapped {
         map.runs.remove(key);
@@ -320,6 +372,7 @@ fn add(map: &mut RunMap, run: &Arc<Run>) -> bool {
             start: first,
             end: last,
             seqno: run.seqno,
+            view,
             ended_at: AtomicU64::new(SeqNo::MAX),
             deleted,
         }),
@@ -336,9 +389,18 @@ fn cost(start: &[u8], end: &[u8]) -> usize {
 mod tests {
     use super::*;
 
+    /// A reader at `snapshot` of view 1.
+    fn at(snapshot: SeqNo) -> ReadPoint {
+        ReadPoint { snapshot, view: 1 }
+    }
+
     fn learned(runs: &ConvertedRuns, start: &str, end: &str, seqno: SeqNo) -> Option<Learned> {
-        let newest = AtomicU64::new(seqno);
-        runs.learn(start.as_bytes(), end.as_bytes(), seqno, 40, &newest)
+        learned_in(runs, start, end, at(seqno))
+    }
+
+    fn learned_in(runs: &ConvertedRuns, start: &str, end: &str, at: ReadPoint) -> Option<Learned> {
+        let newest = AtomicU64::new(at.snapshot);
+        runs.learn(start.as_bytes(), end.as_bytes(), at, 40, &newest)
     }
 
     fn recorded(runs: &ConvertedRuns, start: &str, end: &str, seqno: SeqNo) -> bool {
@@ -346,14 +408,16 @@ mod tests {
     }
 
     fn cover(runs: &ConvertedRuns, key: &str, snapshot: SeqNo) -> Option<(String, String)> {
-        runs.snapshot()?
-            .cover(key.as_bytes(), snapshot)
-            .map(|(s, e)| {
-                (
-                    String::from_utf8_lossy(&s).into_owned(),
-                    String::from_utf8_lossy(&e).into_owned(),
-                )
-            })
+        cover_in(runs, key, at(snapshot))
+    }
+
+    fn cover_in(runs: &ConvertedRuns, key: &str, at: ReadPoint) -> Option<(String, String)> {
+        runs.snapshot()?.cover(key.as_bytes(), at).map(|(s, e)| {
+            (
+                String::from_utf8_lossy(&s).into_owned(),
+                String::from_utf8_lossy(&e).into_owned(),
+            )
+        })
     }
 
     #[allow(
@@ -379,7 +443,7 @@ mod tests {
         assert!(!map.any_within(b"", Some(b"b")));
         assert!(!map.any_within(b"d", Some(b"c")), "an inverted range");
         assert!(!map.any_within(b"c", Some(b"c")), "an empty one");
-        assert_eq!(map.deleted_within(b"e", b"a", 20), 0);
+        assert_eq!(map.deleted_within(b"e", b"a", at(20)), 0);
     }
 
     #[test]
@@ -393,21 +457,40 @@ mod tests {
         assert_eq!(cover(&runs, "f", 20), run("b", "g"));
         let map = runs.snapshot().expect("runs");
         assert_eq!(
-            map.deleted_within(b"a", b"w", 20),
+            map.deleted_within(b"a", b"w", at(20)),
             120,
             "its own and the two taken in"
         );
         assert_eq!(
-            map.deleted_within(b"a", b"w", 11),
+            map.deleted_within(b"a", b"w", at(11)),
             0,
             "newer than the reader"
         );
-        assert_eq!(map.deleted_within(b"g", b"x", 20), 0);
+        assert_eq!(map.deleted_within(b"g", b"x", at(20)), 0);
         assert!(
             !recorded(&runs, "c", "z", 5),
             "older than a run it overlaps"
         );
         assert_eq!(cover(&runs, "x", 20), run("x", "y"));
+    }
+
+    #[test]
+    fn a_run_holds_only_for_readers_of_its_view_or_a_newer_one() {
+        let runs = ConvertedRuns::default();
+        let view = |view| ReadPoint { snapshot: 10, view };
+        let first = learned_in(&runs, "b", "d", view(5)).expect("learned");
+        assert_eq!(runs.record(&[first]), 1);
+        assert_eq!(cover_in(&runs, "c", view(5)), run("b", "d"));
+        assert_eq!(cover_in(&runs, "c", view(9)), run("b", "d"), "a newer view");
+        assert_eq!(cover_in(&runs, "c", view(4)), None, "an older view");
+        // A union holds for the newest view of its parts.
+        let newer = learned_in(&runs, "c", "f", view(7)).expect("learned");
+        assert_eq!(runs.record(&[newer]), 1);
+        assert_eq!(cover_in(&runs, "b", view(7)), run("b", "f"));
+        assert_eq!(cover_in(&runs, "b", view(6)), None);
+        let map = runs.snapshot().expect("runs");
+        assert_eq!(map.deleted_within(b"a", b"z", view(6)), 0);
+        assert_eq!(map.deleted_within(b"a", b"z", view(7)), 80);
     }
 
     #[test]
@@ -422,7 +505,7 @@ mod tests {
         assert_eq!(cover(&runs, "c", 15), None, "a reader that sees the write");
         assert_eq!(cover(&runs, "c", 14), run("b", "f"), "one that does not");
         assert!(
-            before.cover(b"c", 15).is_none(),
+            before.cover(b"c", at(15)).is_none(),
             "the same in a map taken before"
         );
         assert!(cover(&runs, "n", 20).is_some());
@@ -447,10 +530,23 @@ mod tests {
     }
 
     #[test]
+    fn a_withdrawn_run_is_neither_pending_nor_recorded() {
+        let runs = ConvertedRuns::default();
+        let kept = learned(&runs, "b", "f", 10).expect("learned");
+        let withdrawn = learned(&runs, "m", "p", 10).expect("learned");
+        assert_eq!(runs.announced(), 2);
+        runs.withdraw(&[withdrawn]);
+        assert_eq!(runs.announced(), 1, "the other stays announced");
+        assert_eq!(runs.record(&[kept]), 1);
+        assert_eq!(cover(&runs, "n", 20), None);
+        assert_eq!(runs.announced(), 1);
+    }
+
+    #[test]
     fn a_memtable_holding_a_newer_entry_learns_nothing() {
         let runs = ConvertedRuns::default();
         assert!(
-            runs.learn(b"a", b"c", 10, 40, &AtomicU64::new(11))
+            runs.learn(b"a", b"c", at(10), 40, &AtomicU64::new(11))
                 .is_none()
         );
         assert!(runs.snapshot().is_none());
@@ -465,7 +561,7 @@ mod tests {
         let mut end = wide.clone();
         end.push(b'z');
         let newest = AtomicU64::new(1);
-        let too_wide = runs.learn(&wide, &end, 1, 1, &newest).expect("learned");
+        let too_wide = runs.learn(&wide, &end, at(1), 1, &newest).expect("learned");
         assert_eq!(runs.record(&[too_wide]), 0);
         let many: Vec<Learned> = (0..100_000u32)
             .filter_map(|n| learned(&runs, &format!("k{n:06}"), &format!("k{n:06}a"), 1))

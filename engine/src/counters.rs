@@ -16,6 +16,8 @@ pub(crate) struct Counters {
     pub(crate) slowdowns: AtomicU64,
     pub(crate) read_triggers: AtomicU64,
     pub(crate) runs_recorded: AtomicU64,
+    /// The most memtable sets frozen at once, raised as each read view is installed.
+    pub(crate) immutable_memtables_peak: AtomicU64,
     pub(crate) table_bytes_written: AtomicU64,
     pub(crate) compactions: AtomicU64,
     pub(crate) compaction_bytes_read: AtomicU64,

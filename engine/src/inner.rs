@@ -93,6 +93,8 @@ pub(crate) struct DbState {
     /// Tables an automatic in-place rewrite at the last level produced, by number: the picker
     /// leaves them for their tombstones until the oldest snapshot or the clock lets more go.
     pub(crate) futile: std::collections::BTreeMap<u64, crate::compact::FutileRewrite>,
+    /// The number of the read view installed last ([`SuperVersion::number`]).
+    pub(crate) view_number: u64,
 }
 
 /// A compaction that has been picked and not yet installed.
@@ -153,6 +155,7 @@ impl DbInner {
         let mut memsets = vec![Arc::clone(&parts.mem)];
         memsets.extend(parts.imm.iter().rev().cloned());
         let sv = SuperVersion {
+            number: 0,
             memsets,
             version: Arc::clone(&parts.meta.version),
             cfs: parts.meta.cfs.clone(),
@@ -189,6 +192,7 @@ impl DbInner {
                 sweep_pending: false,
                 read_triggered: std::collections::BTreeMap::new(),
                 futile: std::collections::BTreeMap::new(),
+                view_number: 0,
             }),
             state_changed: Condvar::new(),
             manifest: Mutex::new(parts.manifest),
@@ -247,7 +251,12 @@ impl DbInner {
         state.versions.push(Arc::downgrade(&state.meta.version));
         let mut memsets = vec![Arc::clone(&state.mem)];
         memsets.extend(state.imm.iter().rev().cloned());
+        state.view_number += 1;
+        self.stats
+            .immutable_memtables_peak
+            .fetch_max(state.imm.len() as u64, Ordering::Relaxed);
         let sv = Arc::new(SuperVersion {
+            number: state.view_number,
             memsets,
             version: Arc::clone(&state.meta.version),
             cfs: state.meta.cfs.clone(),

@@ -22,7 +22,7 @@ use cairn_sstable::{
 };
 
 use crate::clock::Clock;
-use crate::converted_runs::{Learned, RunMap};
+use crate::converted_runs::{Learned, ReadPoint, RunMap};
 use crate::cursor::{Rules, Walk};
 use crate::error::{Error, Result};
 use crate::level_iter::{LevelIter, LevelTombstones};
@@ -92,6 +92,8 @@ impl Tombstones {
 pub(crate) struct SourceIter {
     inner: Box<dyn InternalIterator + Send>,
     snapshot: SeqNo,
+    /// The number of the read's view: runs learned under a newer one do not hold for it.
+    view: u64,
     own: Tombstones,
     /// Range tombstones of every newer source that has any.
     newer: Arc<Vec<Tombstones>>,
@@ -158,9 +160,11 @@ impl SourceIter {
 
     /// A recorded run of deleted keys holding `key` that the snapshot may skip.
     fn run_cover(&self, key: &[u8]) -> Option<(Bytes, Bytes)> {
-        self.runs
-            .iter()
-            .find_map(|runs| runs.cover(key, self.snapshot))
+        let at = ReadPoint {
+            snapshot: self.snapshot,
+            view: self.view,
+        };
+        self.runs.iter().find_map(|runs| runs.cover(key, at))
     }
 
     /// A fragment of a newer source visible at the snapshot that covers `key`.
@@ -384,6 +388,7 @@ fn sources(
         out.push(SourceIter {
             inner,
             snapshot,
+            view: sv.number,
             own: own.clone(),
             hidden: 0,
             newer: Arc::new(newer.clone()),
@@ -537,14 +542,17 @@ impl Read {
 }
 
 impl Drop for Read {
-    /// Records the runs of deleted keys the read learned; not while unwinding, where a second
-    /// panic would abort.
+    /// Records the runs of deleted keys the read learned. While unwinding it only withdraws
+    /// their announcement (recording copies the map, and a second panic there would abort);
+    /// left announced, they would make every later write to the memtable take the runs' lock
+    /// until the flush.
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            return;
-        }
         let (rules, _) = self.parts();
-        rules.runs.record_learned();
+        if std::thread::panicking() {
+            rules.runs.withdraw_learned();
+        } else {
+            rules.runs.record_learned();
+        }
     }
 }
 
@@ -567,12 +575,21 @@ pub(crate) struct RunSink<'a> {
 const LEARNED_BATCH: usize = 256;
 
 impl RunSink<'_> {
+    /// Where the read reads: runs it learns hold from its view on, and it uses only those
+    /// learned under its view or an older one.
+    fn at(&self) -> ReadPoint {
+        ReadPoint {
+            snapshot: self.snapshot,
+            view: self.sv.number,
+        }
+    }
+
     /// The deleted entries the recorded runs of the view within `[start, end)` stand for.
     pub(crate) fn deleted_within(&self, start: &[u8], end: &[u8]) -> u64 {
         self.sv
             .memtables(self.cf)
             .filter_map(|mem| mem.converted_runs())
-            .map(|runs| runs.deleted_within(start, end, self.snapshot))
+            .map(|runs| runs.deleted_within(start, end, self.at()))
             .sum()
     }
 
@@ -596,7 +613,7 @@ impl RunSink<'_> {
         if older_newest > self.snapshot {
             return;
         }
-        let Some(run) = newest.learn_run(start, end, self.snapshot, deleted) else {
+        let Some(run) = newest.learn_run(start, end, self.at(), deleted) else {
             return;
         };
         let mut learned = lock(self.learned);
@@ -605,6 +622,14 @@ impl RunSink<'_> {
             let batch = std::mem::take(&mut *learned);
             drop(learned);
             self.record_all(&batch);
+        }
+    }
+
+    /// Withdraws the runs learned and not recorded yet.
+    fn withdraw_learned(&self) {
+        let batch = std::mem::take(&mut *lock(self.learned));
+        if let Some(newest) = self.sv.memtables(self.cf).next() {
+            newest.withdraw_runs(&batch);
         }
     }
 
@@ -868,4 +893,47 @@ pub(crate) fn prefix_bounds(prefix: &[u8]) -> (Bound<Bytes>, Bound<Bytes>) {
         Bound::Included(Bytes::copy_from_slice(prefix)),
         Bound::Unbounded,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Db, Options};
+
+    /// A read that learned a run (pending until it ends) and is dropped by a panic withdraws
+    /// it: nothing stays announced to make writes take the runs' lock.
+    #[test]
+    fn a_read_dropped_by_a_panic_withdraws_its_pending_runs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = Db::open(dir.path(), Options::default()).expect("open");
+        for i in 0..200 {
+            db.put(format!("k{i:03}"), "value").expect("put");
+        }
+        for i in 10..150 {
+            db.delete(format!("k{i:03}")).expect("delete");
+        }
+        let announced = || {
+            let sv = db.inner.super_version();
+            sv.memtables(0).next().map_or(0, |m| m.runs_announced())
+        };
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut cursor = db.cursor().expect("cursor");
+            cursor.seek("k010").expect("seek");
+            assert_eq!(cursor.key(), Some(&b"k150"[..]));
+            assert_eq!(announced(), 1, "learned and pending");
+            panic!("the reader fails");
+        }));
+        assert!(read.is_err());
+        assert_eq!(
+            announced(),
+            0,
+            "left announced by a read dropped in a panic"
+        );
+        assert_eq!(db.stats().deleted_runs_recorded, 0);
+        // A read that ends normally still records.
+        let mut cursor = db.cursor().expect("cursor");
+        cursor.seek("k010").expect("seek");
+        drop(cursor);
+        assert_eq!(announced(), 1);
+        assert_eq!(db.stats().deleted_runs_recorded, 1);
+    }
 }

@@ -19,7 +19,7 @@ use cairn_sstable::{
     RangeTombstoneMap, SeqNo,
 };
 
-use crate::converted_runs::{ConvertedRuns, Learned, RunMap};
+use crate::converted_runs::{ConvertedRuns, Learned, ReadPoint, RunMap};
 use skiplist::{Cursor, SkipList};
 
 /// Per-entry bookkeeping a range tombstone adds, for the size estimate.
@@ -118,18 +118,28 @@ impl Memtable {
         self.runs.snapshot()
     }
 
-    /// Announces a run of deleted keys a read at `seqno` learned, if this memtable holds no
-    /// entry newer than `seqno` (the caller has checked the older sources); see
+    /// Announces a run of deleted keys a read at `at` learned, if this memtable holds no entry
+    /// newer than its snapshot (the caller has checked the older sources); see
     /// [`ConvertedRuns::learn`].
     pub(crate) fn learn_run(
         &self,
         start: &[u8],
         end: &[u8],
-        seqno: SeqNo,
+        at: ReadPoint,
         deleted: u64,
     ) -> Option<Learned> {
-        self.runs
-            .learn(start, end, seqno, deleted, &self.newest_seqno)
+        self.runs.learn(start, end, at, deleted, &self.newest_seqno)
+    }
+
+    /// Withdraws runs a read learned and will not record (it ended by a panic).
+    pub(crate) fn withdraw_runs(&self, learned: &[Learned]) {
+        self.runs.withdraw(learned);
+    }
+
+    /// How many runs of deleted keys are announced in it, recorded or pending.
+    #[cfg(test)]
+    pub(crate) fn runs_announced(&self) -> usize {
+        self.runs.announced()
     }
 
     /// Moves runs learned by a read into the map; how many it kept.

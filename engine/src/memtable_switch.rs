@@ -57,15 +57,27 @@ impl DbInner {
     }
 
     /// Freezes the active memtables (if they hold anything) so the flush thread writes them out,
-    /// waiting for a turn in the write queue.
+    /// waiting for a turn in the write queue, and then, if `max_immutable_memtables` are frozen
+    /// already, for the flush thread to make room, as a writer would. The bound is checked
+    /// and the memtables switched by the one leader under one hold of the state lock
+    /// (`switch_memtable` lets it go only after taking the file number, and no other thread
+    /// freezes meanwhile: background freezes need the queue too), so callers racing each other
+    /// (`flush`, `compact_range` on many threads) cannot each see room and all freeze.
     pub(crate) fn freeze_memtable(&self) -> Result<()> {
         self.run_exclusive(Box::new(|db: &DbInner| {
-            let state = db.lock_state();
-            state.check_running()?;
-            if !state.mem.is_empty() {
-                drop(db.switch_memtable(state)?);
+            let mut state = db.lock_state();
+            loop {
+                state.check_running()?;
+                if state.mem.is_empty() {
+                    return Ok(0);
+                }
+                if state.imm.len() < db.options.max_immutable_memtables {
+                    drop(db.switch_memtable(state)?);
+                    return Ok(0);
+                }
+                db.stats.note_stall();
+                state = db.wait_state(state);
             }
-            Ok(0)
         }))
         .map(drop)
     }

@@ -146,6 +146,12 @@ pub struct Stats {
     pub data_blocks_read: u64,
     /// Tables the table cache holds open now: at most `Options::max_open_tables`.
     pub open_tables: usize,
+    /// Memtables frozen and waiting for their flush now (one per log, holding every column
+    /// family's): at most `Options::max_immutable_memtables`.
+    pub immutable_memtables: usize,
+    /// The most memtables frozen at once since open: at most
+    /// `Options::max_immutable_memtables`.
+    pub immutable_memtables_peak: u64,
 }
 
 impl crate::inner::DbInner {
@@ -215,6 +221,8 @@ impl crate::inner::DbInner {
             memtable_flush_trigger: u64::try_from(self.options.memtable_size).unwrap_or(u64::MAX),
             data_blocks_read: self.tables.blocks_read(),
             open_tables: self.tables.open_tables(),
+            immutable_memtables: sv.memsets.len().saturating_sub(1),
+            immutable_memtables_peak: c.immutable_memtables_peak.load(Ordering::Relaxed),
             levels,
         }
     }

@@ -42,6 +42,9 @@ impl MemSet {
 /// A consistent view for reads.
 #[derive(Debug)]
 pub(crate) struct SuperVersion {
+    /// Views are numbered in the order they are installed: a run of deleted keys learned under
+    /// one holds only for readers of it or a newer one (see `converted_runs`).
+    pub(crate) number: u64,
     /// The active memtables first, then the frozen ones, newest to oldest.
     pub(crate) memsets: Vec<Arc<MemSet>>,
     pub(crate) version: Arc<Version>,

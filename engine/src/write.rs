@@ -204,7 +204,7 @@ impl DbInner {
     }
 
     /// Waits for the state to change (a flush or compaction finished), at most a little while.
-    fn wait_state<'a>(&self, state: MutexGuard<'a, DbState>) -> MutexGuard<'a, DbState> {
+    pub(crate) fn wait_state<'a>(&self, state: MutexGuard<'a, DbState>) -> MutexGuard<'a, DbState> {
         self.state_changed
             .wait_timeout(state, std::time::Duration::from_millis(100))
             .map_or_else(|e| e.into_inner().0, |(guard, _)| guard)

@@ -465,3 +465,113 @@ fn check_turnaround(db: &Db, model: &Model, from: &str, ctx: &str) {
         "{ctx}: cursor forward again"
     );
 }
+
+/// How the key an older reader still sees is dropped before a newer reader learns a run over it.
+#[derive(Debug, Clone, Copy)]
+enum DroppedBy {
+    /// Its own cell TTL ran out and a compaction dropped it.
+    CellTtl,
+    /// `set_options` gave the family a TTL that ran out, and a compaction dropped it.
+    NewFamilyTtl,
+    /// A compaction filter removed it.
+    Filter,
+}
+
+/// Removes the key `k00050` once `armed`: a filter whose answer changes, as one reading
+/// outside state does.
+#[derive(Debug, Default)]
+struct RemoveWhenArmed {
+    armed: AtomicBool,
+}
+
+impl cairn::CompactionFilter for RemoveWhenArmed {
+    fn filter(&self, _cf: &str, key_: &[u8], _value: &[u8]) -> cairn::Decision {
+        if self.armed.load(Ordering::SeqCst) && key_ == key(50).as_bytes() {
+            cairn::Decision::Remove
+        } else {
+            cairn::Decision::Keep
+        }
+    }
+}
+
+/// A cursor made while `k00050` is live among 99 deleted keys; the key is then dropped (`how`,
+/// once the clock passed its TTL if it has one) and a newer reader records the run `[k00000, k00100)` at the same seqno. The older cursor
+/// still sees `k00050`: a run learned under a newer view must not hide it.
+fn an_older_reader_keeps_a_key_a_newer_view_dropped(how: DroppedBy) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(cairn::ManualClock::new(1_000));
+    let filter = Arc::new(RemoveWhenArmed::default());
+    let db = Db::open(
+        dir.path(),
+        options()
+            .clock(clock.clone())
+            .compaction_filter(filter.clone()),
+    )
+    .expect("open");
+    // The deletes outlive the compactions (grace), so the newer reader steps over them.
+    let grace = cairn::CfOptions::default().tombstone_grace(std::time::Duration::from_secs(3_600));
+    let cf = db
+        .create_column_family("runs", grace.clone())
+        .expect("create");
+    for i in (0..100).filter(|&i| i != 50) {
+        cf.delete(key(i)).expect("delete");
+    }
+    match how {
+        DroppedBy::CellTtl => cf
+            .put_with_ttl(key(50), "brief", std::time::Duration::from_secs(28))
+            .expect("put"),
+        DroppedBy::NewFamilyTtl | DroppedBy::Filter => cf.put(key(50), "value").expect("put"),
+    }
+    // The live key after the run, written late enough to outlive a family TTL of 10 s.
+    clock.set(25_000);
+    cf.put(key(100), "value").expect("put");
+    db.flush().expect("flush");
+    // At 25 s every key but the deleted ones is live.
+    let mut older = cf.cursor().expect("cursor");
+    let mut older_iter = cf.range(key(0)..).expect("range");
+    match how {
+        DroppedBy::CellTtl => {}
+        DroppedBy::NewFamilyTtl => cf
+            .set_options(grace.ttl(std::time::Duration::from_secs(10)))
+            .expect("set ttl"),
+        DroppedBy::Filter => filter.armed.store(true, Ordering::SeqCst),
+    }
+    clock.set(31_000);
+    cf.compact_range::<&str>(..).expect("compact");
+    let mut newer = cf.cursor().expect("cursor");
+    newer.seek(key(0)).expect("seek");
+    assert_eq!(
+        newer.key(),
+        Some(key(100).as_bytes()),
+        "{how:?}: the newer reader"
+    );
+    drop(newer);
+    assert_eq!(db.stats().deleted_runs_recorded, 1, "{how:?}: its run");
+    older.seek(key(0)).expect("seek");
+    assert_eq!(
+        older.key(),
+        Some(key(50).as_bytes()),
+        "{how:?}: the older cursor skipped a key it sees"
+    );
+    let first = older_iter.next().expect("an entry").expect("step").0;
+    assert_eq!(
+        first,
+        key(50).as_bytes(),
+        "{how:?}: the older iterator skipped a key it sees"
+    );
+}
+
+#[test]
+fn a_run_learned_after_a_ttl_compaction_hides_nothing_from_an_older_cursor() {
+    an_older_reader_keeps_a_key_a_newer_view_dropped(DroppedBy::CellTtl);
+}
+
+#[test]
+fn a_run_learned_after_set_options_added_a_ttl_hides_nothing_from_an_older_cursor() {
+    an_older_reader_keeps_a_key_a_newer_view_dropped(DroppedBy::NewFamilyTtl);
+}
+
+#[test]
+fn a_run_learned_after_a_filter_removed_a_key_hides_nothing_from_an_older_cursor() {
+    an_older_reader_keeps_a_key_a_newer_view_dropped(DroppedBy::Filter);
+}

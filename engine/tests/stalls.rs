@@ -118,3 +118,74 @@ fn with_compactions_off_a_write_at_l0_stop_fails_and_compact_range_clears_the_wa
         .expect("the write goes through once level 0 is compacted");
     assert_eq!(db.get("k9").expect("get").as_deref(), Some(&b"v"[..]));
 }
+
+/// Polls `db` until `done` holds of its stats (a deadlock shows as the test's own timeout).
+fn wait_for_stats(db: &Db, done: impl Fn(&cairn::Stats) -> bool) {
+    while !done(&db.stats()) {
+        std::thread::yield_now();
+    }
+}
+
+/// One background thread, held in a compaction (so nothing is flushed), and one memtable
+/// frozen by a `flush` waiting for it. Eight threads then write and call `flush` at once:
+/// each finds the active memtable holding data, and none may freeze it while the one frozen
+/// memtable `max_immutable_memtables(1)` allows waits; once the compaction goes on, all finish.
+#[test]
+fn flushes_racing_each_other_never_freeze_past_max_immutable_memtables() {
+    let dir = tempdir();
+    let gate = Gate::new();
+    let db = Arc::new(
+        Db::open(
+            dir.path(),
+            Options::default()
+                .background_threads(1)
+                .max_immutable_memtables(1)
+                .level0_triggers(1, 100, 200)
+                .compaction_filter(gate.clone()),
+        )
+        .expect("open"),
+    );
+    let other = db
+        .create_column_family("other", cairn::CfOptions::default())
+        .expect("cf");
+    other.put("k", "v").expect("put");
+    db.flush().expect("flush");
+    assert!(
+        gate.wait_entered(Duration::from_secs(10)),
+        "the other family's compaction is held at the gate"
+    );
+    let flusher = |name: String| {
+        let db = Arc::clone(&db);
+        std::thread::spawn(move || db.put(&name, "v").and_then(|()| db.flush()))
+    };
+    let mut threads = vec![flusher("first".to_owned())];
+    wait_for_stats(&db, |s| s.immutable_memtables == 1);
+    let stalls = db.stats().write_stalls;
+    threads.extend((0..8).map(|i| flusher(format!("racer{i}"))));
+    // A racer either waits for room (a stall) or froze past the bound: either way it is time.
+    wait_for_stats(&db, |s| {
+        s.write_stalls > stalls || s.immutable_memtables > 1
+    });
+    gate.open();
+    let Some(finished) = within(Duration::from_secs(60), move || {
+        threads
+            .into_iter()
+            .map(|t| t.join().expect("flusher thread"))
+            .collect::<Vec<_>>()
+    }) else {
+        std::mem::forget(db);
+        panic!("the flushes never finished: deadlock");
+    };
+    for result in finished {
+        result.expect("put and flush");
+    }
+    let stats = db.stats();
+    assert_eq!(
+        stats.immutable_memtables_peak, 1,
+        "memtables frozen at once, with max_immutable_memtables(1)"
+    );
+    assert_eq!(stats.immutable_memtables, 0);
+    for i in 0..8 {
+        assert!(db.get(format!("racer{i}")).expect("get").is_some());
+    }
+}

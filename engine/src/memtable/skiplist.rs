@@ -63,6 +63,16 @@ const LINKS_AT: usize =
 /// Every allocation from the arena is aligned to this (a node's header and links need it).
 const ALIGN: usize = 8;
 
+// The layout's premises (review note A8): an allocation aligned to `ALIGN` is aligned for the
+// header and for its links, and the links, at `LINKS_AT`, are pointer-aligned and right after
+// the header, so `links` and the byte offsets `key_start` and `new_node` add up agree.
+const _: () = assert!(
+    std::mem::align_of::<Node>() <= ALIGN
+        && std::mem::align_of::<AtomicPtr<Node>>() <= ALIGN
+        && LINKS_AT.is_multiple_of(std::mem::align_of::<AtomicPtr<Node>>())
+        && LINKS_AT == std::mem::size_of::<Node>()
+);
+
 /// The size of the arena's blocks. A node larger than a quarter of it gets a block of its own,
 /// so no more than a quarter of a block is left unused when a node does not fit.
 const BLOCK: usize = 1 << 20;
@@ -408,9 +418,14 @@ unsafe fn node_link<'a>(node: NonNull<Node>, level: usize) -> &'a AtomicPtr<Node
 ///
 /// # Safety
 /// `node` must point to a node's header in an arena block.
+#[allow(
+    clippy::cast_ptr_alignment,
+    reason = "`LINKS_AT` is pointer-aligned past an `ALIGN`-aligned node: asserted at compile time"
+)]
 unsafe fn links(node: *mut Node) -> *mut AtomicPtr<Node> {
-    // SAFETY: one header past the node is its first link, inside the node's allocation.
-    unsafe { node.add(1).cast::<AtomicPtr<Node>>() }
+    // SAFETY: `LINKS_AT` bytes past the node is its first link, inside the node's allocation
+    // (`new_node` sizes it so), pointer-aligned (the const assert beside `ALIGN`).
+    unsafe { node.cast::<u8>().add(LINKS_AT).cast::<AtomicPtr<Node>>() }
 }
 
 /// Where `node`'s key starts.
