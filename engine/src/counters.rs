@@ -12,6 +12,7 @@ pub(crate) struct Counters {
     pub(crate) writes: AtomicU64,
     pub(crate) wal_bytes: AtomicU64,
     pub(crate) flushes: AtomicU64,
+    pub(crate) recoveries: AtomicU64,
     pub(crate) stalls: AtomicU64,
     pub(crate) slowdowns: AtomicU64,
     pub(crate) read_triggers: AtomicU64,
@@ -33,6 +34,10 @@ impl Counters {
 
     pub(crate) fn note_flush(&self) {
         self.flushes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn note_recovery(&self) {
+        self.recoveries.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn note_stall(&self) {

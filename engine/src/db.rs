@@ -199,6 +199,21 @@ impl Db {
         self.inner.flush()
     }
 
+    /// Recovers from a stop caused by an I/O error (a failed log or MANIFEST write or sync, a
+    /// failed flush or compaction): switches to a new log, writes every memtable to level-0
+    /// tables, records them through a fresh, synced MANIFEST, and lets writes resume. No write
+    /// acknowledged before the error is lost, even when the failed sync dropped the log's
+    /// unsynced pages: the memtables still held them. `Ok` at once if the database is running.
+    /// With [`Options::auto_recovery`] (the default) the database does this on its own.
+    ///
+    /// # Errors
+    /// `ReadOnly` for a read-only database; `Stopped` when the stop's cause is not an I/O
+    /// error (corruption, a panic) or the database is closing; the I/O error of a failed
+    /// attempt, after which the database stays stopped with its first error.
+    pub fn resume(&self) -> Result<()> {
+        self.inner.resume()
+    }
+
     /// Waits until no background work is pending: every frozen memtable is flushed and no
     /// compaction is running or due.
     ///

@@ -86,6 +86,12 @@ pub enum StopCause {
 }
 
 impl StopCause {
+    /// Whether recovery (`Db::resume`) may clear this stop: an I/O error, which a new log and
+    /// the memtables flushed to fresh tables leave behind.
+    pub(crate) fn is_recoverable(&self) -> bool {
+        matches!(self, Self::Failed(error) if matches!(**error, Error::Io(_)))
+    }
+
     /// Why a database that fails with `error` stops: the error itself, or, if it is already a
     /// stop, that stop's cause (so a cause is never wrapped in a second stop).
     pub(crate) fn of(error: &Error) -> Self {

@@ -19,7 +19,8 @@ use crate::version_edit::{FileMeta, VersionEdit};
 use crate::version_set::file_meta;
 
 impl DbInner {
-    /// The background loop: flush the oldest frozen memtables until shutdown.
+    /// The background loop: flush the oldest frozen memtables until shutdown, and recover
+    /// from a stop caused by an I/O error (`resume`).
     pub(crate) fn run_flush_thread(&self) {
         loop {
             let memset = {
@@ -29,9 +30,13 @@ impl DbInner {
                         return;
                     }
                     if state.error.is_none()
-                        && let Some(front) = state.imm.front()
+                        && let Some(front) = state.imm.front().cloned()
                     {
-                        break Arc::clone(front);
+                        state.flushing = true;
+                        break Some(front);
+                    }
+                    if self.auto_recovery_due(&state) {
+                        break None;
                     }
                     state = self
                         .state_changed
@@ -39,7 +44,13 @@ impl DbInner {
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
                 }
             };
+            let Some(memset) = memset else {
+                self.auto_recover();
+                continue;
+            };
             self.run_task("a flush", || self.flush_memset(&memset));
+            self.lock_state().flushing = false;
+            self.state_changed.notify_all();
         }
     }
 

@@ -75,6 +75,10 @@ pub(crate) struct DbState {
     pub(crate) error: Option<StopCause>,
     /// Sweeps past their checks and deleting: close waits for them.
     pub(crate) sweeps: usize,
+    /// The flush thread is writing a frozen memtable: recovery waits for it to end.
+    pub(crate) flushing: bool,
+    /// Automatic recovery attempts since the database last stopped (`resume`).
+    pub(crate) recovery_attempts: u32,
     pub(crate) shutting_down: bool,
     /// Numbers of tables being written, not yet in the version: never deleted as obsolete.
     pub(crate) pending_outputs: std::collections::BTreeSet<u64>,
@@ -134,8 +138,8 @@ impl DbState {
         Ok(())
     }
 
-    /// Records a failure after which writes must stop until the database is reopened; the
-    /// first one stays the reason given.
+    /// Records a failure after which writes must stop until the database recovers (`resume`)
+    /// or is reopened; the first one stays the reason given.
     pub(crate) fn stop(&mut self, error: &Error) {
         if self.error.is_none() {
             tracing::error!(error = %error, "stopping writes after a failure");
@@ -183,6 +187,8 @@ impl DbInner {
                 imm: parts.imm,
                 error: None,
                 sweeps: 0,
+                flushing: false,
+                recovery_attempts: 0,
                 shutting_down: false,
                 pending_outputs: std::collections::BTreeSet::new(),
                 // The first read view's tables must outlive compactions like any other's.

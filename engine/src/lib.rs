@@ -64,6 +64,7 @@ pub mod planted;
 mod planted;
 mod read;
 mod recovery;
+mod resume;
 mod snapshot;
 mod snapshot_list;
 mod stats;

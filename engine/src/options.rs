@@ -28,6 +28,7 @@ pub struct Options {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) memtable_size: usize,
     pub(crate) max_immutable_memtables: usize,
+    pub(crate) auto_recovery: bool,
     pub(crate) recovery_mode: RecoveryMode,
     pub(crate) block_cache_bytes: u64,
     pub(crate) max_open_tables: usize,
@@ -114,6 +115,7 @@ impl Default for Options {
             clock: Arc::new(SystemClock),
             memtable_size: 64 << 20,
             max_immutable_memtables: 2,
+            auto_recovery: true,
             recovery_mode: RecoveryMode::default(),
             block_cache_bytes: 64 << 20,
             max_open_tables: 1000,
@@ -176,6 +178,17 @@ impl Options {
     #[must_use]
     pub fn max_immutable_memtables(mut self, n: usize) -> Self {
         self.max_immutable_memtables = n.max(1);
+        self
+    }
+
+    /// Whether the database recovers on its own from a stop caused by an I/O error (a failed
+    /// log or MANIFEST sync, a failed flush): a new log, the memtables flushed to tables
+    /// through a fresh MANIFEST, and writes resume, after a few attempts with a doubling
+    /// backoff at most (default on, as RocksDB's automatic recovery from retryable errors).
+    /// Off, the database stays stopped until [`Db::resume`](crate::Db::resume) is called.
+    #[must_use]
+    pub fn auto_recovery(mut self, yes: bool) -> Self {
+        self.auto_recovery = yes;
         self
     }
 

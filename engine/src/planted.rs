@@ -27,18 +27,23 @@ pub enum Bug {
     /// Compaction drops an expired put even when older versions survive or lie below, so the
     /// value it replaced (`max_versions = 1`) or an older version (more) comes back.
     ExpiredResurrects,
+    /// Recovery from an I/O error switches to a new log and a fresh MANIFEST without flushing
+    /// the memtables, trusting the old log to hold what they hold: after a failed sync dropped
+    /// its unsynced pages, acknowledged writes are lost at the next open.
+    RecoverySkipsFlush,
 }
 
 #[cfg_attr(not(feature = "planted-bugs"), allow(dead_code))]
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 6] = [
+    pub const ALL: [Bug; 7] = [
         Bug::IgnoreSnapshots,
         Bug::DropAboveBottom,
         Bug::SnapshotBeforeRegister,
         Bug::DeleteAfterManifestFailure,
         Bug::IgnoreConflicts,
         Bug::ExpiredResurrects,
+        Bug::RecoverySkipsFlush,
     ];
 
     fn engine_bit(self) -> Option<u8> {
@@ -46,6 +51,7 @@ impl Bug {
             Self::SnapshotBeforeRegister => Some(1),
             Self::DeleteAfterManifestFailure => Some(2),
             Self::IgnoreConflicts => Some(4),
+            Self::RecoverySkipsFlush => Some(8),
             Self::IgnoreSnapshots | Self::DropAboveBottom | Self::ExpiredResurrects => None,
         }
     }
@@ -57,7 +63,8 @@ impl Bug {
             Self::ExpiredResurrects => Some(GcBug::ExpiredResurrects),
             Self::SnapshotBeforeRegister
             | Self::DeleteAfterManifestFailure
-            | Self::IgnoreConflicts => None,
+            | Self::IgnoreConflicts
+            | Self::RecoverySkipsFlush => None,
         }
     }
 }

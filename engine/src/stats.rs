@@ -120,6 +120,9 @@ pub struct Stats {
     pub space_amp: f64,
     /// Flushes completed.
     pub flushes: u64,
+    /// Recoveries from a stop caused by an I/O error (`Db::resume`, automatic or asked for):
+    /// each switched to a new log and flushed the memtables through a fresh MANIFEST.
+    pub recoveries: u64,
     /// Times a write waited because too many memtables were frozen or level 0 was full.
     pub write_stalls: u64,
     /// Times a write was slowed because level 0 was filling up.
@@ -210,6 +213,7 @@ impl crate::inner::DbInner {
             write_amp: ratio(bytes_written, wal_bytes),
             space_amp: if last == 0 { 1.0 } else { ratio(total, last) },
             flushes: c.flushes.load(Ordering::Relaxed),
+            recoveries: c.recoveries.load(Ordering::Relaxed),
             write_stalls: c.stalls.load(Ordering::Relaxed),
             write_slowdowns: c.slowdowns.load(Ordering::Relaxed),
             read_triggers: c.read_triggers.load(Ordering::Relaxed),
