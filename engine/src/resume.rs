@@ -42,6 +42,12 @@ use crate::manifest::ManifestWriter;
 use crate::super_version::MemSet;
 use crate::version_edit::{FileMeta, VersionEdit};
 
+/// Planted bug: recovery trusts the old log to hold what the memtables hold, so it writes no
+/// table and keeps the memtables; reads look right until the next open has only the new log.
+fn skips_flush() -> bool {
+    crate::planted::active(crate::planted::Bug::RecoverySkipsFlush)
+}
+
 /// Automatic recovery attempts after one stop before the database stays stopped.
 pub(crate) const MAX_AUTO_ATTEMPTS: u32 = 6;
 
@@ -143,8 +149,7 @@ impl DbInner {
         numbers: &mut Vec<u64>,
     ) -> Result<Vec<(u32, usize, FileMeta)>> {
         let mut new_files = Vec::new();
-        if crate::planted::active(crate::planted::Bug::RecoverySkipsFlush) {
-            // Planted bug: trust that the log kept what the memtables hold.
+        if skips_flush() {
             return Ok(new_files);
         }
         for memset in memsets {
@@ -193,8 +198,10 @@ impl DbInner {
         state.meta = next;
         state.manifest_number = number;
         state.manifest_oldest_edit = None;
-        state.imm.clear();
-        state.mem = Arc::new(MemSet::new(log_number, cfs.iter().copied()));
+        if !skips_flush() {
+            state.imm.clear();
+            state.mem = Arc::new(MemSet::new(log_number, cfs.iter().copied()));
+        }
         self.install_super_version(&mut state);
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! The MANIFEST: after a failed write or sync of it the database stops and deletes nothing, so a
 //! reopen finds every table an edit may have recorded; open refuses a MANIFEST that names a table
-//! that is not there.
+//! that is not there. These pin the stopped state, so automatic recovery is off here; recovery
+//! (which then writes a fresh MANIFEST) is `io_recovery.rs`'s.
 
 mod common;
 
@@ -15,6 +16,7 @@ fn options(fs: &FaultyFs) -> Options {
     Options::default()
         .file_system(Arc::new(fs.clone()))
         .background_threads(1)
+        .auto_recovery(false)
         // Compactions happen when the test asks for them.
         .level0_triggers(100, 200, 300)
 }
