@@ -60,6 +60,10 @@ pub(crate) struct DbInner {
 
 /// What changes under the state lock.
 #[derive(Debug)]
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "independent flags of the engine's state, each read on its own"
+)]
 pub(crate) struct DbState {
     pub(crate) meta: ManifestState,
     /// The MANIFEST in use; the sweep deletes those numbered below it.

@@ -21,6 +21,10 @@ pub(crate) const NUM_LEVELS: usize = 7;
 
 /// How a database is opened and run. A consuming builder: `Options::default().memtable_size(…)`.
 #[derive(Debug, Clone)]
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "independent switches, as RocksDB's options are"
+)]
 pub struct Options {
     pub(crate) create_if_missing: bool,
     pub(crate) error_if_exists: bool,
