@@ -149,7 +149,12 @@ fn two_processes_at_one_tick(var: &str) {
     let ids = c.fill(TABLE, "old", 20, |i| Some(old + i));
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("purge.yaml");
-    std::fs::write(&config, "soft_delete_purge:\n  enable: true\n").expect("config");
+    // The test writes its MySQL `DATETIME` values in UTC.
+    std::fs::write(
+        &config,
+        "soft_delete_purge:\n  enable: true\n  time_zone: UTC\n",
+    )
+    .expect("config");
     let lock = format!("cli_two_{}_{}", std::process::id(), var.len());
 
     // One tick: the first takes the lock and waits behind the row lock; the second, started
