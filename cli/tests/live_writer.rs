@@ -55,15 +55,15 @@ fn live_writer_child() {
         if let Err(e) = db.write(batch) {
             failed(&mut out, "write", &e);
         }
-        if i % 200 == 199 {
-            if let Err(e) = db.flush() {
-                failed(&mut out, "flush", &e);
-            }
+        if i % 200 == 199
+            && let Err(e) = db.flush()
+        {
+            failed(&mut out, "flush", &e);
         }
-        if i % 1000 == 999 {
-            if let Err(e) = db.compact_range::<&str>(..) {
-                failed(&mut out, "compact", &e);
-            }
+        if i % 1000 == 999
+            && let Err(e) = db.compact_range::<&str>(..)
+        {
+            failed(&mut out, "compact", &e);
         }
         if i % 700 == 699 {
             if let Err(e) = db.close() {
@@ -145,7 +145,7 @@ fn read_commands_run_beside_a_live_writer_that_never_sees_locked() {
             );
             let value: Value = serde_json::from_str(&stdout)
                 .unwrap_or_else(|e| panic!("cairn {args:?}: {e}: {stdout}"));
-            if args[0] == "scan" {
+            if args.first() == Some(&"scan") {
                 scanned.push((before, value));
             }
         }
@@ -156,7 +156,10 @@ fn read_commands_run_beside_a_live_writer_that_never_sees_locked() {
     child.kill().expect("kill the writer");
     child.wait().expect("reap the writer");
     let failures = lines.join().expect("the line reader");
-    assert!(!failed_now && failures.is_empty(), "the writer failed: {failures:?}");
+    assert!(
+        !failed_now && failures.is_empty(),
+        "the writer failed: {failures:?}"
+    );
     assert!(running, "the writer exited");
     // Each scan is the state after some batch at or past what was acknowledged before it: the
     // last 50 keys written, in order.
@@ -165,15 +168,22 @@ fn read_commands_run_beside_a_live_writer_that_never_sees_locked() {
         let keys: Vec<u64> = rows
             .iter()
             .map(|row| {
-                let key = row["key"].as_str().expect("a text key");
+                let key = row.get("key").and_then(Value::as_str).expect("a text key");
                 key.strip_prefix('k')
                     .and_then(|n| n.parse().ok())
                     .unwrap_or_else(|| panic!("a key the writer never wrote: {key}"))
             })
             .collect();
         let last = *keys.last().expect("keys");
-        assert!(last + 1 >= before, "scan ends at {last}, {before} acknowledged before it");
+        assert!(
+            last + 1 >= before,
+            "scan ends at {last}, {before} acknowledged before it"
+        );
         let first = last.saturating_sub(49);
-        assert_eq!(keys, (first..=last).collect::<Vec<_>>(), "a window of live keys");
+        assert_eq!(
+            keys,
+            (first..=last).collect::<Vec<_>>(),
+            "a window of live keys"
+        );
     }
 }

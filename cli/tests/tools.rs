@@ -527,7 +527,9 @@ fn read_commands_change_nothing_and_run_beside_a_writer_while_a_write_is_refused
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    writer.put("beside", "the reads").expect("the writer writes on");
+    writer
+        .put("beside", "the reads")
+        .expect("the writer writes on");
     let out = cairn(&["put", d, "a", "b"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "cairn put");

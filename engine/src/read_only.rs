@@ -70,13 +70,22 @@ pub(crate) fn open_read_only(dir: &Path, options: Options) -> Result<DbInner> {
     let parts = OpenedParts {
         lock: None,
         manifest: ManifestWriter::read_only(dir.join(&view.manifest_name), number),
-        mem: Arc::new(MemSet::new(view.meta.log_number, view.meta.cfs.keys().copied())),
+        mem: Arc::new(MemSet::new(
+            view.meta.log_number,
+            view.meta.cfs.keys().copied(),
+        )),
         meta: view.meta,
         imm: view.imm,
         wal: LogWriter::new(Box::new(ReadOnlyFile(filename::log_path(dir, 0)))),
         pinned: view.tables,
     };
-    Ok(DbInner::new(dir.to_path_buf(), options, tables, parts, true))
+    Ok(DbInner::new(
+        dir.to_path_buf(),
+        options,
+        tables,
+        parts,
+        true,
+    ))
 }
 
 fn manifest_number(name: &str) -> u64 {

@@ -86,15 +86,15 @@ fn read_only_busy_child_writer() {
         if let Err(e) = db.write(batch) {
             failed(&mut out, "write", &e);
         }
-        if i % 200 == 199 {
-            if let Err(e) = db.flush() {
-                failed(&mut out, "flush", &e);
-            }
+        if i % 200 == 199
+            && let Err(e) = db.flush()
+        {
+            failed(&mut out, "flush", &e);
         }
-        if i % 1000 == 999 {
-            if let Err(e) = db.compact_range::<&str>(..) {
-                failed(&mut out, "compact", &e);
-            }
+        if i % 1000 == 999
+            && let Err(e) = db.compact_range::<&str>(..)
+        {
+            failed(&mut out, "compact", &e);
         }
         writeln!(out, "\nacked {}", i + 1).expect("child: stdout");
         out.flush().expect("child: stdout");
@@ -149,7 +149,11 @@ impl BusyWriter {
         let start = Instant::now();
         while self.acked() < n {
             assert!(!self.failed.load(Ordering::Acquire), "the writer failed");
-            assert!(start.elapsed() < PATIENCE, "the writer stopped at {}", self.acked());
+            assert!(
+                start.elapsed() < PATIENCE,
+                "the writer stopped at {}",
+                self.acked()
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
     }
@@ -186,7 +190,10 @@ fn check_prefix(db: &Db) -> u64 {
             assert_eq!(value, format!("v{n}"), "{key}");
             n += 1;
         } else if let Some(j) = key.strip_prefix("hot") {
-            hot.insert(j.parse::<u64>().expect("hot key"), value.parse::<u64>().expect("hot value"));
+            hot.insert(
+                j.parse::<u64>().expect("hot key"),
+                value.parse::<u64>().expect("hot value"),
+            );
         } else {
             panic!("a key the writer never wrote: {key}");
         }
@@ -251,7 +258,11 @@ fn a_reader_open_beside_a_busy_writer_reads_its_view_while_every_table_is_compac
         assert!(start.elapsed() < PATIENCE, "the writer kept a table");
         writer.wait_for(writer.acked() + 100);
     }
-    assert_eq!(check_prefix(&reader), n, "the view after its tables were deleted");
+    assert_eq!(
+        check_prefix(&reader),
+        n,
+        "the view after its tables were deleted"
+    );
     reader.catch_up().expect("catch up");
     assert!(check_prefix(&reader) > n);
     writer.finish();
@@ -263,7 +274,7 @@ fn table_files(dir: &Path) -> BTreeSet<String> {
         .expect("list")
         .filter_map(Result::ok)
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|name| name.ends_with(".sst"))
+        .filter(|name| Path::new(name).extension().is_some_and(|x| x == "sst"))
         .collect()
 }
 
@@ -286,7 +297,8 @@ fn a_writer_opens_restarts_and_deletes_while_a_reader_is_open() {
         // Never `Locked`: the reader holds no lock.
         let db = Db::open(dir.path(), options()).expect("a writer beside a reader");
         for i in 0..100 {
-            db.put(format!("k{i:03}"), format!("new{round}")).expect("put");
+            db.put(format!("k{i:03}"), format!("new{round}"))
+                .expect("put");
         }
         db.compact_range::<&str>(..).expect("compact");
         db.close().expect("close");
@@ -297,18 +309,31 @@ fn a_writer_opens_restarts_and_deletes_while_a_reader_is_open() {
     );
     for i in 0..100 {
         let key = format!("k{i:03}");
-        assert_eq!(reader.get(&key).expect("get").as_deref(), Some(&b"old"[..]), "{key}");
+        assert_eq!(
+            reader.get(&key).expect("get").as_deref(),
+            Some(&b"old"[..]),
+            "{key}"
+        );
     }
     assert_eq!(reader.iter().expect("scan").count(), 101);
-    assert_eq!(reader.get("in-the-log").expect("get").as_deref(), Some(&b"old"[..]));
+    assert_eq!(
+        reader.get("in-the-log").expect("get").as_deref(),
+        Some(&b"old"[..])
+    );
     assert!(
         matches!(reader.catch_up(), Err(Error::InvalidArgument(ref why)) if why.contains("snapshot")),
         "catch_up while a snapshot is held"
     );
-    assert_eq!(snapshot.get("k000").expect("get").as_deref(), Some(&b"old"[..]));
+    assert_eq!(
+        snapshot.get("k000").expect("get").as_deref(),
+        Some(&b"old"[..])
+    );
     drop(snapshot);
     reader.catch_up().expect("catch up");
-    assert_eq!(reader.get("k042").expect("get").as_deref(), Some(&b"new2"[..]));
+    assert_eq!(
+        reader.get("k042").expect("get").as_deref(),
+        Some(&b"new2"[..])
+    );
     assert_eq!(reader.iter().expect("scan").count(), 101);
     let writer = Db::open(dir.path(), Options::default()).expect("open");
     assert!(matches!(writer.catch_up(), Err(Error::InvalidArgument(_))));
@@ -333,8 +358,8 @@ fn read_only_open_beside_a_live_writer_reads_it_and_changes_nothing_beside_a_dea
         .any(|line| line == "ready");
     assert!(ready, "the writer came up");
 
-    let beside_live = Db::open_read_only(dir.path(), Options::default())
-        .map(|db| db.iter().map(Iterator::count));
+    let beside_live =
+        Db::open_read_only(dir.path(), Options::default()).map(|db| db.iter().map(Iterator::count));
     child.kill().expect("kill the writer");
     child.wait().expect("reap the writer");
     assert!(
@@ -438,10 +463,13 @@ fn a_log_cut_inside_its_last_record_ends_there_for_a_reader() {
         .filter_map(Result::ok)
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == "log"))
-        .max_by_key(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+        .max_by_key(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
         .expect("a log");
     let len = std::fs::metadata(&log).expect("log").len();
-    let file = std::fs::OpenOptions::new().write(true).open(&log).expect("open log");
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&log)
+        .expect("open log");
     file.set_len(len - 40).expect("cut the log");
     drop(file);
     let options = Options::default().recovery_mode(cairn::RecoveryMode::AbsoluteConsistency);
