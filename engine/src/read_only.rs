@@ -172,9 +172,11 @@ fn try_read_view(
     match current_manifest(fs, dir)? {
         Ok((_, now)) if now.log_number == meta.log_number => {}
         Ok((name, now)) => {
-            return Ok(Err(Changed(Error::invalid(format!(
-                "{name} moved the log number from {} to {} while the logs were opened",
-                meta.log_number, now.log_number
+            return Ok(Err(Changed(Error::Io(cairn_fs::Error::from(
+                std::io::Error::other(format!(
+                    "{name} moved the log number from {} to {} while the logs were opened",
+                    meta.log_number, now.log_number
+                )),
             )))));
         }
         Err(changed) => return Ok(Err(changed)),
@@ -205,11 +207,13 @@ impl DbInner {
             ));
         }
         self.check_open()?;
+        // Held throughout, so two calls at once cannot install their views out of order (an
+        // older view over a newer number); a read-only open writes no edit under it.
+        let mut manifest = self.lock_manifest();
         let view = read_view(self.fs.as_ref(), &self.dir, &self.options, &self.tables)?;
         let number = manifest_number(&view.manifest_name);
         let version = Arc::clone(&view.meta.version);
         let last_seqno = view.meta.last_seqno;
-        let mut manifest = self.lock_manifest();
         let mut state = self.lock_state();
         let state = &mut *state;
         // A snapshot reads the view current at each read with its own number: after a move, the
