@@ -4,7 +4,7 @@
 //!
 //! Exit codes of the operator commands (`inspect`, `explain`, `audit`, `get`, `put`,
 //! `delete`, `delete-range`, `scan`, `stats`): 0 done; 1 the answer is "no" (`get` found no
-//! value, `audit` found traces); 2 the database could not be opened or read (locked, missing,
+//! value, `audit` found traces); 2 the database could not be opened or read (locked for a write, missing,
 //! damaged: `Corruption` names the file and offset); 3 bad arguments.
 
 use std::fmt::Write as _;
@@ -21,7 +21,8 @@ pub const FAILED: i32 = 2;
 /// Bad arguments.
 pub const BAD_ARGS: i32 = 3;
 
-/// Opens `dir` read-only: the command changes nothing on disk.
+/// Opens `dir` read-only: the command changes nothing on disk and takes no lock, so it runs
+/// beside a live writer (reading the files as they were at the open) without blocking it.
 ///
 /// # Errors
 /// The exit code, once the reason is printed.
@@ -59,7 +60,8 @@ fn cannot_open(dir: &Path, e: &cairn::Error) -> i32 {
     if let cairn::Error::Io(cairn_fs::Error::Locked { .. }) = e {
         eprintln!(
             "cairn: {} is locked: another process has the database open for writing. \
-             Stop it first; even the commands that only read need the writer stopped",
+             Stop it first to write; the commands that only read (get, scan, stats, inspect, \
+             explain, audit) work beside it",
             dir.display()
         );
     } else {

@@ -79,34 +79,64 @@ impl Db {
         Ok(Self { inner, default_cf })
     }
 
-    /// Opens the database in `path` to read only, beside no writer: nothing on disk changes —
-    /// no MANIFEST or log is written, no file renamed or deleted. The logs a writer left are
-    /// replayed into memory. Reads, snapshots, `audit_key` and `explain_tombstones` work;
-    /// writes, flushes, compactions and column-family changes fail with `ReadOnly`. Several
-    /// read-only opens may share a directory; a writer cannot open it meanwhile.
+    /// Opens the database in `path` to read only, beside a live writer or none (RocksDB's
+    /// secondary instance): a view of its MANIFEST, tables and logs as they were at the open.
+    /// It takes no lock and changes nothing on disk — no MANIFEST or log is written, no file
+    /// renamed or deleted — so the writer opens, restarts and deletes files as if it were not
+    /// there. The view survives that: every table it names is opened now and kept open while
+    /// the view lives (the writer may delete the file), the logs are replayed into memory, a
+    /// record the writer is part way through ends its log, and an open that meets a file the
+    /// writer just removed reads the directory again (a bounded number of times).
+    /// [`catch_up`](Self::catch_up) moves it to the writer's newer state.
+    ///
+    /// Reads, snapshots, `stats`, `audit_key` and `explain_tombstones` work; writes, flushes,
+    /// compactions and column-family changes fail with `ReadOnly`. Holding every table of the
+    /// view open needs a file descriptor per table (none with [`Options::mmap_reads`]).
     ///
     /// ```
     /// # fn main() -> cairn::Result<()> {
     /// # let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
     /// let db = cairn::Db::open(dir.path(), cairn::Options::default())?;
     /// db.put("k", "v")?;
-    /// db.close()?;
     /// let reader = cairn::Db::open_read_only(dir.path(), cairn::Options::default())?;
     /// assert_eq!(reader.get("k")?.as_deref(), Some(&b"v"[..]));
     /// assert!(matches!(reader.put("k", "w"), Err(cairn::Error::ReadOnly)));
+    /// db.put("k", "w")?;
+    /// assert_eq!(reader.get("k")?.as_deref(), Some(&b"v"[..])); // the view as of the open
+    /// reader.catch_up()?;
+    /// assert_eq!(reader.get("k")?.as_deref(), Some(&b"w"[..]));
     /// # Ok(())
     /// # }
     /// ```
     ///
     /// # Errors
-    /// `Io` (`Locked`) while another process or handle holds the database open for writing;
-    /// `InvalidArgument` if `path` holds no database, or no `LOCK` file to share (a writer
-    /// creates it); `Corruption` if its files are damaged beyond what the recovery mode
-    /// tolerates.
+    /// `InvalidArgument` if `path` holds no database; `Corruption` if its files are damaged
+    /// beyond what the recovery mode tolerates (a torn tail of the newest log is not damage
+    /// here: its writer may be writing it); `Io` if a file cannot be read, or, after the
+    /// bounded retries, if the writer kept removing files the view needed.
     pub fn open_read_only(path: impl AsRef<Path>, options: Options) -> Result<Self> {
-        let inner = Arc::new(crate::recovery::open_read_only(path.as_ref(), options)?);
+        let inner = Arc::new(crate::read_only::open_read_only(path.as_ref(), options)?);
         let default_cf = ColumnFamily::new(&inner, DEFAULT_CF, "default");
         Ok(Self { inner, default_cf })
+    }
+
+    /// Moves a read-only open ([`open_read_only`](Self::open_read_only)) to the writer's
+    /// state now: reads `CURRENT` and the MANIFEST again, opens the tables it names, and
+    /// replays the logs it has not absorbed into fresh memtables. Reads started before keep the
+    /// view they started with (an iterator reads its view to the end); reads after see the new
+    /// one, with column families created or dropped since. The tables of the old view stay
+    /// open while a read holds it, and are let go at a later `catch_up` once none does.
+    ///
+    /// Like RocksDB's `TryCatchUpWithPrimary`, it is the caller who decides when to move; the
+    /// view never moves by itself.
+    ///
+    /// # Errors
+    /// `InvalidArgument` on a database open for writing (always current), or while a
+    /// [`Snapshot`] of this handle is held (its reads would move to a state the writer kept
+    /// nothing for it in; drop it first); otherwise as [`open_read_only`](Self::open_read_only).
+    /// On an error the view stays as it was.
+    pub fn catch_up(&self) -> Result<()> {
+        self.inner.catch_up()
     }
 
     /// Stops background work, syncs the log and releases the directory.

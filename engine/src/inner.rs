@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use bytes::Bytes;
 use cairn_compaction::picker::Pick;
 use cairn_fs::{FileLock, FileSystem};
-use cairn_sstable::BlockCache;
+use cairn_sstable::{BlockCache, Table};
 use cairn_wal::LogWriter;
 
 use crate::counters::Counters;
@@ -29,13 +29,18 @@ use crate::write_queue::WriteQueue;
 pub(crate) struct DbInner {
     pub(crate) dir: PathBuf,
     pub(crate) options: Options,
-    /// Opened with [`Db::open_read_only`]: no writes, no background work, nothing on disk
-    /// changes.
+    /// Opened with [`Db::open_read_only`]: no writes, no background work, no lock, nothing on
+    /// disk changes; a view of the files as of the open (or the last `catch_up`).
     pub(crate) read_only: bool,
     /// Closed: reads through a handle that outlived the database fail.
     pub(crate) closed: std::sync::atomic::AtomicBool,
     pub(crate) fs: Arc<dyn FileSystem>,
     pub(crate) tables: Arc<TableCache>,
+    /// A read-only open's tables, opened when it read the version that names them and held
+    /// while that version lives: a live writer may delete their files, and the open
+    /// descriptors (or mappings) keep the bytes readable. Empty for a writer, whose sweep
+    /// never deletes a table a live version names.
+    pub(crate) pinned: Mutex<Vec<(std::sync::Weak<crate::version::Version>, Vec<Table>)>>,
     pub(crate) state: Mutex<DbState>,
     /// Signalled when a memtable is frozen, a flush finishes, or the database shuts down.
     pub(crate) state_changed: Condvar,
@@ -156,9 +161,27 @@ impl DbState {
 static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
 
 impl DbInner {
-    pub(crate) fn new(dir: PathBuf, options: Options, parts: OpenedParts, read_only: bool) -> Self {
+    /// The table cache of a database in `dir` opened with `options`; made before the
+    /// `DbInner`, so a read-only open can open its view's tables through it.
+    pub(crate) fn table_cache(dir: &std::path::Path, options: &Options) -> Arc<TableCache> {
         let cache =
             (options.block_cache_bytes > 0).then(|| BlockCache::new(options.block_cache_bytes));
+        Arc::new(TableCache::new(
+            Arc::clone(&options.fs),
+            dir.to_path_buf(),
+            cache,
+            options.max_open_tables,
+            options.mmap_reads,
+        ))
+    }
+
+    pub(crate) fn new(
+        dir: PathBuf,
+        options: Options,
+        tables: Arc<TableCache>,
+        parts: OpenedParts,
+        read_only: bool,
+    ) -> Self {
         let fs = Arc::clone(&options.fs);
         let mut memsets = vec![Arc::clone(&parts.mem)];
         memsets.extend(parts.imm.iter().rev().cloned());
@@ -170,14 +193,14 @@ impl DbInner {
         };
         let last_seqno = parts.meta.last_seqno;
         let initial_version = Arc::clone(&parts.meta.version);
+        let pinned = if parts.pinned.is_empty() {
+            Vec::new()
+        } else {
+            vec![(Arc::downgrade(&initial_version), parts.pinned)]
+        };
         Self {
-            tables: Arc::new(TableCache::new(
-                Arc::clone(&fs),
-                dir.clone(),
-                cache,
-                options.max_open_tables,
-                options.mmap_reads,
-            )),
+            tables,
+            pinned: Mutex::new(pinned),
             dir,
             options,
             fs,
@@ -360,4 +383,6 @@ pub(crate) struct OpenedParts {
     /// than one memtable's worth, has any.
     pub(crate) imm: VecDeque<Arc<MemSet>>,
     pub(crate) wal: LogWriter,
+    /// The tables a read-only open opened with its version (see [`DbInner::pinned`]).
+    pub(crate) pinned: Vec<Table>,
 }

@@ -63,6 +63,7 @@ pub mod planted;
 #[cfg(not(feature = "planted-bugs"))]
 mod planted;
 mod read;
+mod read_only;
 mod recovery;
 mod resume;
 mod snapshot;

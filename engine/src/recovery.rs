@@ -1,11 +1,12 @@
 //! Opening a database: lock the directory, read the MANIFEST, replay the logs it has not
-//! absorbed into memtables, flush them to level 0, and start a fresh MANIFEST and log.
+//! absorbed into memtables, flush them to level 0, and start a fresh MANIFEST and log. A
+//! read-only open shares the log replay; the rest of it is in `read_only`.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 
-use cairn_fs::FileSystem;
+use cairn_fs::{FileSystem, ReadableFile};
 use cairn_sstable::MAX_SEQNO;
 use cairn_wal::{LogReader, LogWriter, RecoveryMode};
 
@@ -13,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::filename::{self, FileKind, MAX_FILE_NUMBER};
 use crate::inner::{DbInner, OpenedParts};
 use crate::log_record::{BatchOp, decode_record};
-use crate::manifest::{self, ManifestState, ManifestWriter, ReadOnlyFile};
+use crate::manifest::{self, ManifestState, ManifestWriter};
 use crate::memtable::Memtable;
 use crate::options::Options;
 use crate::super_version::MemSet;
@@ -63,7 +64,8 @@ pub(crate) fn open(dir: &Path, options: Options) -> Result<DbInner> {
     // would have flushed it: replay holds one set at a time, never the logs' product.
     let mut next_file_number = meta.next_file_number;
     let mut written = Vec::new();
-    let replayed = replay_logs(fs.as_ref(), dir, &names, &meta, &options, &mut |full| {
+    let logs = open_logs(fs.as_ref(), dir, &names, &meta)?;
+    let replayed = replay_logs(logs, &options, Tail::Closed, &meta, &mut |full| {
         write_memset(
             fs.as_ref(),
             dir,
@@ -84,57 +86,13 @@ pub(crate) fn open(dir: &Path, options: Options) -> Result<DbInner> {
     meta.next_file_number = next_file_number;
     meta.last_seqno = meta.last_seqno.max(recovered.last_seqno);
     let inner_parts = finish_open(fs.as_ref(), dir, meta, written, lock)?;
-    let inner = DbInner::new(dir.to_path_buf(), options, inner_parts, false);
+    let tables = DbInner::table_cache(dir, &options);
+    let inner = DbInner::new(dir.to_path_buf(), options, tables, inner_parts, false);
     inner.delete_obsolete_files();
     Ok(inner)
 }
 
-/// Opens the database in `dir` to read, changing nothing on disk: the MANIFEST is read, not
-/// rewritten; the logs are replayed into memtables, not flushed; nothing is deleted. A shared
-/// lock on `LOCK` keeps a writer out while it is open, and fails while a writer holds it.
-pub(crate) fn open_read_only(dir: &Path, options: Options) -> Result<DbInner> {
-    options.table.validate()?;
-    let fs = Arc::clone(&options.fs);
-    if !fs.exists(&filename::current_path(dir)) {
-        return Err(no_database(dir));
-    }
-    // Without a LOCK to share, nothing would keep a writer from deleting files under us.
-    let Some(lock) = fs.lock_shared(&filename::lock_path(dir))? else {
-        return Err(Error::invalid(format!(
-            "{} has no LOCK file to hold against writers",
-            dir.display()
-        )));
-    };
-    // Read under the lock: a writer may have rolled the MANIFEST over before it let go.
-    let name = manifest::read_current(fs.as_ref(), dir)?.ok_or_else(|| no_database(dir))?;
-    let mut meta = manifest::load(fs.as_ref(), dir, &name)?;
-    check_tables(fs.as_ref(), dir, &meta)?;
-    let names = fs.list(dir)?;
-    // Memtables that fill during replay are kept apart, frozen, as a running database kept
-    // them: one memtable holding every log would cut each log's range tombstones by the others'.
-    let mut imm = VecDeque::new();
-    let recovered = replay_logs(fs.as_ref(), dir, &names, &meta, &options, &mut |full| {
-        imm.push_back(Arc::new(full));
-        Ok(())
-    })?;
-    meta.last_seqno = meta.last_seqno.max(recovered.last_seqno);
-    let number = match filename::parse(&name) {
-        Some(FileKind::Manifest(n)) => n,
-        _ => 0,
-    };
-    let mem = Arc::new(MemSet::new(meta.log_number, meta.cfs.keys().copied()));
-    let parts = OpenedParts {
-        lock: Some(lock),
-        manifest: ManifestWriter::read_only(dir.join(&name), number),
-        meta,
-        mem,
-        imm,
-        wal: LogWriter::new(Box::new(ReadOnlyFile(filename::log_path(dir, 0)))),
-    };
-    Ok(DbInner::new(dir.to_path_buf(), options, parts, true))
-}
-
-fn no_database(dir: &Path) -> Error {
+pub(crate) fn no_database(dir: &Path) -> Error {
     Error::invalid(format!("{} holds no Cairn database", dir.display()))
 }
 
@@ -213,40 +171,62 @@ fn file_number(name: &str) -> Option<u64> {
 }
 
 /// What replay learned besides the memtables it handed on: the newest sequence number.
-struct Recovered {
-    last_seqno: u64,
+pub(crate) struct Recovered {
+    pub(crate) last_seqno: u64,
 }
 
-/// Replays every log at or after the MANIFEST's log number, oldest first, into memtables as the
-/// running database held them: each log's in its own, and a new set whenever the memtables
-/// reach `memtable_size` or a record's range deletes would carry them past it. Every set that
-/// holds anything goes to `full`, oldest first.
-fn replay_logs(
+/// The logs at or after the MANIFEST's log number among `names`, opened, oldest first. An open
+/// file keeps its bytes readable if a writer deletes it later; its length is fixed at the open,
+/// so a log still being appended to is read as the prefix it was then.
+pub(crate) fn open_logs(
     fs: &dyn FileSystem,
     dir: &Path,
     names: &[String],
     meta: &ManifestState,
-    options: &Options,
-    full: &mut dyn FnMut(MemSet) -> Result<()>,
-) -> Result<Recovered> {
-    let mode = options.recovery_mode;
-    let mut logs: Vec<u64> = names
+) -> Result<Vec<(u64, Box<dyn ReadableFile>)>> {
+    let mut numbers: Vec<u64> = names
         .iter()
         .filter_map(|n| match filename::parse(n) {
             Some(FileKind::Log(number)) if number >= meta.log_number => Some(number),
             _ => None,
         })
         .collect();
-    logs.sort_unstable();
+    numbers.sort_unstable();
+    let mut logs = Vec::with_capacity(numbers.len());
+    for number in numbers {
+        logs.push((number, fs.open_read(&filename::log_path(dir, number))?));
+    }
+    Ok(logs)
+}
+
+/// Who may still be writing the last log replay reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tail {
+    /// Nobody: the open holds the lock. The recovery mode decides what its tail's damage is.
+    Closed,
+    /// Maybe a live writer, part way through a record: a torn tail is where the log ends for
+    /// now, not corruption, whatever the recovery mode.
+    MaybeLive,
+}
+
+/// Replays `logs` (from [`open_logs`]) oldest first into memtables as the running database
+/// held them: each log's in its own, and a new set whenever the memtables reach
+/// `memtable_size` or a record's range deletes would carry them past it. Every set that holds
+/// anything goes to `full`, oldest first.
+pub(crate) fn replay_logs(
+    logs: Vec<(u64, Box<dyn ReadableFile>)>,
+    options: &Options,
+    tail: Tail,
+    meta: &ManifestState,
+    full: &mut dyn FnMut(MemSet) -> Result<()>,
+) -> Result<Recovered> {
+    let mode = options.recovery_mode;
     // Empty logs after the last one with records do not make its tail a middle.
     let last_log = logs
         .iter()
         .rev()
-        .find(|&&n| {
-            fs.file_size(&filename::log_path(dir, n))
-                .map_or(true, |size| size > 0)
-        })
-        .copied();
+        .find(|(_, file)| !file.is_empty())
+        .map(|(n, _)| *n);
     let last_log = last_log.as_ref();
     let mut memset = MemSet::new(0, meta.cfs.keys().copied());
     let mut cut = |memset: &mut MemSet| -> Result<()> {
@@ -259,9 +239,16 @@ fn replay_logs(
         ))
     };
     let mut last_seqno = meta.last_seqno;
-    for number in logs {
-        let path = filename::log_path(dir, number);
-        let mut reader = LogReader::open(fs, &path, mode)?;
+    for (number, file) in logs {
+        let path = file.path().to_path_buf();
+        let at_tail = last_log.is_none_or(|&last| number >= last);
+        let log_mode = match (tail, mode) {
+            (Tail::MaybeLive, RecoveryMode::AbsoluteConsistency) if at_tail => {
+                RecoveryMode::TolerateCorruptedTail
+            }
+            _ => mode,
+        };
+        let mut reader = LogReader::new(file, log_mode);
         while let Some((offset, bytes)) = reader.next_record()? {
             let Some(record) = decode_record(&bytes) else {
                 let damage = Error::corruption(&path, offset, "malformed write batch in log");
@@ -400,5 +387,6 @@ fn finish_open(
         mem,
         imm: VecDeque::new(),
         wal,
+        pinned: Vec::new(),
     })
 }

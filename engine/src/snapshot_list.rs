@@ -53,6 +53,20 @@ impl SnapshotList {
         self.lock().keys().copied().collect()
     }
 
+    /// Runs `f` if no snapshot is live, under the list's lock, so none is taken while it runs
+    /// (a snapshot reads the sequence number under the same lock); `None`, without running
+    /// it, if one is live.
+    pub(crate) fn while_none_live<T>(&self, f: impl FnOnce() -> T) -> Option<T> {
+        let live = self.lock();
+        if live.is_empty() {
+            let out = f();
+            drop(live);
+            Some(out)
+        } else {
+            None
+        }
+    }
+
     /// How many snapshots are live.
     pub(crate) fn count(&self) -> usize {
         self.lock().values().sum()

@@ -88,13 +88,18 @@ impl TableCache {
         self.open.len()
     }
 
-    /// The table `file` records, opening it if the cache does not hold it; when this opens it,
-    /// its keys are held to `file`'s bounds ([`check_bounds`]), once. The table layer's error,
+    /// The table `file` records, opening it if neither the cache nor anyone else holds it; when
+    /// this opens it, its keys are held to `file`'s bounds ([`check_bounds`]), once. The table layer's error,
     /// for iterators that speak it.
     pub(crate) fn open_file(&self, file: &FileMeta) -> cairn_sstable::Result<Table> {
         let number = file.number;
         self.open
             .get_or_insert_with(&number, || -> cairn_sstable::Result<Table> {
+                // Still held (by a reader, or pinned by a read-only open): the same bytes, and
+                // maybe no longer in the directory.
+                if let Some(table) = self.lock_alive().get(&number).and_then(WeakTable::upgrade) {
+                    return Ok(table);
+                }
                 let open = if self.mapped {
                     Table::open_mapped
                 } else {

@@ -2,7 +2,8 @@
 //! writing (the `sst_dump` and `ldb manifest_dump` of Cairn).
 //!
 //! `sst` reads one table file alone; `manifest` decodes the MANIFEST edit by edit without
-//! taking the lock; `levels` opens the database read-only and sums each column family's
+//! taking the lock; `levels` opens the database read-only (beside a live writer, if one runs)
+//! and sums each column family's
 //! tables by level, and can draw them (`--plot`, in `plot.rs`).
 
 mod levels;
