@@ -235,7 +235,7 @@ impl Component {
     fn of_table(table: &str) -> Option<Self> {
         [Self::CubeMaster, Self::CubeOps]
             .into_iter()
-            .find(|c| c.tables().iter().any(|t| t == table))
+            .find(|c| c.tables().iter().any(|t| t.eq_ignore_ascii_case(table)))
     }
 }
 
@@ -317,6 +317,13 @@ fn table_list(
     let requested = (!args.tables.is_empty()).then(|| args.tables.clone());
     let source = if owner == Some(Component::CubeMaster) {
         let setting = HardDeleteSetting::from_yaml(text).map_err(|e| e.to_string())?;
+        if setting.exempts_instance_tables() && !setting.disable_hard_delete {
+            tracing::warn!(
+                config = %path.display(),
+                "common.disable_hard_delete is not set: the instance tables stay out of the purge \
+                 until the config says disable_hard_delete: false"
+            );
+        }
         Source::CubeMaster(CubeMasterTables {
             path: path.to_path_buf(),
             last: Mutex::new(setting),
@@ -366,7 +373,7 @@ impl CubeMasterTables {
                 last.disable_hard_delete
             ),
         }
-        let targets = cube_master_purge_tables(last.disable_hard_delete);
+        let targets = cube_master_purge_tables(last.exempts_instance_tables());
         let Some(requested) = &self.requested else {
             return targets;
         };
@@ -376,11 +383,14 @@ impl CubeMasterTables {
             .filter(|t| !targets.contains(t))
             .collect();
         let (left_out, kept): (Vec<String>, Vec<String>) =
-            requested.iter().cloned().partition(|t| exempt.contains(t));
+            requested
+                .iter()
+                .cloned()
+                .partition(|t| exempt.iter().any(|e| e.eq_ignore_ascii_case(t)));
         if !left_out.is_empty() {
             tracing::warn!(
                 ?left_out,
-                "exempt while common.disable_hard_delete is true: not purged"
+                "exempt unless common.disable_hard_delete says false: not purged"
             );
         }
         kept

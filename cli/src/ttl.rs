@@ -125,7 +125,11 @@ fn command(args: &TtlArgs) -> Result<bool, TtlError> {
         Action::Suspend => TtlCommand::Suspend.check(&tasks)?,
         Action::Resume => TtlCommand::Resume.check(&tasks)?,
         Action::Cancel => TtlCommand::Cancel.check(&tasks)?,
-        Action::Run if !tasks.iter().any(TaskRow::is_tenant) => {
+        // A launch a crash cut short is no task (the writable open would roll it back: a
+        // write), as `TtlCommand::check` counts it.
+        Action::Run if TtlCommand::Suspend.check(&tasks).is_err()
+            && TtlCommand::Resume.check(&tasks).is_err() =>
+        {
             return Err(TtlError::NoTaskRunning);
         }
         Action::Run | Action::Status | Action::History => {}

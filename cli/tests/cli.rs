@@ -197,7 +197,19 @@ fn purge_once_purges_and_reports_json() {
     assert_eq!(tables[0]["table"], "t_cube_sandbox_spec");
     assert_eq!(tables[0]["purged"], 1, "{stdout}");
     assert_eq!(tables[1]["table"], "t_cube_template_replica");
+    // A config that says nothing of disable_hard_delete (maybe one cut short) keeps the
+    // instance tables out; only `false` in so many words makes them targets.
     let (_, stdout) = run("soft_delete_purge:\n  enable: true\n", &[]);
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("json");
+    assert_eq!(
+        report["tables"].as_array().map(Vec::len),
+        Some(2),
+        "{stdout}"
+    );
+    let (_, stdout) = run(
+        "common:\n  disable_hard_delete: false\nsoft_delete_purge:\n  enable: true\n",
+        &[],
+    );
     let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("json");
     assert_eq!(
         report["tables"].as_array().map(Vec::len),

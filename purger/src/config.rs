@@ -231,6 +231,15 @@ impl HardDeleteSetting {
         })
     }
 
+    /// Whether the instance tables stay out of the purge: unless the file said
+    /// `disable_hard_delete: false` in so many words. A file that says nothing (no `common`
+    /// block, or no key in it) may be one cut short mid-write, and a purge cannot be undone, so
+    /// silence keeps them out, at the first read as at a re-read (CubeMaster itself reads
+    /// silence as `false`).
+    pub fn exempts_instance_tables(&self) -> bool {
+        self.disable_hard_delete || self.said != Said::Key
+    }
+
     /// Decides what a re-read of the config file yields, this being the last good reading:
     /// the new reading if `text` parses and says at least as much as this one did, else this
     /// one kept, with a warning saying why.
