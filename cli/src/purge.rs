@@ -382,11 +382,10 @@ impl CubeMasterTables {
             .into_iter()
             .filter(|t| !targets.contains(t))
             .collect();
-        let (left_out, kept): (Vec<String>, Vec<String>) =
-            requested
-                .iter()
-                .cloned()
-                .partition(|t| exempt.iter().any(|e| e.eq_ignore_ascii_case(t)));
+        let (left_out, kept): (Vec<String>, Vec<String>) = requested
+            .iter()
+            .cloned()
+            .partition(|t| exempt.iter().any(|e| e.eq_ignore_ascii_case(t)));
         if !left_out.is_empty() {
             tracing::warn!(
                 ?left_out,

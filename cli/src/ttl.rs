@@ -127,8 +127,9 @@ fn command(args: &TtlArgs) -> Result<bool, TtlError> {
         Action::Cancel => TtlCommand::Cancel.check(&tasks)?,
         // A launch a crash cut short is no task (the writable open would roll it back: a
         // write), as `TtlCommand::check` counts it.
-        Action::Run if TtlCommand::Suspend.check(&tasks).is_err()
-            && TtlCommand::Resume.check(&tasks).is_err() =>
+        Action::Run
+            if TtlCommand::Suspend.check(&tasks).is_err()
+                && TtlCommand::Resume.check(&tasks).is_err() =>
         {
             return Err(TtlError::NoTaskRunning);
         }

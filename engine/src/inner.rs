@@ -88,6 +88,11 @@ pub(crate) struct DbState {
     pub(crate) flushing: bool,
     /// Automatic recovery attempts since the database last stopped (`resume`).
     pub(crate) recovery_attempts: u32,
+    /// Recoveries in a row, each within a minute of the one before: a stop that comes back
+    /// as soon as it is cleared (a compaction failing the same way each time) is persistent.
+    pub(crate) quick_recoveries: u32,
+    /// When the last recovery finished.
+    pub(crate) last_recovery: Option<std::time::Instant>,
     pub(crate) shutting_down: bool,
     /// Numbers of tables being written, not yet in the version: never deleted as obsolete.
     pub(crate) pending_outputs: std::collections::BTreeSet<u64>,
@@ -216,6 +221,8 @@ impl DbInner {
                 sweeps: 0,
                 flushing: false,
                 recovery_attempts: 0,
+                quick_recoveries: 0,
+                last_recovery: None,
                 shutting_down: false,
                 pending_outputs: std::collections::BTreeSet::new(),
                 // The first read view's tables must outlive compactions like any other's.
@@ -305,8 +312,11 @@ impl DbInner {
     pub(crate) fn run_task(&self, what: &str, task: impl FnOnce() -> Result<()>) {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task))
             .unwrap_or_else(|_| Err(Error::Panicked(format!("{what} panicked"))));
-        if let Err(e) = result {
-            self.stop_with(&e);
+        match result {
+            // Refused because the database had stopped: no new failure, and restating the
+            // old one could stop it again after a recovery cleared it.
+            Err(Error::Stopped { .. }) | Ok(()) => {}
+            Err(e) => self.stop_with(&e),
         }
     }
 
@@ -344,8 +354,22 @@ impl DbInner {
                 .wait(state)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
-        let error = state.error.clone();
+        let recoverable =
+            !self.read_only && state.error.as_ref().is_some_and(StopCause::is_recoverable);
         drop(state);
+        if recoverable {
+            // Last chance: the memtables hold acknowledged writes a failed sync may have
+            // dropped from the log, and nothing else will once this returns.
+            match self.recover_alone(true) {
+                Ok(()) => tracing::info!("recovered from the I/O error while closing"),
+                Err(e) => tracing::error!(
+                    error = %e,
+                    "closing a database stopped by an I/O error, unrecovered: writes \
+                     acknowledged since its log's last good sync may be lost"
+                ),
+            }
+        }
+        let error = self.lock_state().error.clone();
         self.closed
             .store(true, std::sync::atomic::Ordering::Release);
         // Sealed: the next open reads these logs, and damage in them is then corruption. A

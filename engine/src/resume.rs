@@ -51,6 +51,10 @@ fn skips_flush() -> bool {
 /// Automatic recovery attempts after one stop before the database stays stopped.
 pub(crate) const MAX_AUTO_ATTEMPTS: u32 = 6;
 
+/// A recovery this soon after the one before counts toward [`MAX_AUTO_ATTEMPTS`] quick ones in a
+/// row, after which the stop is taken for persistent and automatic recovery ends.
+const QUICK_RECOVERY: Duration = Duration::from_secs(60);
+
 /// The wait before the first automatic attempt; it doubles for each later one.
 const FIRST_BACKOFF: Duration = Duration::from_millis(20);
 
@@ -75,7 +79,8 @@ impl DbInner {
             }
         }
         self.wait_for_jobs_in_flight()?;
-        let recovered = self.run_exclusive(Box::new(|db: &DbInner| db.recover_alone().map(|()| 0)));
+        let recovered =
+            self.run_exclusive(Box::new(|db: &DbInner| db.recover_alone(false).map(|()| 0)));
         recovered?;
         self.delete_obsolete_files();
         Ok(())
@@ -97,8 +102,9 @@ impl DbInner {
         Ok(())
     }
 
-    /// Steps 2–5 of the module doc; run as the write queue's leader, alone.
-    fn recover_alone(&self) -> Result<()> {
+    /// Steps 2–5 of the module doc; run as the write queue's leader, alone, or by `shutdown`
+    /// (`closing`) once the queue is drained and the background threads are gone.
+    pub(crate) fn recover_alone(&self, closing: bool) -> Result<()> {
         let mut manifest = self.lock_manifest();
         let (log_number, memsets, cfs) = {
             let mut state = self.lock_state();
@@ -110,7 +116,7 @@ impl DbInner {
             if !cause.is_recoverable() || state.flushing || !state.compacting.is_empty() {
                 return Err(Error::stopped(cause));
             }
-            if state.shutting_down {
+            if state.shutting_down && !closing {
                 return Err(Error::closed());
             }
             let mut memsets: Vec<Arc<MemSet>> = state.imm.iter().cloned().collect();
@@ -121,7 +127,7 @@ impl DbInner {
         let log = self.fs.create(&filename::log_path(&self.dir, log_number))?;
         self.fs.sync_dir(&self.dir)?;
         let mut numbers = Vec::new();
-        let written = self.write_memsets(&memsets, &mut numbers);
+        let written = self.write_memsets(&memsets, &cfs, &mut numbers);
         let installed = written.and_then(|new_files| {
             self.install_recovered(&mut manifest, log_number, new_files, &cfs)
         });
@@ -134,6 +140,12 @@ impl DbInner {
             .fetch_max(self.visible_seqno.load(Ordering::Acquire), Ordering::AcqRel);
         state.error = None;
         state.recovery_attempts = 0;
+        let now = std::time::Instant::now();
+        let quick = state
+            .last_recovery
+            .is_some_and(|t| now.duration_since(t) < QUICK_RECOVERY);
+        state.quick_recoveries = if quick { state.quick_recoveries + 1 } else { 1 };
+        state.last_recovery = Some(now);
         self.stats.note_recovery();
         drop(state);
         self.state_changed.notify_all();
@@ -141,11 +153,12 @@ impl DbInner {
         Ok(())
     }
 
-    /// Writes every memtable of `memsets`, oldest first, as level-0 tables; their numbers go
-    /// in `numbers` (protected from the sweep until released).
+    /// Writes every memtable of `memsets` of the families `cfs`, oldest first, as level-0
+    /// tables; their numbers go in `numbers` (protected from the sweep until released).
     fn write_memsets(
         &self,
         memsets: &[Arc<MemSet>],
+        cfs: &[u32],
         numbers: &mut Vec<u64>,
     ) -> Result<Vec<(u32, usize, FileMeta)>> {
         let mut new_files = Vec::new();
@@ -154,7 +167,8 @@ impl DbInner {
         }
         for memset in memsets {
             for (&cf, mem) in &memset.tables {
-                if mem.is_empty() {
+                // A family dropped while its memtable waited for a flush has no level to add to.
+                if mem.is_empty() || !cfs.contains(&cf) {
                     continue;
                 }
                 let number = self.new_output_number();
@@ -195,7 +209,9 @@ impl DbInner {
         let fresh = ManifestWriter::create(self.fs.as_ref(), &self.dir, number, &next)?;
         *manifest = fresh;
         let mut state = self.lock_state();
+        let handed_out = state.meta.next_file_number;
         state.meta = next;
+        state.meta.next_file_number = state.meta.next_file_number.max(handed_out);
         state.manifest_number = number;
         state.manifest_oldest_edit = None;
         if !skips_flush() {
@@ -211,6 +227,7 @@ impl DbInner {
         self.options.auto_recovery
             && !state.shutting_down
             && state.recovery_attempts < MAX_AUTO_ATTEMPTS
+            && state.quick_recoveries < MAX_AUTO_ATTEMPTS
             && state
                 .error
                 .as_ref()
@@ -238,7 +255,13 @@ impl DbInner {
                 .map_or_else(|e| e.into_inner().0, |(guard, _)| guard);
         }
         drop(state);
-        match self.resume() {
+        let resumed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.resume()))
+            .unwrap_or_else(|_| {
+                Err(Error::Panicked(
+                    "recovery from an I/O error panicked".into(),
+                ))
+            });
+        match resumed {
             Ok(()) => {}
             Err(e) if attempt >= MAX_AUTO_ATTEMPTS => tracing::error!(
                 error = %e,

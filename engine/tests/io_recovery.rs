@@ -220,3 +220,208 @@ fn after_recovery_the_memtables_are_in_tables_and_the_old_log_is_gone() {
     let ro = Db::open_read_only(dir.path(), options(&fs)).expect("read-only");
     check(&ro, &acked, failed, "read-only");
 }
+
+/// Closing (or dropping) a database stopped by an I/O error, before any recovery ran: the
+/// close recovers first, so the writes only the memtables held are not lost. With automatic
+/// recovery off too: losing acknowledged writes at a close is never what is asked for.
+#[test]
+fn closing_a_stopped_database_flushes_what_only_its_memtables_held() {
+    for auto in [false, true] {
+        let ctx = format!("auto_recovery {auto}");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fs = FaultyFs::new(13);
+        fs.set_sync_failure(SyncFailure::DropsUnsynced);
+        let db = Db::open(dir.path(), options(&fs).auto_recovery(auto)).expect("open");
+        let acked: Vec<u64> = (0..100).collect();
+        for &i in &acked {
+            db.put(key(i), format!("v{i}")).expect("put");
+        }
+        fs.fail_next(OpKind::Sync, ".log");
+        assert!(
+            db.write_opt(single_put(100), &WriteOptions { sync: true })
+                .is_err(),
+            "{ctx}: the sync fails"
+        );
+        assert!(
+            fs.dropped_bytes(".log") > 0,
+            "{ctx}: the failed sync dropped pages"
+        );
+        drop(db.close());
+        reopen_and_check(dir.path(), &fs, &acked, Some(100), &ctx);
+    }
+}
+
+/// A file system that holds the creation of a table's temporary file until opened: a flush
+/// waits there with its frozen memtable.
+#[derive(Debug)]
+struct HeldTables {
+    inner: FaultyFs,
+    gate: Arc<(std::sync::Mutex<(bool, bool)>, std::sync::Condvar)>,
+}
+
+impl HeldTables {
+    fn wait_entered(&self) {
+        let (lock, changed) = &*self.gate;
+        let state = lock.lock().expect("gate");
+        let (state, _) = changed
+            .wait_timeout_while(state, Duration::from_secs(60), |s| !s.0)
+            .expect("gate");
+        assert!(state.0, "a flush reached the gate");
+    }
+
+    fn open(&self) {
+        let (lock, changed) = &*self.gate;
+        lock.lock().expect("gate").1 = true;
+        changed.notify_all();
+    }
+}
+
+impl cairn_fs::FileSystem for HeldTables {
+    fn create(&self, path: &Path) -> cairn_fs::Result<Box<dyn cairn_fs::WritableFile>> {
+        if path.to_string_lossy().contains(".sst.tmp") {
+            let (lock, changed) = &*self.gate;
+            let mut state = lock.lock().expect("gate");
+            state.0 = true;
+            changed.notify_all();
+            while !state.1 {
+                state = changed.wait(state).expect("gate");
+            }
+        }
+        self.inner.create(path)
+    }
+    fn open_append(&self, path: &Path) -> cairn_fs::Result<Box<dyn cairn_fs::WritableFile>> {
+        self.inner.open_append(path)
+    }
+    fn open_read(&self, path: &Path) -> cairn_fs::Result<Box<dyn cairn_fs::ReadableFile>> {
+        self.inner.open_read(path)
+    }
+    fn map(&self, path: &Path) -> cairn_fs::Result<bytes::Bytes> {
+        self.inner.map(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> cairn_fs::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn remove(&self, path: &Path) -> cairn_fs::Result<()> {
+        self.inner.remove(path)
+    }
+    fn create_dir_all(&self, dir: &Path) -> cairn_fs::Result<()> {
+        self.inner.create_dir_all(dir)
+    }
+    fn list(&self, dir: &Path) -> cairn_fs::Result<Vec<String>> {
+        self.inner.list(dir)
+    }
+    fn sync_dir(&self, dir: &Path) -> cairn_fs::Result<()> {
+        self.inner.sync_dir(dir)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.inner.exists(path)
+    }
+    fn file_size(&self, path: &Path) -> cairn_fs::Result<u64> {
+        self.inner.file_size(path)
+    }
+    fn lock(&self, path: &Path) -> cairn_fs::Result<cairn_fs::FileLock> {
+        self.inner.lock(path)
+    }
+    fn lock_shared(&self, path: &Path) -> cairn_fs::Result<Option<cairn_fs::FileLock>> {
+        self.inner.lock_shared(path)
+    }
+}
+
+/// A family dropped while its memtable waits, frozen, for a flush: recovery writes no table
+/// for it (the version has no level to add one to), and the other families' writes survive.
+/// Recovery used to fail with `Corruption` every time here, leaving the database stopped.
+#[test]
+fn a_family_dropped_while_its_memtable_waits_for_a_flush_does_not_block_recovery() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fs = FaultyFs::new(17);
+    fs.set_sync_failure(SyncFailure::DropsUnsynced);
+    let held = Arc::new(HeldTables {
+        inner: fs.clone(),
+        gate: Arc::new((
+            std::sync::Mutex::new((false, false)),
+            std::sync::Condvar::new(),
+        )),
+    });
+    let db = Arc::new(
+        Db::open(
+            dir.path(),
+            Options::default()
+                .file_system(Arc::clone(&held) as Arc<dyn cairn_fs::FileSystem>)
+                .auto_recovery(false),
+        )
+        .expect("open"),
+    );
+    let tmp = db
+        .create_column_family("tmp", cairn::CfOptions::default())
+        .expect("cf");
+    tmp.put("t", "1").expect("put");
+    db.put(key(0), "v0").expect("put");
+    let flusher = {
+        let db = Arc::clone(&db);
+        std::thread::spawn(move || db.flush())
+    };
+    held.wait_entered();
+    drop(tmp);
+    db.drop_column_family("tmp").expect("drop");
+    db.put(key(1), "v1").expect("put");
+    fs.fail_next(OpKind::Sync, ".log");
+    assert!(
+        db.write_opt(single_put(2), &WriteOptions { sync: true })
+            .is_err()
+    );
+    held.open();
+    assert!(
+        flusher.join().expect("flusher").is_err(),
+        "its flush is refused"
+    );
+    db.resume().expect("recovery leaves the dropped family out");
+    check(&db, &[0, 1], Some(2), "after resume");
+    let Ok(db) = Arc::try_unwrap(db) else {
+        panic!("a handle is left");
+    };
+    db.close().expect("close");
+    reopen_and_check(dir.path(), &fs, &[0, 1], Some(2), "dropped family");
+}
+
+/// A compaction that fails the same way every time (its input cannot be read): each recovery
+/// clears the stop, the next compaction stops the database again. After a few quick
+/// recoveries in a row the stop counts as persistent and the database stays stopped, instead
+/// of recovering forever and piling memtables up in level 0.
+#[test]
+fn a_compaction_that_keeps_failing_ends_automatic_recovery() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fs = FaultyFs::new(19);
+    let db = Db::open(dir.path(), options(&fs).level0_triggers(2, 20, 36)).expect("open");
+    fs.inject_errors_matching(OpKind::Read, 1, ".sst");
+    let start = Instant::now();
+    let mut i = 0;
+    loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "recoveries: {}",
+            db.stats().recoveries
+        );
+        // Each round adds a level-0 table, so a compaction is picked, and fails.
+        let _ = db.put(key(i % KEYS), "v");
+        let _ = db.flush();
+        i += 1;
+        if db.stats().recoveries >= u64::from(MAX_QUICK) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Give a runaway loop the time to show itself: every attempt waits 20 ms at first.
+    std::thread::sleep(Duration::from_millis(500));
+    let recoveries = db.stats().recoveries;
+    assert_eq!(recoveries, u64::from(MAX_QUICK), "recovery went on");
+    assert!(
+        matches!(db.put("after", "v"), Err(Error::Stopped { .. })),
+        "the database stays stopped"
+    );
+    fs.clear_errors();
+    db.resume()
+        .expect("the caller can still resume once the fault is gone");
+}
+
+/// `MAX_AUTO_ATTEMPTS` in the engine: quick recoveries in a row before a stop is persistent.
+const MAX_QUICK: u32 = 6;
