@@ -27,6 +27,8 @@ on_both_servers!(
     a_host_clock_two_hours_fast_purges_nothing_young,
     a_table_whose_children_cascade_is_refused_and_its_children_live,
     a_restricted_row_is_skipped_and_reported_while_the_rest_drain,
+    restricted_rows_filling_a_whole_pass_do_not_starve_the_rows_behind_them,
+    a_deleted_at_that_is_not_null_or_set_on_update_is_refused,
 );
 
 const MINUTE: u64 = 60_000;
@@ -433,4 +435,109 @@ fn a_restricted_row_is_skipped_and_reported_while_the_rest_drain(kind: Kind) {
     let again = purger.run_pass().expect("a second pass");
     assert_eq!(again.tables[0].purged, 0);
     assert_eq!(again.tables[0].refused.len(), 1);
+}
+
+/// More rows stuck under `RESTRICT` than a pass's budget, all older than 100 free ones: the
+/// first pass spends its budget on them, the second goes on past them (the walk resumes where
+/// the last pass stopped) and purges the free rows. Each pass used to start over at the
+/// oldest, so the table never drained.
+fn restricted_rows_filling_a_whole_pass_do_not_starve_the_rows_behind_them(kind: Kind) {
+    let Some(env) = Env::new(kind, true) else {
+        return;
+    };
+    let client = &env.sql().expect("a server").client;
+    create(client, "t_parent", true);
+    create_child(client, "t_parent", "t_child", "RESTRICT");
+    let now = server_now_ms(client);
+    let t = client.quote("t_parent");
+    let stuck = usize::try_from(cairn_purger::MAX_PER_PASS + 1).expect("fits");
+    let fill = |prefix: &str, n: usize, at: String| {
+        for start in (0..n).step_by(1000) {
+            let values: Vec<String> = (start..n.min(start + 1000))
+                .map(|i| format!("('{prefix}{i}', {at})"))
+                .collect();
+            client.exec(&format!(
+                "INSERT INTO {t} (name, deleted_at) VALUES {}",
+                values.join(", ")
+            ));
+        }
+    };
+    fill("stuck", stuck, instant(client, now - 3 * HOUR_MS));
+    fill("free", 100, instant(client, now - 2 * HOUR_MS));
+    client.exec(&format!(
+        "INSERT INTO {} (parent_id) SELECT id FROM {t} WHERE name LIKE 'stuck%'",
+        client.quote("t_child")
+    ));
+    let purger = purger(&env, &["t_parent"], enabled());
+    let first = purger.run_pass().expect("a pass");
+    assert_eq!(
+        first.tables[0].purged, 0,
+        "{kind:?}: only stuck rows in reach"
+    );
+    assert_eq!(
+        first.tables[0].refused.len(),
+        usize::try_from(cairn_purger::MAX_PER_PASS).expect("fits"),
+        "{kind:?}"
+    );
+    let second = purger.run_pass().expect("a second pass");
+    assert_eq!(
+        second.tables[0].purged, 100,
+        "{kind:?}: the free rows behind them"
+    );
+    let free = client.int(&format!("SELECT COUNT(*) FROM {t} WHERE name LIKE 'free%'"));
+    assert_eq!(free, 0, "{kind:?}");
+    assert_eq!(
+        count(client, "t_parent"),
+        i64::try_from(stuck).expect("fits")
+    );
+}
+
+/// A `deleted_at` that every row holds (NOT NULL), or that the server sets on every update
+/// (MySQL's `ON UPDATE CURRENT_TIMESTAMP`, what an old MariaDB gives a bare first `TIMESTAMP`
+/// column), makes live rows look soft-deleted: the table is refused and every row stays.
+fn a_deleted_at_that_is_not_null_or_set_on_update_is_refused(kind: Kind) {
+    let Some(env) = Env::new(kind, true) else {
+        return;
+    };
+    let client = &env.sql().expect("a server").client;
+    let mut tables = vec![(
+        "t_not_null",
+        match kind {
+            Kind::MySql => "deleted_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)",
+            _ => "deleted_at TIMESTAMPTZ(3) NOT NULL DEFAULT now()",
+        },
+    )];
+    if kind == Kind::MySql {
+        tables.push((
+            "t_on_update",
+            "deleted_at TIMESTAMP(3) NULL DEFAULT NULL ON UPDATE CURRENT_TIMESTAMP(3)",
+        ));
+    }
+    let now = server_now_ms(client);
+    for (name, column) in tables {
+        let t = client.quote(name);
+        let (id, tail) = match kind {
+            Kind::MySql => (
+                "id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY",
+                " ENGINE=InnoDB",
+            ),
+            _ => ("id BIGSERIAL PRIMARY KEY", ""),
+        };
+        client.exec(&format!(
+            "CREATE TABLE {t} ({id}, name VARCHAR(64) NOT NULL, {column}){tail}"
+        ));
+        let old = instant(client, now - 3 * HOUR_MS);
+        client.exec(&format!(
+            "INSERT INTO {t} (name, deleted_at) VALUES ('live', {old})"
+        ));
+        let failed = purger(&env, &[name], enabled()).run_pass();
+        let Err(Error::PassFailed { source, .. }) = failed else {
+            panic!("{kind:?} {name}: must be refused: {failed:?}");
+        };
+        assert!(
+            matches!(*source, Error::TableRefused { .. }),
+            "{kind:?} {name}: {source}"
+        );
+        assert_eq!(count(client, name), 1, "{kind:?} {name}: a row went");
+    }
 }

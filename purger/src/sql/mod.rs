@@ -26,7 +26,9 @@
 //! NULL`, `SET DEFAULT`) is refused, since purging it would delete or change children nobody
 //! soft-deleted. A `RESTRICT` key that refuses a batch is narrowed by halving the batch down
 //! to the rows it refuses; those are skipped and reported, and pages are walked in
-//! `(deleted_at, id)` order from the last row seen, so they cannot block the rest.
+//! `(deleted_at, id)` order from the last row seen, across passes (a pass whose budget ran out
+//! goes on where it stopped; one that reached the end starts the next from the front), so they
+//! cannot block the rest.
 //!
 //! The backend is blocking, like the rest of the purger: it drives its connections on a
 //! runtime of its own. From async code, call a pass through `spawn_blocking` (a pass called on
@@ -94,6 +96,9 @@ pub struct SqlBackend {
     /// This host's clock: the loop's interval, and the comparison with the server's.
     host_clock: Arc<dyn cairn::Clock>,
     pass_timeout: Duration,
+    /// Per table, where the last pass's walk stopped (the last row of a full page), so the
+    /// next pass goes on from there.
+    cursors: Arc<std::sync::Mutex<std::collections::HashMap<String, (Param, u64)>>>,
 }
 
 /// The backend's runtime, shut down without blocking when the last clone goes, so dropping a
@@ -165,6 +170,7 @@ impl SqlBackend {
             clock: None,
             host_clock: Arc::new(cairn::SystemClock),
             pass_timeout: DEFAULT_PASS_TIMEOUT,
+            cursors: Arc::default(),
         })
     }
 
@@ -255,6 +261,26 @@ impl SqlBackend {
         let indexed = indexed?;
         closed?;
         Ok(indexed)
+    }
+
+    pub(crate) fn saved_cursor(&self, table: &str) -> Option<(Param, u64)> {
+        self.lock_cursors().get(table).cloned()
+    }
+
+    pub(crate) fn save_cursor(&self, table: &str, cursor: Option<(Param, u64)>) {
+        let mut cursors = self.lock_cursors();
+        match cursor {
+            Some(cursor) => cursors.insert(table.to_owned(), cursor),
+            None => cursors.remove(table),
+        };
+    }
+
+    fn lock_cursors(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (Param, u64)>> {
+        self.cursors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A new session, retried with backoff: the server may be restarting.

@@ -77,6 +77,26 @@ pub(crate) async fn table_shape(conn: &mut Conn, table: &str) -> Result<Option<S
             )));
         }
     };
+    let nullability = conn
+        .text(statements::deleted_at_nullability(d), &name)
+        .await?
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    if nullability.starts_with("no") {
+        return Err(Error::TableRefused {
+            table: table.to_owned(),
+            reason: "deleted_at is NOT NULL: live rows hold a time too, and would be purged"
+                .to_owned(),
+        });
+    }
+    if nullability.contains("on update") {
+        return Err(Error::TableRefused {
+            table: table.to_owned(),
+            reason: "deleted_at is set on every update (ON UPDATE CURRENT_TIMESTAMP): live \
+                     rows would look soft-deleted"
+                .to_owned(),
+        });
+    }
     let leading = conn.scalar(statements::leading_deleted_at_indexes(d), &name);
     let indexed = leading.await?.unwrap_or(0) > 0;
     Ok(Some(Shape {
@@ -403,7 +423,7 @@ impl PurgeSession for SqlSession<'_> {
         self.table = Some(OpenTable {
             name: table.to_owned(),
             wall_zone: if shape.zoned { None } else { zone },
-            cursor: None,
+            cursor: self.backend.saved_cursor(table),
         });
         Ok(TableShape {
             indexed: shape.indexed,
@@ -419,8 +439,16 @@ impl PurgeSession for SqlSession<'_> {
         }
         params.push(Param::Int(i64::try_from(want).unwrap_or(i64::MAX)));
         let rows = self.run(async |c| c.keyed_ids(&sql, &params).await)?;
-        if let (Some(open), Some((id, at))) = (self.table.as_mut(), rows.last()) {
-            open.cursor = Some((at.clone(), *id));
+        if let Some(open) = self.table.as_mut() {
+            // A short page reached the end: the next pass starts over, and meets again the
+            // rows a foreign key kept. Else it goes on from here, so rows stuck at the front
+            // cannot take every pass's budget.
+            let full = u64::try_from(rows.len()).is_ok_and(|n| n >= want);
+            open.cursor = rows
+                .last()
+                .filter(|_| full)
+                .map(|(id, at)| (at.clone(), *id));
+            self.backend.save_cursor(&open.name, open.cursor.clone());
         }
         Ok(rows.into_iter().map(|(id, _)| id).collect())
     }

@@ -160,6 +160,22 @@ pub(crate) fn deleted_at_type(d: Dialect) -> &'static str {
     }
 }
 
+/// Whether `deleted_at` may be NULL (`YES`/`NO`), and on MySQL what else the column does
+/// (`on update CURRENT_TIMESTAMP`), as one text.
+pub(crate) fn deleted_at_nullability(d: Dialect) -> &'static str {
+    match d {
+        Dialect::MySql => {
+            "SELECT CAST(CONCAT(is_nullable, ' ', extra) AS CHAR) FROM information_schema.columns \
+             WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'deleted_at'"
+        }
+        Dialect::Postgres => {
+            "SELECT is_nullable::text FROM information_schema.columns \
+             WHERE table_schema = current_schema() AND table_name = $1 \
+             AND column_name = 'deleted_at'"
+        }
+    }
+}
+
 /// How many of the table's indexes lead with `deleted_at`.
 pub(crate) fn leading_deleted_at_indexes(d: Dialect) -> &'static str {
     match d {
@@ -184,8 +200,9 @@ pub(crate) fn leading_deleted_at_indexes(d: Dialect) -> &'static str {
 /// cursor walks past rows the delete had to skip, so they cannot fill every page.
 pub(crate) fn select_page(d: Dialect, table: &str, after: bool) -> String {
     let (keyset, limit) = if after {
+        // The `>=` gives the index a lower bound; the rest breaks ties on the id.
         let keyset = format!(
-            " AND (deleted_at > {} OR (deleted_at = {} AND id > {}))",
+            " AND deleted_at >= {} AND (deleted_at > {} OR id > {})",
             d.param(2),
             d.param(3),
             d.param(4)
@@ -257,7 +274,7 @@ mod tests {
         assert_eq!(
             select_page(Dialect::MySql, "t", true),
             "SELECT id, deleted_at FROM `t` WHERE deleted_at IS NOT NULL AND deleted_at < ? \
-             AND (deleted_at > ? OR (deleted_at = ? AND id > ?)) ORDER BY deleted_at, id LIMIT ?"
+             AND deleted_at >= ? AND (deleted_at > ? OR id > ?) ORDER BY deleted_at, id LIMIT ?"
         );
         assert_eq!(
             count_eligible(Dialect::MySql, "t"),
