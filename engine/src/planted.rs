@@ -27,18 +27,23 @@ pub enum Bug {
     /// Compaction drops an expired put even when older versions survive or lie below, so the
     /// value it replaced (`max_versions = 1`) or an older version (more) comes back.
     ExpiredResurrects,
+    /// A run of deleted keys is used by every reader at or after its seqno, whatever view the
+    /// reader fixed: a reader made before a compaction dropped a key (by TTL, by a family TTL
+    /// `set_options` set, by a filter) skips it once a newer reader learned a run over it.
+    RunsIgnoreView,
 }
 
 #[cfg_attr(not(feature = "planted-bugs"), allow(dead_code))]
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 6] = [
+    pub const ALL: [Bug; 7] = [
         Bug::IgnoreSnapshots,
         Bug::DropAboveBottom,
         Bug::SnapshotBeforeRegister,
         Bug::DeleteAfterManifestFailure,
         Bug::IgnoreConflicts,
         Bug::ExpiredResurrects,
+        Bug::RunsIgnoreView,
     ];
 
     fn engine_bit(self) -> Option<u8> {
@@ -46,6 +51,7 @@ impl Bug {
             Self::SnapshotBeforeRegister => Some(1),
             Self::DeleteAfterManifestFailure => Some(2),
             Self::IgnoreConflicts => Some(4),
+            Self::RunsIgnoreView => Some(8),
             Self::IgnoreSnapshots | Self::DropAboveBottom | Self::ExpiredResurrects => None,
         }
     }
@@ -57,7 +63,8 @@ impl Bug {
             Self::ExpiredResurrects => Some(GcBug::ExpiredResurrects),
             Self::SnapshotBeforeRegister
             | Self::DeleteAfterManifestFailure
-            | Self::IgnoreConflicts => None,
+            | Self::IgnoreConflicts
+            | Self::RunsIgnoreView => None,
         }
     }
 }
