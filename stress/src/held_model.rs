@@ -53,6 +53,17 @@ impl Expect {
     }
 }
 
+/// The filter is armed: every doomed put of `cells` may be removed from now on. That holds for
+/// the puts a snapshot sees too: a compaction protects only the snapshots alive when it began,
+/// so one that began before the snapshot and asks the filter now may remove what it sees.
+pub(crate) fn arm(cells: &mut [Option<HeldCell>]) {
+    for cell in cells.iter_mut().flatten() {
+        if doomed(cell.version) {
+            cell.maybe_filtered = true;
+        }
+    }
+}
+
 /// What each key of `cells` reads as at `now` under the family TTL `cf_ttl_ms`.
 pub(crate) fn expectation(
     cells: &[Option<HeldCell>],
@@ -127,11 +138,7 @@ impl HeldModel {
 
     /// The filter is armed: every doomed put may be removed from now on.
     pub(crate) fn arm(&mut self) {
-        for cell in self.cells.iter_mut().flatten() {
-            if doomed(cell.version) {
-                cell.maybe_filtered = true;
-            }
-        }
+        arm(&mut self.cells);
     }
 
     /// What a reader made now reads.

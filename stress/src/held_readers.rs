@@ -500,6 +500,9 @@ impl Op<'_> {
         if let DropBy::Filter = by {
             self.work.filter.armed.store(true, Ordering::SeqCst);
             inner.model.arm();
+            for (_, cells) in inner.held.iter_mut().filter_map(|r| r.snapshot.as_mut()) {
+                crate::held_model::arm(cells);
+            }
         }
         let compacted = self.cf.compact_tables::<&[u8]>(..);
         self.work.filter.armed.store(false, Ordering::SeqCst);
