@@ -42,6 +42,11 @@ fn a_short_stress_with_reopens_finds_nothing_wrong() -> Result<(), cairn_stress:
         );
         assert!(report.ops.get("reopen").copied().unwrap_or(0) > 0);
         assert!(report.ops.get("snapshot_reread").copied().unwrap_or(0) > 0);
+        assert!(
+            report.held.readers > 0 && report.held.checks > 0 && report.held.scenes > 0,
+            "no held reader was checked: {}",
+            report.summary()
+        );
     }
     Ok(())
 }
