@@ -168,9 +168,7 @@ impl Harness {
         if let Some(deadline) = config.deadline {
             options = options.delete_persistence_deadline(deadline);
         }
-        let held = ttl
-            .as_ref()
-            .map(|_| HeldWork::new(config.max_value_size));
+        let held = ttl.as_ref().map(|_| HeldWork::new(config.max_value_size));
         if let Some(work) = &ttl {
             options = options.clock(work.clock.clone());
         }

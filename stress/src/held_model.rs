@@ -173,7 +173,9 @@ pub(crate) fn judge_forward(expect: &[Expect], from: usize, found: &Found) -> Re
     let mut judged = 0u64;
     for &(k, version) in &found.entries {
         if k < next {
-            return Err(format!("returned key {k} out of order (expected a key >= {next})"));
+            return Err(format!(
+                "returned key {k} out of order (expected a key >= {next})"
+            ));
         }
         judged += skipped(expect, next..k)?;
         let want = expect.get(k).copied().unwrap_or(Expect::Absent);

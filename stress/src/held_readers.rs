@@ -188,7 +188,12 @@ impl HeldWork {
         if let Ok(cf) = db.column_family(HELD_CF) {
             let mut inner = self.lock();
             let _clock = ttl.hold_clock();
-            let op = Op { h, work: self, db, cf };
+            let op = Op {
+                h,
+                work: self,
+                db,
+                cf,
+            };
             let held = std::mem::take(&mut inner.held);
             for reader in held {
                 op.use_reader(reader, 0, "at the end");
@@ -294,11 +299,7 @@ pub(crate) fn step(h: &Harness, work: &HeldWork, ttl: &TtlWork, db: &Db, rng: &m
         }
         70..=89 => {
             let from = rng.random_range(0..HELD_KEYS);
-            let at_snapshot = inner
-                .held
-                .iter()
-                .filter(|r| r.snapshot.is_some())
-                .count();
+            let at_snapshot = inner.held.iter().filter(|r| r.snapshot.is_some()).count();
             if at_snapshot > 0 && rng.random_bool(0.6) {
                 let i = rng.random_range(0..at_snapshot);
                 let HeldInner { model, held } = &mut *inner;
@@ -644,11 +645,7 @@ impl Op<'_> {
 
     /// What a read found, or `None` after recording why it failed (a read error, or a key or
     /// value no write made, a failure of its own).
-    fn found(
-        &self,
-        found: cairn::Result<Result<Found, String>>,
-        context: &str,
-    ) -> Option<Found> {
+    fn found(&self, found: cairn::Result<Result<Found, String>>, context: &str) -> Option<Found> {
         match found {
             Ok(Ok(found)) => Some(found),
             Ok(Err(why)) => {
