@@ -46,7 +46,7 @@ pub(crate) enum Expect {
 impl Expect {
     fn allows(self, found: Option<u32>) -> bool {
         match (self, found) {
-            (Self::Absent, None) | (Self::Maybe(_), None) => true,
+            (Self::Absent | Self::Maybe(_), None) => true,
             (Self::Live(v) | Self::Maybe(v), Some(f)) => v == f,
             _ => false,
         }

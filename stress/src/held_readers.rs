@@ -315,11 +315,7 @@ pub(crate) fn step(h: &Harness, work: &HeldWork, ttl: &TtlWork, db: &Db, rng: &m
         }
         _ => {
             let by = by.unwrap_or(DropBy::Clock);
-            let tightened = match by {
-                DropBy::Clock => None,
-                DropBy::Options => Some(rng.random_range(4_000..60_000)),
-                DropBy::Filter => None,
-            };
+            let tightened = matches!(by, DropBy::Options).then(|| rng.random_range(4_000..60_000));
             op.drop_and_compact(&mut inner, by, tightened);
             op.reset_if_tight(&mut inner);
         }
@@ -508,7 +504,7 @@ impl Op<'_> {
         let compacted = self.cf.compact_tables::<&[u8]>(..);
         self.work.filter.armed.store(false, Ordering::SeqCst);
         if let Err(e) = compacted {
-            return self.h.engine_error("held compact_tables", &e);
+            self.h.engine_error("held compact_tables", &e);
         }
     }
 
