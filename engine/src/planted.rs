@@ -31,12 +31,16 @@ pub enum Bug {
     /// the memtables, trusting the old log to hold what they hold: after a failed sync dropped
     /// its unsynced pages, acknowledged writes are lost at the next open.
     RecoverySkipsFlush,
+    /// A run of deleted keys is used by every reader at or after its seqno, whatever view the
+    /// reader fixed: a reader made before a compaction dropped a key (by TTL, by a family TTL
+    /// `set_options` set, by a filter) skips it once a newer reader learned a run over it.
+    RunsIgnoreView,
 }
 
 #[cfg_attr(not(feature = "planted-bugs"), allow(dead_code))]
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 7] = [
+    pub const ALL: [Bug; 8] = [
         Bug::IgnoreSnapshots,
         Bug::DropAboveBottom,
         Bug::SnapshotBeforeRegister,
@@ -44,6 +48,7 @@ impl Bug {
         Bug::IgnoreConflicts,
         Bug::ExpiredResurrects,
         Bug::RecoverySkipsFlush,
+        Bug::RunsIgnoreView,
     ];
 
     fn engine_bit(self) -> Option<u8> {
@@ -52,6 +57,7 @@ impl Bug {
             Self::DeleteAfterManifestFailure => Some(2),
             Self::IgnoreConflicts => Some(4),
             Self::RecoverySkipsFlush => Some(8),
+            Self::RunsIgnoreView => Some(16),
             Self::IgnoreSnapshots | Self::DropAboveBottom | Self::ExpiredResurrects => None,
         }
     }
@@ -64,7 +70,8 @@ impl Bug {
             Self::SnapshotBeforeRegister
             | Self::DeleteAfterManifestFailure
             | Self::IgnoreConflicts
-            | Self::RecoverySkipsFlush => None,
+            | Self::RecoverySkipsFlush
+            | Self::RunsIgnoreView => None,
         }
     }
 }

@@ -50,6 +50,15 @@ pub struct OpWeights {
     /// Moves the harness's clock on by up to two seconds.
     #[serde(default)]
     pub advance_clock: u32,
+    /// The held-reader work (needs the TTL work's clock): writes and blocks of deletes on its
+    /// family, readers held open and used later, fresh reads that record runs of deleted keys,
+    /// and drops (clock, family TTL, filter) compacted away.
+    #[serde(default)]
+    pub held_readers: u32,
+    /// A held reader, a drop and a fresh read over it written out, with every other worker
+    /// paused.
+    #[serde(default)]
+    pub held_scene: u32,
 }
 
 impl Default for OpWeights {
@@ -74,13 +83,15 @@ impl Default for OpWeights {
             ttl_scan: 200,
             ttl_compact: 10,
             advance_clock: 40,
+            held_readers: 300,
+            held_scene: 6,
         }
     }
 }
 
 impl OpWeights {
     /// The weights as `(name, weight)` pairs, in a fixed order.
-    pub fn entries(&self) -> [(&'static str, u32); 18] {
+    pub fn entries(&self) -> [(&'static str, u32); 20] {
         [
             ("get", self.get),
             ("scan", self.scan),
@@ -100,10 +111,13 @@ impl OpWeights {
             ("ttl_scan", self.ttl_scan),
             ("ttl_compact", self.ttl_compact),
             ("advance_clock", self.advance_clock),
+            ("held_readers", self.held_readers),
+            ("held_scene", self.held_scene),
         ]
     }
 
-    /// These weights with only the TTL work, flushes, compactions and reopens left in.
+    /// These weights with only the TTL work (and the held readers on its clock), flushes,
+    /// compactions and reopens left in.
     #[must_use]
     pub fn only_ttl(self) -> Self {
         Self {
@@ -120,10 +134,13 @@ impl OpWeights {
         }
     }
 
-    /// These weights with the TTL work left out.
+    /// These weights with the TTL work left out, and the held-reader work that runs on its
+    /// clock.
     #[must_use]
     pub fn without_ttl(self) -> Self {
         Self {
+            held_readers: 0,
+            held_scene: 0,
             ttl_put: 0,
             ttl_delete: 0,
             ttl_get: 0,
@@ -158,6 +175,8 @@ impl OpWeights {
             "ttl_scan" => &mut self.ttl_scan,
             "ttl_compact" => &mut self.ttl_compact,
             "advance_clock" => &mut self.advance_clock,
+            "held_readers" => &mut self.held_readers,
+            "held_scene" => &mut self.held_scene,
             other => return Err(format!("unknown operation {other:?} in the op mix")),
         };
         *slot = weight;

@@ -24,6 +24,7 @@ use cairn_fs::{FaultyFs, FileSystem};
 
 use crate::config::{Limit, StressConfig};
 use crate::expected::{Acceptable, ExpectedState, KeyState, SeqNo, intersect};
+use crate::held_readers::HeldWork;
 use crate::report::{Failure, Observed, StressReport, Tally};
 use crate::ttl_model::{TTL_FAMILIES, TtlState};
 use crate::ttl_worker::TtlWork;
@@ -120,6 +121,8 @@ pub struct Harness {
     op_log: Option<Mutex<std::fs::File>>,
     /// The TTL work's clock, model and counters, when it runs.
     pub(crate) ttl: Option<TtlWork>,
+    /// The held-reader work, when it runs (it needs the TTL work's clock).
+    pub(crate) held: Option<HeldWork>,
 }
 
 impl std::fmt::Debug for Harness {
@@ -165,12 +168,19 @@ impl Harness {
         if let Some(deadline) = config.deadline {
             options = options.delete_persistence_deadline(deadline);
         }
+        let held = ttl.as_ref().map(|_| HeldWork::new(config.max_value_size));
         if let Some(work) = &ttl {
             options = options.clock(work.clock.clone());
+        }
+        if let Some(held) = &held {
+            options = options.compaction_filter(held.filter.clone());
         }
         let db = Db::open(path, options.clone())?;
         if ttl.is_some() {
             create_ttl_families(&db)?;
+        }
+        if let Some(held) = &held {
+            held.reset(&db)?;
         }
         if db.column_family(STRESS_CF).is_err() {
             db.create_column_family(
@@ -220,6 +230,7 @@ impl Harness {
             carried: Mutex::new(cairn::Stats::default()),
             op_log,
             ttl,
+            held,
         })
     }
 
@@ -368,6 +379,9 @@ impl Harness {
         if let Some(faults) = &self.faults {
             faults.pause_errors();
         }
+        if let Some(held) = &self.held {
+            held.forget_readers();
+        }
         if let Some(db) = slot.take() {
             self.carry(&db.stats());
             // What the engine says no crash can lose must survive whatever it does not say.
@@ -403,6 +417,11 @@ impl Harness {
                 self.durable.store(db.latest_seqno(), Ordering::Release);
                 if self.faults.is_some() {
                     self.expected.set_durable(Some(db.latest_seqno()));
+                }
+                if let Some(held) = &self.held
+                    && let Err(e) = held.reset(&db)
+                {
+                    self.set_fatal(format!("reset of the held family: {e}"));
                 }
                 *slot = Some(db);
                 self.epoch.fetch_add(1, Ordering::AcqRel);
@@ -604,6 +623,12 @@ impl Harness {
                 scope.spawn(|| self.show_progress());
             }
         });
+        if let (Some(held), Some(ttl)) = (&self.held, &self.ttl) {
+            match self.db().as_ref() {
+                Some(db) => held.finish(self, ttl, db),
+                None => held.forget_readers(),
+            }
+        }
         if let Some(faults) = &self.faults {
             // End on a healthy disk: stop the faults, reopen, and check everything.
             faults.clear_errors();
@@ -710,6 +735,7 @@ impl Harness {
             fatal: self.fatal_error(),
             conflicts: self.tally.conflicts(),
             ttl: self.ttl.as_ref().map(TtlWork::counts).unwrap_or_default(),
+            held: self.held.as_ref().map(HeldWork::counts).unwrap_or_default(),
             failures: self.tally.summary(),
         }
     }
@@ -728,6 +754,18 @@ impl Harness {
             db.close()?;
         }
         Ok(())
+    }
+
+    /// Runs a held-reader scene with every worker paused (no other operation runs while the
+    /// database is held exclusively).
+    pub(crate) fn held_scene(&self, rng: &mut rand::rngs::SmallRng) {
+        let slot = self
+            .db
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let (Some(db), Some(held), Some(ttl)) = (slot.as_ref(), &self.held, &self.ttl) {
+            crate::held_readers::scene(self, held, ttl, db, rng);
+        }
     }
 
     /// The database under test, while open (for fault injection and crash drivers).

@@ -13,6 +13,11 @@
 //!   cell TTLs (zero, short, long), deletes and range deletes, flushed and compacted while the
 //!   harness moves its `ManualClock`; every read of them is judged exactly at the clock's
 //!   reading, and every reopen, kill cycle and run end checks all their keys.
+//! - The held-reader work (on with the TTL work): cursors and iterators held open on a family
+//!   of their own across compactions that drop keys they still see (by a cell TTL the clock
+//!   passed, by a family TTL `set_options` tightened, by a compaction filter) while other reads
+//!   record runs of deleted keys over those keys; each held reader, used later, must read what
+//!   was live when it was made. Some of it runs as scenes with every other worker paused.
 //! - [`blackbox`] and [`power_loss`]: the blackbox loop (a child process killed with SIGKILL, every acknowledged
 //!   write must survive) and the power-loss loop (in process, on the faulty file system: every
 //!   synced write survives, the rest recovered form a prefix).
@@ -26,6 +31,8 @@ mod config;
 mod crashtest;
 mod expected;
 mod harness;
+mod held_model;
+mod held_readers;
 mod replay;
 mod report;
 mod run;
@@ -38,5 +45,5 @@ pub use config::{Limit, OpWeights, StressConfig};
 pub use crashtest::{CrashConfig, CrashReport, blackbox, power_loss, work_dir};
 pub use harness::{Harness, MIN_FAULT_REOPENS, STRESS_CF, StressError};
 pub use replay::replay;
-pub use report::{Failure, Failures, StressReport, TtlCounts};
+pub use report::{Failure, Failures, HeldCounts, StressReport, TtlCounts};
 pub use run::{FaultPlan, run_stress, run_with_fault_plan, run_with_faults};

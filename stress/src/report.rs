@@ -32,10 +32,13 @@ pub enum Failure {
     /// A TTL family showed versions the expiry and `max_versions` rules do not allow at the
     /// clock's reading: an expired one, one a newer write replaced, or too few.
     Expiry,
+    /// A reader held open across compactions read something other than what was live when it
+    /// was made (its view: tables, family options, clock reading).
+    HeldReader,
 }
 
 impl Failure {
-    const ALL: [Failure; 9] = [
+    const ALL: [Failure; 10] = [
         Failure::LostWrite,
         Failure::ResurrectedDelete,
         Failure::WrongValue,
@@ -45,6 +48,7 @@ impl Failure {
         Failure::Unreadable,
         Failure::Unexercised,
         Failure::Expiry,
+        Failure::HeldReader,
     ];
 
     fn index(self) -> usize {
@@ -57,7 +61,7 @@ impl Failure {
 pub(crate) struct Tally {
     ops: Mutex<BTreeMap<&'static str, u64>>,
     verifications: AtomicU64,
-    failures: [AtomicU64; 9],
+    failures: [AtomicU64; 10],
     engine_errors: AtomicU64,
     conflicts: AtomicU64,
     messages: Mutex<Vec<String>>,
@@ -162,6 +166,7 @@ impl Tally {
             unreadable: get(Failure::Unreadable),
             unexercised: get(Failure::Unexercised),
             expiry_violations: get(Failure::Expiry),
+            held_reader_mismatches: get(Failure::HeldReader),
             messages: self
                 .messages
                 .lock()
@@ -238,6 +243,10 @@ pub struct Failures {
     /// Reads of TTL families the expiry rules do not allow (see [`Failure::Expiry`]).
     #[serde(default)]
     pub expiry_violations: u64,
+    /// Held readers that read other than what was live when they were made (see
+    /// [`Failure::HeldReader`]).
+    #[serde(default)]
+    pub held_reader_mismatches: u64,
     /// The first few failures, described.
     pub messages: Vec<String>,
 }
@@ -254,6 +263,7 @@ impl Failures {
         self.unreadable += other.unreadable;
         self.unexercised += other.unexercised;
         self.expiry_violations += other.expiry_violations;
+        self.held_reader_mismatches += other.held_reader_mismatches;
         let room = MAX_MESSAGES.saturating_sub(self.messages.len());
         self.messages.extend(other.messages.into_iter().take(room));
     }
@@ -274,6 +284,7 @@ impl Failures {
             + self.unreadable
             + self.unexercised
             + self.expiry_violations
+            + self.held_reader_mismatches
     }
 
     /// How many failures of `kind`.
@@ -288,6 +299,7 @@ impl Failures {
             Failure::Unreadable => self.unreadable,
             Failure::Unexercised => self.unexercised,
             Failure::Expiry => self.expiry_violations,
+            Failure::HeldReader => self.held_reader_mismatches,
         }
     }
 }
@@ -333,6 +345,9 @@ pub struct StressReport {
     /// how far the clock moved (zero when the TTL work is off).
     #[serde(default)]
     pub ttl: TtlCounts,
+    /// The held-reader work (zero when it is off).
+    #[serde(default)]
+    pub held: HeldCounts,
     /// What went wrong.
     pub failures: Failures,
 }
@@ -393,11 +408,20 @@ impl StressReport {
                 self.ttl.clock_advanced_ms / 1000
             );
         }
+        if self.held.readers + self.held.scenes > 0 {
+            let _ = writeln!(
+                out,
+                "held readers: {} used ({} keys checked against what they saw when made), {} \
+                 fresh reads, {} scenes with every other worker paused",
+                self.held.readers, self.held.checks, self.held.fresh_reads, self.held.scenes
+            );
+        }
         let f = &self.failures;
         let _ = writeln!(
             out,
             "lost writes {}, resurrected deletes {}, holes {}, wrong values {}, snapshot \
-             mismatches {}, lost updates {}, unreadable {}, unexercised {}, expiry violations {}",
+             mismatches {}, lost updates {}, unreadable {}, unexercised {}, expiry violations \
+             {}, held reader mismatches {}",
             f.lost_writes,
             f.resurrected_deletes,
             f.holes,
@@ -406,7 +430,8 @@ impl StressReport {
             f.lost_updates,
             f.unreadable,
             f.unexercised,
-            f.expiry_violations
+            f.expiry_violations,
+            f.held_reader_mismatches
         );
         for m in &f.messages {
             let _ = writeln!(out, "  {m}");
@@ -433,4 +458,17 @@ pub struct TtlCounts {
     pub expiry_checks: u64,
     /// How far the harness moved its clock, ms.
     pub clock_advanced_ms: u64,
+}
+
+/// What the held-reader work of a run did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldCounts {
+    /// Held readers used and judged against what was live when they were made.
+    pub readers: u64,
+    /// Keys those judgements covered.
+    pub checks: u64,
+    /// Fresh reads of the held family (of the newest view, or at a held reader's snapshot).
+    pub fresh_reads: u64,
+    /// Scenes run with every other worker paused.
+    pub scenes: u64,
 }

@@ -63,14 +63,14 @@ impl TtlWork {
         }
     }
 
-    fn hold_clock(&self) -> std::sync::RwLockReadGuard<'_, ()> {
+    pub(crate) fn hold_clock(&self) -> std::sync::RwLockReadGuard<'_, ()> {
         self.gate
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Moves the clock on by `by`, recorded first, while no TTL operation runs.
-    fn advance(&self, by: Duration) {
+    pub(crate) fn advance(&self, by: Duration) {
         let _stopped = self
             .gate
             .write()

@@ -76,6 +76,12 @@ impl<'h> Worker<'h> {
             } else {
                 (op == "reopen").then_some(Reopen::Op)
             };
+            if why.is_none() && op == "held_scene" {
+                self.h.held_scene(&mut self.rng);
+                self.h.tally.op(op);
+                self.h.op_done();
+                continue;
+            }
             if let Some(why) = why {
                 self.release_all(epoch);
                 self.cf = None;
@@ -171,6 +177,11 @@ impl<'h> Worker<'h> {
                 }
             }
             "compact_range" => self.compact_range(),
+            "held_readers" => {
+                if let (Some(held), Some(ttl)) = (&self.h.held, &self.h.ttl) {
+                    crate::held_readers::step(self.h, held, ttl, db, &mut self.rng);
+                }
+            }
             "ttl_put" | "ttl_delete" | "ttl_get" | "ttl_scan" | "ttl_compact" | "advance_clock" => {
                 if let Some(work) = &self.h.ttl {
                     crate::ttl_worker::step(self.h, work, db, &mut self.rng, op);

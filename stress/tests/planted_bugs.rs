@@ -122,6 +122,32 @@ fn ttl_heavy(seed: u64) -> StressConfig {
     }
 }
 
+/// The held-reader work alone: readers held across drops (clock, family TTL, filter) and fresh
+/// reads recording runs of deleted keys over what they dropped, scenes with the other workers
+/// paused, and reopens.
+fn held_heavy(seed: u64) -> StressConfig {
+    let weights = OpWeights {
+        held_readers: 3000,
+        held_scene: 100,
+        // The TTL families' work, lighter, so other families write meanwhile.
+        ttl_put: 300,
+        ttl_get: 300,
+        advance_clock: 40,
+        reopen: 2,
+        ..OpWeights::default().only_ttl()
+    };
+    StressConfig {
+        threads: 4,
+        keys: 64,
+        ttl_keys: 200,
+        seed,
+        limit: Limit::Ops(10_000),
+        weights,
+        memtable_size: 64 * 1024,
+        ..StressConfig::default()
+    }
+}
+
 /// A fault run whose MANIFEST syncs fail keeping their bytes (the edit of a failed sync may be
 /// durable), with reopens after every fault.
 fn manifest_faults(seed: u64) -> Result<StressReport, StressError> {
@@ -242,5 +268,12 @@ fn commits_that_skip_the_conflict_check_are_caught_as_lost_updates() {
 fn expired_puts_dropped_over_older_versions_are_caught_as_expiry_violations() {
     caught(Bug::ExpiredResurrects, Failure::Expiry, 1, |seed| {
         cairn_stress::run_stress(ttl_heavy(seed))
+    });
+}
+
+#[test]
+fn deleted_runs_used_by_readers_of_an_older_view_are_caught_as_held_reader_mismatches() {
+    caught(Bug::RunsIgnoreView, Failure::HeldReader, 1, |seed| {
+        cairn_stress::run_stress(held_heavy(seed))
     });
 }

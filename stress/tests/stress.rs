@@ -42,6 +42,11 @@ fn a_short_stress_with_reopens_finds_nothing_wrong() -> Result<(), cairn_stress:
         );
         assert!(report.ops.get("reopen").copied().unwrap_or(0) > 0);
         assert!(report.ops.get("snapshot_reread").copied().unwrap_or(0) > 0);
+        assert!(
+            report.held.readers > 0 && report.held.checks > 0 && report.held.scenes > 0,
+            "no held reader was checked: {}",
+            report.summary()
+        );
     }
     Ok(())
 }
@@ -147,5 +152,33 @@ fn power_loss_cycles_keep_synced_writes_and_recover_a_prefix()
     assert_eq!(report.cycles, 5);
     assert_eq!(report.faults, 2, "cycles 1 and 3 meet a disk fault");
     assert!(report.failures.is_clean(), "{:?}", report.failures);
+    Ok(())
+}
+
+/// The held-reader work fails closed: a run that has it on but whose held readers checked
+/// nothing does not pass.
+#[test]
+fn a_run_whose_held_readers_checked_nothing_fails_as_unexercised()
+-> Result<(), cairn_stress::StressError> {
+    let weights = OpWeights {
+        held_readers: 1,
+        held_scene: 0,
+        ..OpWeights::default()
+    };
+    let config = StressConfig {
+        threads: 1,
+        keys: 200,
+        limit: Limit::Ops(200),
+        weights,
+        ..StressConfig::default()
+    };
+    let report = cairn_stress::run_stress(config)?;
+    assert_eq!(report.held.checks, 0, "{}", report.summary());
+    assert_eq!(
+        report.failures.count(cairn_stress::Failure::Unexercised),
+        1,
+        "{}",
+        report.summary()
+    );
     Ok(())
 }
