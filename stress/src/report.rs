@@ -26,16 +26,19 @@ pub enum Failure {
     /// A verification could not read the database: it could not be opened, a column family
     /// could not be found, or a scan or get failed. Nothing was checked, so nothing passed.
     Unreadable,
-    /// The run did not exercise what it claims: a fault run with too few fault → reopen cycles,
-    /// or one whose operations mostly met a stopped database.
+    /// The run did not exercise what it claims: a fault run with too few fault → recovery (or
+    /// reopen) cycles, or one whose operations mostly met a stopped database.
     Unexercised,
     /// A TTL family showed versions the expiry and `max_versions` rules do not allow at the
     /// clock's reading: an expired one, one a newer write replaced, or too few.
     Expiry,
+    /// A fault run's database stayed stopped after an injected (transient) fault: the engine
+    /// did not recover, and `Db::resume` failed even with the faults paused.
+    Unrecovered,
 }
 
 impl Failure {
-    const ALL: [Failure; 9] = [
+    const ALL: [Failure; 10] = [
         Failure::LostWrite,
         Failure::ResurrectedDelete,
         Failure::WrongValue,
@@ -45,6 +48,7 @@ impl Failure {
         Failure::Unreadable,
         Failure::Unexercised,
         Failure::Expiry,
+        Failure::Unrecovered,
     ];
 
     fn index(self) -> usize {
@@ -57,7 +61,7 @@ impl Failure {
 pub(crate) struct Tally {
     ops: Mutex<BTreeMap<&'static str, u64>>,
     verifications: AtomicU64,
-    failures: [AtomicU64; 9],
+    failures: [AtomicU64; 10],
     engine_errors: AtomicU64,
     conflicts: AtomicU64,
     messages: Mutex<Vec<String>>,
@@ -162,6 +166,7 @@ impl Tally {
             unreadable: get(Failure::Unreadable),
             unexercised: get(Failure::Unexercised),
             expiry_violations: get(Failure::Expiry),
+            unrecovered: get(Failure::Unrecovered),
             messages: self
                 .messages
                 .lock()
@@ -238,6 +243,9 @@ pub struct Failures {
     /// Reads of TTL families the expiry rules do not allow (see [`Failure::Expiry`]).
     #[serde(default)]
     pub expiry_violations: u64,
+    /// Transient faults the database never recovered from (see [`Failure::Unrecovered`]).
+    #[serde(default)]
+    pub unrecovered: u64,
     /// The first few failures, described.
     pub messages: Vec<String>,
 }
@@ -254,6 +262,7 @@ impl Failures {
         self.unreadable += other.unreadable;
         self.unexercised += other.unexercised;
         self.expiry_violations += other.expiry_violations;
+        self.unrecovered += other.unrecovered;
         let room = MAX_MESSAGES.saturating_sub(self.messages.len());
         self.messages.extend(other.messages.into_iter().take(room));
     }
@@ -274,6 +283,7 @@ impl Failures {
             + self.unreadable
             + self.unexercised
             + self.expiry_violations
+            + self.unrecovered
     }
 
     /// How many failures of `kind`.
@@ -288,6 +298,7 @@ impl Failures {
             Failure::Unreadable => self.unreadable,
             Failure::Unexercised => self.unexercised,
             Failure::Expiry => self.expiry_violations,
+            Failure::Unrecovered => self.unrecovered,
         }
     }
 }
@@ -315,11 +326,26 @@ pub struct StressReport {
     pub tombstones_pending: u64,
     /// Engine errors tolerated (injected faults).
     pub engine_errors: u64,
-    /// Fault runs: times a database stopped by a fault was closed, reopened on a healthy disk,
-    /// fully verified, and the run went on.
+    /// The engine's recoveries from a stop caused by an I/O error (`Stats::recoveries`, over
+    /// every database the run opened): automatic ones and those `Db::resume` made.
+    #[serde(default)]
+    pub recoveries: u64,
+    /// Fault runs: times a fault stopped the database and the run went on without a reopen once
+    /// it had recovered, after a full, strict verification.
+    #[serde(default)]
+    pub fault_recoveries: u64,
+    /// Of the recoveries the harness waited for, those that came from its own `Db::resume`
+    /// call (the engine had not recovered on its own in time, or had given up because injected
+    /// faults kept failing the recovery itself), including the one before each reopen.
+    #[serde(default)]
+    pub harness_resumes: u64,
+    /// Fault runs: times a stopped database could not be brought back (an `Unrecovered`
+    /// failure) and was closed while stopped, reopened on a healthy disk, fully verified, and
+    /// the run went on.
     pub fault_reopens: u64,
-    /// Of the reopens, those after a failed sync had dropped log bytes: the database was then
-    /// held to a prefix of the writes, reaching the last durable one.
+    /// Of the reopens, those of a database closed while stopped after a failed sync had dropped
+    /// log bytes: it was then held only to a prefix of the writes, reaching the last durable one.
+    /// Every other verification is strict: no acknowledged write may be missing.
     #[serde(default)]
     pub lossy_reopens: u64,
     /// Operations refused because the database had stopped.
@@ -376,9 +402,13 @@ impl StressReport {
         let _ = writeln!(out, "dropped by rule: {}", dropped.join(" "));
         let _ = writeln!(
             out,
-            "engine errors tolerated {}, fault reopens {} ({} after dropped log bytes), ops on a \
-             stopped database {}, transaction conflicts {}",
+            "engine errors tolerated {}, recoveries {} (fault → recovery cycles {}, {} by the \
+             harness's resume), fault reopens {} ({} after dropped log bytes), ops on a stopped \
+             database {}, transaction conflicts {}",
             self.engine_errors,
+            self.recoveries,
+            self.fault_recoveries,
+            self.harness_resumes,
             self.fault_reopens,
             self.lossy_reopens,
             self.stopped_ops,
@@ -397,7 +427,8 @@ impl StressReport {
         let _ = writeln!(
             out,
             "lost writes {}, resurrected deletes {}, holes {}, wrong values {}, snapshot \
-             mismatches {}, lost updates {}, unreadable {}, unexercised {}, expiry violations {}",
+             mismatches {}, lost updates {}, unreadable {}, unexercised {}, expiry violations {}, \
+             unrecovered {}",
             f.lost_writes,
             f.resurrected_deletes,
             f.holes,
@@ -406,7 +437,8 @@ impl StressReport {
             f.lost_updates,
             f.unreadable,
             f.unexercised,
-            f.expiry_violations
+            f.expiry_violations,
+            f.unrecovered
         );
         for m in &f.messages {
             let _ = writeln!(out, "  {m}");
