@@ -150,6 +150,34 @@ fn manifest_faults(seed: u64) -> Result<StressReport, StressError> {
     cairn_stress::run_with_fault_plan(config, &plan)
 }
 
+/// A fault run whose log syncs fail, dropping their unsynced bytes or keeping them: each stop
+/// is recovered from and the run goes on, and the `reopen` operations and the end reopen the
+/// database and check every acknowledged write.
+fn log_sync_faults(seed: u64) -> Result<StressReport, StressError> {
+    let weights = OpWeights {
+        reopen: 5,
+        // Calibrated on the default family's work alone.
+        ..OpWeights::default().without_ttl()
+    };
+    let config = StressConfig {
+        threads: 4,
+        keys: 2_000,
+        seed,
+        limit: Limit::Ops(5_000),
+        weights,
+        memtable_size: 16 * 1024,
+        sync_probability: 0.05,
+        ..StressConfig::default()
+    };
+    let plan = FaultPlan {
+        one_in: 4,
+        kinds: vec![cairn_fs::OpKind::Sync],
+        sync_failure: cairn_fs::SyncFailure::Either,
+        path_contains: ".log".into(),
+    };
+    cairn_stress::run_with_fault_plan(config, &plan)
+}
+
 /// Runs with `DropAboveBottom` planted allowed per seed before it counts as missed. Four threads
 /// schedule differently from run to run, and at seed 0 that bug found no resurrected delete in
 /// about one run of six, at 883e273 as after it. A harness blind to it misses it in every run
@@ -243,4 +271,14 @@ fn expired_puts_dropped_over_older_versions_are_caught_as_expiry_violations() {
     caught(Bug::ExpiredResurrects, Failure::Expiry, 1, |seed| {
         cairn_stress::run_stress(ttl_heavy(seed))
     });
+}
+
+#[test]
+fn recovery_that_skips_the_flush_is_caught_as_a_lost_write_at_the_next_reopen() {
+    caught(
+        Bug::RecoverySkipsFlush,
+        Failure::LostWrite,
+        1,
+        log_sync_faults,
+    );
 }
