@@ -282,3 +282,47 @@ fn recovery_that_skips_the_flush_is_caught_as_a_lost_write_at_the_next_reopen() 
         log_sync_faults,
     );
 }
+
+/// The power-loss loop with faults on every other cycle: with recovery skipping the flush, the
+/// writes acknowledged before a fault are gone after the power loss, though the recovery was
+/// to make them durable; without the bug, nothing is.
+#[test]
+fn recovery_that_skips_the_flush_is_caught_by_the_power_loss_loop() {
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let run = |seed: u64| {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let config = cairn_stress::CrashConfig {
+            cycles: 4,
+            seed,
+            writes_per_cycle: 800,
+            stress: StressConfig {
+                keys: 1_000,
+                ..StressConfig::default()
+            },
+            ..cairn_stress::CrashConfig::default()
+        };
+        cairn_stress::power_loss(&config, dir.path()).expect("the power-loss loop")
+    };
+    for seed in 0..seeds() {
+        planted::set(Bug::RecoverySkipsFlush, false);
+        let clean = run(seed);
+        println!("seed {seed} without the bug: {clean:?}");
+        assert_eq!(clean.recoveries, 2, "cycles 1 and 3 meet a fault");
+        assert!(
+            clean.failures.is_clean(),
+            "seed {seed}: {:?}",
+            clean.failures
+        );
+        planted::set(Bug::RecoverySkipsFlush, true);
+        let buggy = run(seed);
+        planted::set(Bug::RecoverySkipsFlush, false);
+        println!("seed {seed} with the bug: {buggy:?}");
+        assert!(
+            buggy.failures.lost_writes + buggy.failures.holes > 0,
+            "seed {seed}: RecoverySkipsFlush went unnoticed by the power-loss loop: {:?}",
+            buggy.failures
+        );
+    }
+}

@@ -174,6 +174,10 @@ fn power_loss_cycles_keep_synced_writes_and_recover_a_prefix()
     let report = cairn_stress::power_loss(&config, dir.path())?;
     assert_eq!(report.cycles, 5);
     assert_eq!(report.faults, 2, "cycles 1 and 3 meet a disk fault");
+    assert_eq!(
+        report.recoveries, 2,
+        "the engine recovers from each fault, and loses nothing it had acknowledged"
+    );
     assert!(report.failures.is_clean(), "{:?}", report.failures);
     Ok(())
 }
