@@ -184,7 +184,8 @@ impl Harness {
     ) -> Result<Self, StressError> {
         let mut config = config;
         config.validate().map_err(StressError::Config)?;
-        // Fault runs may lose a suffix of the writes, which the TTL model does not follow.
+        // A fault run's database closed while stopped may lose a suffix of the writes, which the
+        // TTL model does not follow.
         let ttl = if config.ttl && faults.is_none() {
             Some(open_ttl_state(&config)?)
         } else {
