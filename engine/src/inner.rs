@@ -60,6 +60,10 @@ pub(crate) struct DbInner {
 
 /// What changes under the state lock.
 #[derive(Debug)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "independent flags, each read and set under the one state lock"
+)]
 pub(crate) struct DbState {
     pub(crate) meta: ManifestState,
     /// The MANIFEST in use; the sweep deletes those numbered below it.

@@ -21,6 +21,10 @@ pub(crate) const NUM_LEVELS: usize = 7;
 
 /// How a database is opened and run. A consuming builder: `Options::default().memtable_size(…)`.
 #[derive(Debug, Clone)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "independent switches of a builder, as RocksDB's options are"
+)]
 pub struct Options {
     pub(crate) create_if_missing: bool,
     pub(crate) error_if_exists: bool,

@@ -23,8 +23,8 @@
 //! restores what the old files hold, as it would have without recovery.
 //!
 //! By default the flush thread recovers on its own, with a few attempts spaced by a doubling
-//! backoff ([`Options::auto_recovery`](crate::Options::auto_recovery)); [`Db::resume`]
-//! (crate::Db::resume) asks for one attempt now. A failure that is not an I/O error
+//! backoff ([`Options::auto_recovery`](crate::Options::auto_recovery));
+//! [`Db::resume`](crate::Db::resume) asks for one attempt now. A failure that is not an I/O error
 //! (corruption, a panic, sequence numbers used up), or one that persists past the attempts,
 //! keeps the database stopped with the first error.
 
@@ -211,7 +211,10 @@ impl DbInner {
         self.options.auto_recovery
             && !state.shutting_down
             && state.recovery_attempts < MAX_AUTO_ATTEMPTS
-            && state.error.as_ref().is_some_and(|c| c.is_recoverable())
+            && state
+                .error
+                .as_ref()
+                .is_some_and(crate::error::StopCause::is_recoverable)
     }
 
     /// One automatic attempt, after its backoff (cut short by shutdown).

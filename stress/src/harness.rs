@@ -132,7 +132,7 @@ pub struct Harness {
     /// Stops that ended in a recovery, after which the run went on without a reopen.
     fault_recoveries: AtomicU64,
     /// Recoveries that the harness's own `Db::resume` call made.
-    harness_resumes: AtomicU64,
+    own_resumes: AtomicU64,
     /// The open database's count of recoveries when the harness last looked.
     recoveries_seen: AtomicU64,
     fault_reopens: AtomicU64,
@@ -245,7 +245,7 @@ impl Harness {
             faults,
             stopped_epoch: AtomicU64::new(u64::MAX),
             fault_recoveries: AtomicU64::new(0),
-            harness_resumes: AtomicU64::new(0),
+            own_resumes: AtomicU64::new(0),
             recoveries_seen: AtomicU64::new(0),
             fault_reopens: AtomicU64::new(0),
             lossy_reopens: AtomicU64::new(0),
@@ -463,7 +463,7 @@ impl Harness {
         }
         let after = db.stats().recoveries;
         if after > before {
-            self.harness_resumes.fetch_add(1, Ordering::Relaxed);
+            self.own_resumes.fetch_add(1, Ordering::Relaxed);
         }
         self.recoveries_seen.store(after, Ordering::Release);
         resumed
@@ -900,7 +900,7 @@ impl Harness {
             engine_errors: self.tally.engine_errors(),
             recoveries: stats.recoveries,
             fault_recoveries: self.fault_recoveries.load(Ordering::Relaxed),
-            harness_resumes: self.harness_resumes.load(Ordering::Relaxed),
+            harness_resumes: self.own_resumes.load(Ordering::Relaxed),
             fault_reopens: self.fault_reopens.load(Ordering::Relaxed),
             lossy_reopens: self.lossy_reopens.load(Ordering::Relaxed),
             stopped_ops: self.stopped_ops.load(Ordering::Relaxed),
