@@ -118,7 +118,8 @@ struct StressArgs {
     /// Journal the expected state here (the crash test reads it after a kill).
     #[arg(long)]
     expected_journal: Option<PathBuf>,
-    /// Inject I/O errors one operation in N, then reopen without faults and verify.
+    /// Inject I/O errors one operation in N; after each stop, wait for the engine's recovery
+    /// (or resume it) and verify every key strictly.
     #[arg(long)]
     inject_errors: Option<u32>,
     /// Write the JSON report here.
@@ -411,18 +412,20 @@ fn crashtest(args: &CrashArgs) -> i32 {
         match result {
             Ok(report) => {
                 println!(
-                    "{}: {} cycles survived in {:.1}s ({} with a disk fault), {} writes, {} keys verified; lost writes {}, resurrected deletes {}, holes {}, wrong values {}, expiry violations {}",
+                    "{}: {} cycles survived in {:.1}s ({} with a disk fault, {} recoveries), {} writes, {} keys verified; lost writes {}, resurrected deletes {}, holes {}, wrong values {}, expiry violations {}, unrecovered {}",
                     report.mode,
                     report.cycles,
                     report.seconds,
                     report.faults,
+                    report.recoveries,
                     report.writes,
                     report.verifications,
                     report.failures.lost_writes,
                     report.failures.resurrected_deletes,
                     report.failures.holes,
                     report.failures.wrong_values,
-                    report.failures.expiry_violations
+                    report.failures.expiry_violations,
+                    report.failures.unrecovered
                 );
                 for m in &report.failures.messages {
                     println!("  {m}");
@@ -484,6 +487,7 @@ fn run_mode(
         total.cycles += r.cycles;
         total.writes += r.writes;
         total.faults += r.faults;
+        total.recoveries += r.recoveries;
         total.verifications += r.verifications;
         total.seconds += r.seconds;
         total.failures.merge(r.failures);

@@ -835,7 +835,7 @@ fn close_makes_unsynced_writes_survive_power_loss() {
 }
 
 /// A log switched away from was sealed: if the newer log stays empty (the flush of the old one
-/// failed, then the database closed), recovery reads the old log as the last one, and damage in
+/// failed, then the database closed without recovering), recovery reads the old log as the last one, and damage in
 /// its records — all synced — must be corruption, not a torn tail dropped quietly.
 #[test]
 fn damage_in_a_log_switched_away_from_is_corruption_even_when_the_next_log_is_empty() {
@@ -845,10 +845,12 @@ fn damage_in_a_log_switched_away_from_is_corruption_even_when_the_next_log_is_em
     for i in 0..20 {
         db.write(batch(i)).expect("write");
     }
-    // The freeze switches logs; the flush of the frozen memtable then fails.
-    fs.fail_next(OpKind::Create, ".sst.tmp");
+    // The freeze switches logs; the flush of the frozen memtable then fails, and so does the
+    // recovery the close tries (no table can be created), so the logs stay the only copy.
+    fs.inject_errors_matching(OpKind::Create, 1, ".sst.tmp");
     assert!(db.flush().is_err(), "the flush fails");
     drop(db);
+    fs.clear_errors();
     let logs = logs_in(dir.path());
     let old = logs
         .iter()

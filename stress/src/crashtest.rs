@@ -6,11 +6,15 @@
 //!   had succeeded must be there, synced or not (a process crash loses nothing the log had been
 //!   handed), and no deleted key may return.
 //! - **Power loss**: in process, on [`FaultyFs`]: one writer makes numbered writes, some synced;
-//!   every other cycle a disk fault (a log sync that fails dropping or keeping its bytes, or a
-//!   torn append) stops the database first; then the disk stops, the power goes (unsynced bytes
-//!   dropped all, as a random tail, or as random pages), and the database is reopened. What it
-//!   holds must be exactly the state after some prefix of the writes — no holes — and that
-//!   prefix must include every write acknowledged with sync.
+//!   every other cycle meets a disk fault (a log sync that fails dropping or keeping its bytes,
+//!   or a torn append). The fault stops the database, which must refuse every write until it has
+//!   recovered (a new log, the memtables flushed through a fresh MANIFEST); once it has, it must
+//!   hold every acknowledged write, the failed one being optional, and the writes go on. Then the
+//!   disk stops, the power goes (unsynced bytes dropped all, as a random tail, or as random
+//!   pages), and the database is reopened. What it holds must be exactly the state after some
+//!   prefix of the writes — no holes — and that prefix must include every write acknowledged
+//!   with sync and, strictly, every write acknowledged before a recovery (the recovery made them
+//!   durable): a shorter prefix is a lost write, not a power loss's due.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -78,9 +82,13 @@ pub struct CrashReport {
     /// Seconds the loop took.
     pub seconds: f64,
     /// Power-loss cycles in which an injected disk fault failed a write (each is followed by
-    /// further writes, which a stopped database must refuse).
+    /// further writes, which a stopped database must refuse until it has recovered).
     #[serde(default)]
     pub faults: u64,
+    /// The engine's recoveries from those faults (`Stats::recoveries`), each followed by a
+    /// strict check and more writes before the power went.
+    #[serde(default)]
+    pub recoveries: u64,
     /// What went wrong.
     pub failures: Failures,
 }
@@ -184,6 +192,7 @@ fn check_after_kill(
 type State = Option<u32>;
 
 /// One write of the power-loss loop.
+#[derive(Clone)]
 struct Write {
     changes: Vec<(usize, State)>,
     synced: bool,
@@ -290,18 +299,21 @@ pub fn power_loss(config: &CrashConfig, dir: &Path) -> Result<CrashReport, Stres
             keys,
             max_value,
         };
-        let history = run.until_fault(&fs, fault, writes, sync_every, cycle)?;
+        let history = run.until_fault(&fs, fault, writes, sync_every, cycle, &baseline)?;
         if history.faulted {
             report.faults += 1;
         }
+        report.recoveries += db.stats().recoveries;
         if history.taken_after_fault > 0 {
             // Writes after a lost one could survive it: the holes of tomorrow.
             report.failures.holes += 1;
             report.failures.messages.push(format!(
-                "cycle {cycle} (fault {fault:?}): the database took {} writes after a failed one",
+                "cycle {cycle} (fault {fault:?}): the database took {} writes after a failed one, before it had recovered",
                 history.taken_after_fault
             ));
         }
+        report.failures.merge(history.failures);
+        let made_durable = history.made_durable;
         let history = history.writes;
         fs.clear_errors();
         report.writes += history.len() as u64;
@@ -322,12 +334,21 @@ pub fn power_loss(config: &CrashConfig, dir: &Path) -> Result<CrashReport, Stres
             .iter()
             .rposition(|w| w.synced && w.acknowledged)
             .map_or(0, |i| i + 1);
-        if consistent_prefix(&baseline, &history, &observed, last_synced).is_none() {
-            report.failures.holes += 1;
-            report.failures.messages.push(format!(
-                "cycle {cycle} ({mode:?}, fault {fault:?}): the recovered state is no prefix of the {} writes that includes the {last_synced} up to the last synced one",
-                history.len()
-            ));
+        let required = last_synced.max(made_durable);
+        if consistent_prefix(&baseline, &history, &observed, required).is_none() {
+            if consistent_prefix(&baseline, &history, &observed, last_synced).is_some() {
+                report.failures.lost_writes += 1;
+                report.failures.messages.push(format!(
+                    "cycle {cycle} ({mode:?}, fault {fault:?}): the reopened state is a prefix of the {} writes short of the {made_durable} acknowledged before the recovery",
+                    history.len()
+                ));
+            } else {
+                report.failures.holes += 1;
+                report.failures.messages.push(format!(
+                    "cycle {cycle} ({mode:?}, fault {fault:?}): the reopened state is no prefix of the {} writes that includes the {required} up to the last synced one or the recovery",
+                    history.len()
+                ));
+            }
         }
         baseline = observed
             .iter()
@@ -341,16 +362,26 @@ pub fn power_loss(config: &CrashConfig, dir: &Path) -> Result<CrashReport, Stres
     Ok(report)
 }
 
-/// Writes after a fault fails one: a stopped database must refuse them all.
+/// Writes made at once after a fault fails one: until it has recovered, the stopped database
+/// must refuse them all.
 const WRITES_AFTER_FAULT: usize = 20;
+
+/// How long a cycle waits for the engine to recover from its fault: a deadlock guard, not a
+/// timing claim (its attempts are over in about a second).
+const RECOVERY_WAIT: Duration = Duration::from_secs(60);
 
 /// The writes of one power-loss cycle, in order.
 struct CycleHistory {
     writes: Vec<Write>,
     /// An injected fault failed a write.
     faulted: bool,
-    /// Writes the database took after a fault had failed one.
+    /// Writes the database took after a fault had failed one, before it had recovered.
     taken_after_fault: u64,
+    /// The first writes, those acknowledged before the recovery from the fault: the recovery
+    /// made them durable, so no power loss may take them.
+    made_durable: usize,
+    /// What the checks at the recovery found.
+    failures: Failures,
 }
 
 /// Where a power-loss loop keeps the highest version it has written, so that a later loop in
@@ -374,6 +405,18 @@ fn write_version_floor(dir: &Path, versions: &[u32]) -> Result<(), StressError> 
     Ok(())
 }
 
+/// The stop a cycle's fault caused.
+struct Stop {
+    /// The write the fault failed.
+    at: usize,
+    /// Writes acknowledged before it.
+    acked_before: usize,
+    /// Positions in the history of writes that failed (not refused): each may or may not
+    /// have taken effect.
+    uncertain: Vec<usize>,
+    recovered: bool,
+}
+
 /// One power-loss cycle's single writer and what it writes with.
 struct CycleWrites<'a> {
     db: &'a Db,
@@ -386,9 +429,11 @@ struct CycleWrites<'a> {
 
 impl CycleWrites<'_> {
     /// Makes `writes` writes, every `sync_every`th synced, arming `fault` when its write comes.
-    /// After the first write the fault fails, the faults stop and a few more writes follow,
-    /// which the stopped database must refuse: one it took is a failure (and goes in the
-    /// history, as does one that failed otherwise: it may or may not have reached the log).
+    /// After the first write the fault fails, the faults stop and a few more writes follow at
+    /// once, which the database must refuse until it has recovered: one it took before is a
+    /// failure (and goes in the history, as does one that failed otherwise: it may or may not
+    /// have reached the log). Then the cycle waits for the recovery, checks that the database
+    /// holds every acknowledged write, and makes a few more writes before the power goes.
     fn until_fault(
         &mut self,
         fs: &FaultyFs,
@@ -396,34 +441,47 @@ impl CycleWrites<'_> {
         writes: usize,
         sync_every: usize,
         cycle: usize,
+        baseline: &BTreeMap<usize, u32>,
     ) -> Result<CycleHistory, StressError> {
         let mut history = CycleHistory {
             writes: Vec::new(),
             faulted: false,
             taken_after_fault: 0,
+            made_durable: 0,
+            failures: Failures::default(),
         };
-        let mut failed_at = None;
+        let mut stop: Option<Stop> = None;
+        let mut recoveries_before = 0;
         for i in 0..writes {
             let armed = fault.filter(|f| f.at == i);
             if let Some(fault) = armed {
+                recoveries_before = self.db.stats().recoveries;
                 fault.arm(fs);
             }
             // The write the fault falls on syncs, so that a sync fault fires there.
             let (write, result) = self.one_write(i % sync_every == 0 || armed.is_some());
+            let stopped = stop.as_ref().is_some_and(|s| !s.recovered);
             match result {
                 Ok(()) => {
-                    if failed_at.is_some() {
+                    // Read after the write: a recovery that let it in has been counted.
+                    if stopped && self.db.stats().recoveries == recoveries_before {
                         history.taken_after_fault += 1;
                     }
                     history.writes.push(write);
                 }
-                Err(e) if fault.is_some_and(|f| i >= f.at) => {
-                    if failed_at.is_none() {
-                        failed_at = Some(i);
-                        history.faulted = true;
+                Err(e) if fault.is_some_and(|f| i >= f.at) && (stop.is_none() || stopped) => {
+                    let stop = stop.get_or_insert_with(|| {
                         fs.clear_errors();
-                    }
+                        history.faulted = true;
+                        Stop {
+                            at: i,
+                            acked_before: history.writes.len(),
+                            uncertain: Vec::new(),
+                            recovered: false,
+                        }
+                    });
                     if !crate::harness::refused(&e) {
+                        stop.uncertain.push(history.writes.len());
                         history.writes.push(write);
                     }
                 }
@@ -433,14 +491,91 @@ impl CycleWrites<'_> {
                     )));
                 }
             }
-            if failed_at.is_some_and(|f| i >= f + WRITES_AFTER_FAULT) {
-                break;
+            if let Some(stop) = stop.as_mut() {
+                if !stop.recovered
+                    && i >= stop.at + WRITES_AFTER_FAULT
+                    && !self.recovered(stop, recoveries_before, &mut history, baseline, cycle)?
+                {
+                    break;
+                }
+                // The power goes soon after the recovery, before a flush could make up for one
+                // that wrote no tables.
+                if i >= stop.at + 2 * WRITES_AFTER_FAULT {
+                    break;
+                }
             }
             if fault.is_none() && self.rng.random_ratio(1, 200) {
                 self.db.flush()?;
             }
         }
+        if let Some(stop) = stop.as_mut()
+            && !stop.recovered
+        {
+            self.recovered(stop, recoveries_before, &mut history, baseline, cycle)?;
+        }
         Ok(history)
+    }
+
+    /// Waits for the engine to recover from `stop`, then checks that it holds every
+    /// acknowledged write (each failed one may or may not be there) and notes the writes the
+    /// recovery made durable; false, with a failure noted, if it never recovers.
+    fn recovered(
+        &self,
+        stop: &mut Stop,
+        recoveries_before: u64,
+        history: &mut CycleHistory,
+        baseline: &BTreeMap<usize, u32>,
+        cycle: usize,
+    ) -> Result<bool, StressError> {
+        let waiting = Instant::now();
+        while self.db.stats().recoveries <= recoveries_before {
+            if waiting.elapsed() > RECOVERY_WAIT {
+                history.failures.unrecovered += 1;
+                history.failures.messages.push(format!(
+                    "cycle {cycle}: no recovery from the fault at write {} in {RECOVERY_WAIT:?}",
+                    stop.at
+                ));
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        stop.recovered = true;
+        let observed = read_all(self.db, self.keys, self.max_value, &mut history.failures)?;
+        // Which of the failed writes took effect: try each choice (there are seldom more than
+        // one failed write, so few choices).
+        let choices = 1usize << stop.uncertain.len().min(6);
+        let kept = (0..choices).find_map(|mask| {
+            let dropped: Vec<usize> = (0..stop.uncertain.len().min(6))
+                .filter(|b| mask & (1 << b) != 0)
+                .filter_map(|b| stop.uncertain.get(b).copied())
+                .collect();
+            let candidate: Vec<Write> = history
+                .writes
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !dropped.contains(i))
+                .map(|(_, w)| w.clone())
+                .collect();
+            consistent_prefix(baseline, &candidate, &observed, candidate.len())
+                .map(|_| (candidate, dropped))
+        });
+        let Some((candidate, dropped)) = kept else {
+            history.failures.lost_writes += 1;
+            history.failures.messages.push(format!(
+                "cycle {cycle}: after the recovery from the fault at write {}, the database does not hold the {} writes acknowledged",
+                stop.at,
+                history.writes.iter().filter(|w| w.acknowledged).count()
+            ));
+            return Ok(true);
+        };
+        // The writes before the fault, and the failed one if it took effect, are in tables now.
+        let failed_kept = stop
+            .uncertain
+            .first()
+            .is_some_and(|&f| f == stop.acked_before && !dropped.contains(&f));
+        history.made_durable = stop.acked_before + usize::from(failed_kept);
+        history.writes = candidate;
+        Ok(true)
     }
 
     /// Makes one random write (put, delete, batch or range delete); returns what it changes

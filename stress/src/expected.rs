@@ -504,6 +504,20 @@ impl ExpectedState {
         self.journal(b'U', targets);
     }
 
+    /// Settles `key` on `state`, which a verification found there, as a commit at `seqno`,
+    /// keeping its history for the snapshots still held (after a recovery, where a reopen
+    /// would [`resolve`](Self::resolve)). A `seqno` below the last commit's (a compaction
+    /// zeroed it: every snapshot sees the write) is taken just above it.
+    pub(crate) fn settle_at(&self, key: usize, state: KeyState, seqno: SeqNo) {
+        let last = self
+            .history
+            .get(key)
+            .and_then(|h| lock(h).last().map(|c| c.seqno))
+            .unwrap_or(0);
+        let seqno = if seqno > last { seqno } else { last + 1 };
+        self.commit(&[(key, state)], seqno);
+    }
+
     /// Settles `key` on `state` after a full verification found it there. Every later read
     /// (and snapshot) is at or above the database's present sequence number, so the key's
     /// history starts afresh.

@@ -5,13 +5,22 @@
 //! cannot be found, a scan that errors — each is an `Unreadable` failure, never a pass. The final
 //! verification runs even after a fatal engine error.
 //!
-//! In a fault run (I/O errors injected through `FaultyFs`) a database stopped by a fault is
-//! closed, reopened with the faults paused, fully verified, and the run goes on — `db_stress`'s
-//! error-recovery loop. Only when a failed sync dropped bytes of a log since the last reopen
-//! may writes be lost, and then only as a suffix: the database must hold exactly the state
+//! In a fault run (I/O errors injected through `FaultyFs`) every fault is transient, and the
+//! engine must recover from it without losing an acknowledged write (DESIGN.md §4). A database
+//! stopped by a fault is not reopened: the next worker to look waits for the engine's own
+//! recovery (a new log, the memtables flushed through a fresh MANIFEST), or, if that has not
+//! come in time — the engine gives up after a few attempts when injected faults keep failing
+//! the recovery itself — calls `Db::resume`, with the faults paused if it must. It then checks
+//! every key, strictly, and the run goes on on the same database. Every verification after that
+//! (the `reopen` operation's, the end's) is strict too: no acknowledged write may be missing,
+//! even when a failed sync dropped log bytes, since the memtables held them.
+//!
+//! Only a database that could not be brought back even with the faults paused (an
+//! `Unrecovered` failure, which fails the run) is closed while stopped and reopened; if a
+//! failed sync dropped bytes of a log since it was last known whole (a reopen or a recovery),
+//! writes may then be lost, but only as a suffix: the database must hold exactly the state
 //! after some prefix of the writes, one that reaches the last write known durable (a synced
-//! write returned, or the engine's `durable_seqno` covered it). Any other fault loses no
-//! acknowledged write.
+//! write returned, or the engine's `durable_seqno` covered it).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -38,8 +47,17 @@ pub const STRESS_CF: &str = "stress";
 /// do, the TTL families measure against it alone).
 const CLOCK_START_MS: u64 = 1_000_000_000_000;
 
-/// A fault run that reopened fewer times than this exercised too little.
-pub const MIN_FAULT_REOPENS: u64 = 10;
+/// A fault run with fewer fault → recovery (or reopen) cycles than this exercised too little.
+pub const MIN_FAULT_CYCLES: u64 = 10;
+
+/// How long a worker that found the database stopped by a fault waits for the engine to recover
+/// on its own before it calls `Db::resume` itself: the engine's attempts, with their doubling
+/// backoff, are over well within it. A deadlock guard, not a timing claim.
+const AUTO_RECOVERY_WAIT: Duration = Duration::from_secs(3);
+
+/// `Db::resume` calls with the faults paused before a stop counts as unrecovered (a recovery
+/// finds a job still ending and asks to be called again).
+const PAUSED_RESUME_ATTEMPTS: u32 = 50;
 
 /// Why a run could not be carried out.
 #[derive(Debug, thiserror::Error)]
@@ -71,7 +89,7 @@ impl StressError {
 pub(crate) enum Reopen {
     /// The `reopen` operation of the mix.
     Op,
-    /// A fault stopped it.
+    /// A fault stopped it, and it could not be brought back without a reopen.
     AfterFault,
     /// The end of a fault run, on a healthy disk.
     Final,
@@ -89,6 +107,15 @@ pub(crate) fn refused(e: &cairn::Error) -> bool {
     )
 }
 
+/// How a database a fault stopped was brought back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AfterFault {
+    /// It recovered, and the run went on on it.
+    Recovered,
+    /// It could not be brought back, and was reopened.
+    Reopened,
+}
+
 /// Everything the workers share.
 pub struct Harness {
     pub(crate) config: StressConfig,
@@ -101,21 +128,29 @@ pub struct Harness {
     db: RwLock<Option<Db>>,
     /// The faulty disk of a fault run.
     faults: Option<FaultyFs>,
-    /// A fault stopped the database of this epoch: the next worker to look reopens it.
+    /// A fault stopped the database of this epoch: the next worker to look brings it back.
     stopped_epoch: AtomicU64,
+    /// Stops that ended in a recovery, after which the run went on without a reopen.
+    fault_recoveries: AtomicU64,
+    /// Recoveries that the harness's own `Db::resume` call made.
+    own_resumes: AtomicU64,
+    /// The open database's count of recoveries when the harness last looked.
+    recoveries_seen: AtomicU64,
     fault_reopens: AtomicU64,
-    /// Reopens after a failed sync dropped log bytes, judged as a prefix of the writes.
+    /// Reopens of a database closed while stopped after a failed sync dropped log bytes,
+    /// judged as a prefix of the writes.
     lossy_reopens: AtomicU64,
     stopped_ops: AtomicU64,
     /// The sequence number of the last write known durable (fault runs).
     durable: AtomicU64,
-    /// Log bytes failed syncs had dropped at the last reopen (fault runs).
-    dropped_at_reopen: AtomicU64,
+    /// Log bytes failed syncs had dropped when the database was last known to hold every
+    /// acknowledged write: at a reopen, or a recovery (fault runs).
+    dropped_when_whole: AtomicU64,
     stop: AtomicBool,
     ops: AtomicU64,
     started: Instant,
     fatal: Mutex<Option<String>>,
-    /// Flush, compaction and drop counts of the databases closed by reopens: a database's
+    /// Flush, compaction, recovery and drop counts of the databases closed by reopens: a database's
     /// counters start again at zero when it is opened.
     carried: Mutex<cairn::Stats>,
     op_log: Option<Mutex<std::fs::File>>,
@@ -152,7 +187,8 @@ impl Harness {
     ) -> Result<Self, StressError> {
         let mut config = config;
         config.validate().map_err(StressError::Config)?;
-        // Fault runs may lose a suffix of the writes, which the TTL model does not follow.
+        // A fault run's database closed while stopped may lose a suffix of the writes, which the
+        // TTL model does not follow.
         let ttl = if config.ttl && faults.is_none() {
             Some(open_ttl_state(&config)?)
         } else {
@@ -218,11 +254,14 @@ impl Harness {
             db: RwLock::new(Some(db)),
             faults,
             stopped_epoch: AtomicU64::new(u64::MAX),
+            fault_recoveries: AtomicU64::new(0),
+            own_resumes: AtomicU64::new(0),
+            recoveries_seen: AtomicU64::new(0),
             fault_reopens: AtomicU64::new(0),
             lossy_reopens: AtomicU64::new(0),
             stopped_ops: AtomicU64::new(0),
             durable: AtomicU64::new(durable),
-            dropped_at_reopen: AtomicU64::new(0),
+            dropped_when_whole: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             ops: AtomicU64::new(0),
             started: Instant::now(),
@@ -269,7 +308,7 @@ impl Harness {
 
     /// Records an engine error from a write (or a flush, a compaction: anything that changes
     /// the database). In a fault run it is tolerated and, unless the engine merely refused the
-    /// request, asks for a reopen: a failed write stops the database. Otherwise it is fatal.
+    /// request, asks for a recovery: a failed write stops the database. Otherwise it is fatal.
     pub(crate) fn engine_error(&self, op: &str, e: &cairn::Error) {
         self.tally.engine_error();
         if matches!(e, cairn::Error::Stopped { .. }) {
@@ -359,15 +398,104 @@ impl Harness {
         }
     }
 
-    /// True if a fault stopped the database of `epoch` and it should be reopened.
-    pub(crate) fn needs_fault_reopen(&self, epoch: u64) -> bool {
+    /// True if a fault stopped the database of `epoch` and it should be brought back.
+    pub(crate) fn needs_recovery(&self, epoch: u64) -> bool {
         self.stopped_epoch.load(Ordering::Acquire) == epoch
     }
 
+    /// Brings back the database of `epoch`, which a fault stopped, with no other worker
+    /// running: waits for the engine's recovery (or makes it), checks every key strictly, and
+    /// the run goes on on the same database. Only if it cannot be brought back (an
+    /// `Unrecovered` failure) is it closed and reopened. `None` if another worker got there
+    /// first.
+    pub(crate) fn recover(&self, epoch: u64) -> Option<AfterFault> {
+        let slot = self
+            .db
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.epoch.load(Ordering::Acquire) != epoch || !self.needs_recovery(epoch) {
+            return None;
+        }
+        // Every worker is between operations: any stop they met is the one handled here.
+        self.stopped_epoch.store(u64::MAX, Ordering::Release);
+        let db = slot.as_ref()?;
+        match self.bring_back(db, false) {
+            Ok(()) => {
+                self.fault_recoveries.fetch_add(1, Ordering::Relaxed);
+                // Read faults would fail the check, not the database.
+                if let Some(faults) = &self.faults {
+                    faults.pause_errors();
+                }
+                self.verify_recovered(db);
+                if let Some(faults) = &self.faults {
+                    faults.resume_errors();
+                }
+                self.note_whole(db);
+                Some(AfterFault::Recovered)
+            }
+            Err(e) => {
+                self.tally.fail(
+                    Failure::Unrecovered,
+                    format!("a transient fault left the database stopped: Db::resume failed with the faults paused: {e}"),
+                );
+                drop(slot);
+                self.reopen(epoch, Reopen::AfterFault)
+                    .then_some(AfterFault::Reopened)
+            }
+        }
+    }
+
+    /// Waits for the engine to recover from the stop a fault caused, for up to
+    /// [`AUTO_RECOVERY_WAIT`], then makes sure with `Db::resume` (which returns at once on a
+    /// running database); if injected faults fail that, tries again with them paused. With
+    /// `paused` the faults are paused already and the database is not waited for.
+    fn bring_back(&self, db: &Db, paused: bool) -> cairn::Result<()> {
+        let seen = self.recoveries_seen.load(Ordering::Acquire);
+        let waiting = Instant::now();
+        while !paused && db.stats().recoveries <= seen && waiting.elapsed() < AUTO_RECOVERY_WAIT {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let before = db.stats().recoveries;
+        let mut resumed = db.resume();
+        if resumed.is_err()
+            && let Some(faults) = &self.faults
+        {
+            faults.pause_errors();
+            for _ in 0..PAUSED_RESUME_ATTEMPTS {
+                resumed = db.resume();
+                if resumed.is_ok() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if !paused {
+                faults.resume_errors();
+            }
+        }
+        let after = db.stats().recoveries;
+        if after > before {
+            self.own_resumes.fetch_add(1, Ordering::Relaxed);
+        }
+        self.recoveries_seen.store(after, Ordering::Release);
+        resumed
+    }
+
+    /// `db` is running, and holds every acknowledged write in synced tables or its live log:
+    /// log bytes that failed syncs dropped until now cost nothing (each stopped it, and it has
+    /// recovered since).
+    fn note_whole(&self, db: &Db) {
+        self.note_durable(db.durable_seqno());
+        if let Some(faults) = &self.faults {
+            self.dropped_when_whole
+                .store(faults.dropped_bytes(".log"), Ordering::Release);
+        }
+    }
+
     /// Closes and reopens the database, then checks every key; false if another worker
-    /// reopened it first. After a fault (and at a fault run's end) the faults pause for the
-    /// close and the reopen, and if a failed sync dropped log bytes since the last reopen, the
-    /// check allows the writes after some point past the last durable one to be lost.
+    /// reopened it first. In a fault run the faults pause for the close and the reopen, and a
+    /// stopped database is brought back first (`Db::resume`), so the check is strict. Only a
+    /// database closed while still stopped, after a failed sync dropped log bytes, may have
+    /// lost the writes after some point past the last durable one.
     pub(crate) fn reopen(&self, epoch: u64, why: Reopen) -> bool {
         let mut slot = self
             .db
@@ -379,10 +507,28 @@ impl Harness {
         if let Some(faults) = &self.faults {
             faults.pause_errors();
         }
+        let mut closed_stopped = false;
         if let Some(held) = &self.held {
             held.forget_readers();
         }
         if let Some(db) = slot.take() {
+            if self.faults.is_some() {
+                // A stop not yet handled (the run's last fault, say) is recovered from first.
+                match self.bring_back(&db, true) {
+                    Ok(()) => self.note_whole(&db),
+                    Err(e) if why == Reopen::AfterFault => {
+                        tracing::debug!(error = %e, "closing a stopped database");
+                        closed_stopped = true;
+                    }
+                    Err(e) => {
+                        self.tally.fail(
+                            Failure::Unrecovered,
+                            format!("closing the database for a reopen, Db::resume failed with the faults paused: {e}"),
+                        );
+                        closed_stopped = true;
+                    }
+                }
+            }
             self.carry(&db.stats());
             // What the engine says no crash can lose must survive whatever it does not say.
             self.note_durable(db.durable_seqno());
@@ -392,10 +538,10 @@ impl Harness {
                 self.set_fatal(format!("close: {e}"));
             }
         }
-        let lost_log_bytes = self.faults.as_ref().is_some_and(|f| {
-            let dropped = f.dropped_bytes(".log");
-            dropped > self.dropped_at_reopen.swap(dropped, Ordering::AcqRel)
-        });
+        let lost_log_bytes = closed_stopped
+            && self.faults.as_ref().is_some_and(|f| {
+                f.dropped_bytes(".log") > self.dropped_when_whole.load(Ordering::Acquire)
+            });
         match Db::open(&self.path, self.options.clone()) {
             Ok(db) => {
                 // Checked before any worker can write again.
@@ -404,6 +550,8 @@ impl Harness {
                     "after a fault that dropped log bytes, and reopen"
                 } else if why == Reopen::Op {
                     "after reopen"
+                } else if why == Reopen::Final {
+                    "after the final reopen"
                 } else {
                     "after a fault and reopen"
                 };
@@ -415,14 +563,17 @@ impl Harness {
                 }
                 // Everything it holds now is in tables.
                 self.durable.store(db.latest_seqno(), Ordering::Release);
-                if self.faults.is_some() {
+                if let Some(faults) = &self.faults {
                     self.expected.set_durable(Some(db.latest_seqno()));
+                    self.dropped_when_whole
+                        .store(faults.dropped_bytes(".log"), Ordering::Release);
                 }
                 if let Some(held) = &self.held
                     && let Err(e) = held.reset(&db)
                 {
                     self.set_fatal(format!("reset of the held family: {e}"));
                 }
+                self.recoveries_seen.store(0, Ordering::Release);
                 *slot = Some(db);
                 self.epoch.fetch_add(1, Ordering::AcqRel);
                 if why == Reopen::AfterFault {
@@ -471,6 +622,44 @@ impl Harness {
             let observed = observe(k, value.as_deref(), self.config.max_value_size);
             self.tally.judge(k, observed, &ok, context);
             self.settle(k, observed, &ok);
+        }
+    }
+
+    /// Checks every key of `db` after a recovery, as strictly as after a reopen, and settles the
+    /// keys whose last write's outcome was unknown. Snapshots taken before the recovery are
+    /// still held, so a key is settled by a commit at its write's own sequence number (read
+    /// back for a put; the latest for a delete), not by starting its history afresh.
+    fn verify_recovered(&self, db: &Db) {
+        let context = "after a fault and recovery";
+        let Some(found) = self.read_all(db, context) else {
+            return;
+        };
+        let cf = db.column_family(STRESS_CF).ok();
+        let latest = db.latest_seqno();
+        for (k, value) in found.iter().enumerate() {
+            let ok = self.expected.after(k, self.expected.before(k));
+            let observed = observe(k, value.as_deref(), self.config.max_value_size);
+            self.tally.judge(k, observed, &ok, context);
+            let undecided =
+                self.expected.uncertain(k).is_some() || self.expected.pending(k).is_some();
+            if !undecided || !ok.allows(observed.version()) {
+                continue;
+            }
+            let state = match observed {
+                Observed::Version(v) => KeyState::present(v),
+                Observed::Absent if !self.expected.get(k).exists() => self.expected.get(k),
+                Observed::Absent => KeyState::deleted(self.expected.get(k).version()),
+                Observed::Damaged => continue,
+            };
+            let seqno = if state == self.expected.get(k) || !state.exists() {
+                latest
+            } else {
+                cf.as_ref()
+                    .and_then(|cf| cf.get_versions(crate::value::key(k), 1).ok())
+                    .and_then(|versions| versions.first().map(|v| v.seqno))
+                    .unwrap_or(latest)
+            };
+            self.expected.settle_at(k, state, seqno);
         }
     }
 
@@ -643,14 +832,18 @@ impl Harness {
         Ok(self.report())
     }
 
-    /// A fault run must have gone through enough fault → reopen cycles, and mostly on a
-    /// working database: otherwise its PASS would say little.
+    /// A fault run must have gone through enough fault → recovery (or reopen) cycles, and
+    /// mostly on a working database: otherwise its PASS would say little.
     fn check_exercised(&self) {
+        let recoveries = self.fault_recoveries.load(Ordering::Relaxed);
         let reopens = self.fault_reopens.load(Ordering::Relaxed);
-        if reopens < MIN_FAULT_REOPENS {
+        if recoveries + reopens < MIN_FAULT_CYCLES {
             self.tally.fail(
                 Failure::Unexercised,
-                format!("only {reopens} fault → reopen cycles (at least {MIN_FAULT_REOPENS})"),
+                format!(
+                    "only {recoveries} fault → recovery and {reopens} fault → reopen cycles (at \
+                     least {MIN_FAULT_CYCLES} in all)"
+                ),
             );
         }
         let ops = self.ops.load(Ordering::Relaxed);
@@ -677,10 +870,11 @@ impl Harness {
             last = (Instant::now(), ops);
             let stats = self.stats();
             bar.set_message(format!(
-                "{ops} ops ({rate:.0}/s) | flushes {} | compactions {} | fault reopens {} | \
-                 tombstones {} | failures {}",
+                "{ops} ops ({rate:.0}/s) | flushes {} | compactions {} | recoveries {} | fault \
+                 reopens {} | tombstones {} | failures {}",
                 stats.flushes,
                 stats.compactions,
+                stats.recoveries,
                 self.fault_reopens.load(Ordering::Relaxed),
                 stats.tombstones_pending,
                 self.tally.total_failures()
@@ -729,6 +923,9 @@ impl Harness {
             dropped,
             tombstones_pending: stats.tombstones_pending,
             engine_errors: self.tally.engine_errors(),
+            recoveries: stats.recoveries,
+            fault_recoveries: self.fault_recoveries.load(Ordering::Relaxed),
+            harness_resumes: self.own_resumes.load(Ordering::Relaxed),
             fault_reopens: self.fault_reopens.load(Ordering::Relaxed),
             lossy_reopens: self.lossy_reopens.load(Ordering::Relaxed),
             stopped_ops: self.stopped_ops.load(Ordering::Relaxed),
@@ -819,9 +1016,11 @@ fn per_sec(count: u64, seconds: f64) -> f64 {
     count / seconds.max(1e-3)
 }
 
-/// Adds the counters a reopen would reset (flushes, compactions, drops) of `from` to `to`.
+/// Adds the counters a reopen would reset (flushes, compactions, recoveries, drops) of `from`
+/// to `to`.
 fn add_counters(to: &mut cairn::Stats, from: &cairn::Stats) {
     to.flushes += from.flushes;
+    to.recoveries += from.recoveries;
     to.compactions += from.compactions;
     to.dropped.add(&from.dropped);
 }

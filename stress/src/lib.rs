@@ -22,8 +22,9 @@
 //!   write must survive) and the power-loss loop (in process, on the faulty file system: every
 //!   synced write survives, the rest recovered form a prefix).
 //! - [`run_with_faults`]: I/O errors injected one in N, failing as disks and kernels do; each
-//!   time a fault stops the database it is reopened on a healthy disk, fully verified, and the
-//!   run goes on. It may fail operations but never serves wrong data.
+//!   time a fault stops the database the harness waits for the engine to recover from it (or
+//!   calls `Db::resume`), verifies every key, and the run goes on without a reopen. It may fail
+//!   operations but never serves wrong data, and loses no acknowledged write.
 //!
 //! It tests through the public API only; it does not know the engine's internals.
 
@@ -43,7 +44,7 @@ mod worker;
 
 pub use config::{Limit, OpWeights, StressConfig};
 pub use crashtest::{CrashConfig, CrashReport, blackbox, power_loss, work_dir};
-pub use harness::{Harness, MIN_FAULT_REOPENS, STRESS_CF, StressError};
+pub use harness::{Harness, MIN_FAULT_CYCLES, STRESS_CF, StressError};
 pub use replay::replay;
 pub use report::{Failure, Failures, HeldCounts, StressReport, TtlCounts};
 pub use run::{FaultPlan, run_stress, run_with_fault_plan, run_with_faults};

@@ -26,8 +26,8 @@ pub enum Failure {
     /// A verification could not read the database: it could not be opened, a column family
     /// could not be found, or a scan or get failed. Nothing was checked, so nothing passed.
     Unreadable,
-    /// The run did not exercise what it claims: a fault run with too few fault → reopen cycles,
-    /// or one whose operations mostly met a stopped database.
+    /// The run did not exercise what it claims: a fault run with too few fault → recovery (or
+    /// reopen) cycles, or one whose operations mostly met a stopped database.
     Unexercised,
     /// A TTL family showed versions the expiry and `max_versions` rules do not allow at the
     /// clock's reading: an expired one, one a newer write replaced, or too few.
@@ -35,10 +35,13 @@ pub enum Failure {
     /// A reader held open across compactions read something other than what was live when it
     /// was made (its view: tables, family options, clock reading).
     HeldReader,
+    /// A fault run's database stayed stopped after an injected (transient) fault: the engine
+    /// did not recover, and `Db::resume` failed even with the faults paused.
+    Unrecovered,
 }
 
 impl Failure {
-    const ALL: [Failure; 10] = [
+    const ALL: [Failure; 11] = [
         Failure::LostWrite,
         Failure::ResurrectedDelete,
         Failure::WrongValue,
@@ -49,6 +52,7 @@ impl Failure {
         Failure::Unexercised,
         Failure::Expiry,
         Failure::HeldReader,
+        Failure::Unrecovered,
     ];
 
     fn index(self) -> usize {
@@ -167,6 +171,7 @@ impl Tally {
             unexercised: get(Failure::Unexercised),
             expiry_violations: get(Failure::Expiry),
             held_reader_mismatches: get(Failure::HeldReader),
+            unrecovered: get(Failure::Unrecovered),
             messages: self
                 .messages
                 .lock()
@@ -247,6 +252,9 @@ pub struct Failures {
     /// [`Failure::HeldReader`]).
     #[serde(default)]
     pub held_reader_mismatches: u64,
+    /// Transient faults the database never recovered from (see [`Failure::Unrecovered`]).
+    #[serde(default)]
+    pub unrecovered: u64,
     /// The first few failures, described.
     pub messages: Vec<String>,
 }
@@ -264,6 +272,7 @@ impl Failures {
         self.unexercised += other.unexercised;
         self.expiry_violations += other.expiry_violations;
         self.held_reader_mismatches += other.held_reader_mismatches;
+        self.unrecovered += other.unrecovered;
         let room = MAX_MESSAGES.saturating_sub(self.messages.len());
         self.messages.extend(other.messages.into_iter().take(room));
     }
@@ -285,6 +294,7 @@ impl Failures {
             + self.unexercised
             + self.expiry_violations
             + self.held_reader_mismatches
+            + self.unrecovered
     }
 
     /// How many failures of `kind`.
@@ -300,6 +310,7 @@ impl Failures {
             Failure::Unexercised => self.unexercised,
             Failure::Expiry => self.expiry_violations,
             Failure::HeldReader => self.held_reader_mismatches,
+            Failure::Unrecovered => self.unrecovered,
         }
     }
 }
@@ -327,11 +338,26 @@ pub struct StressReport {
     pub tombstones_pending: u64,
     /// Engine errors tolerated (injected faults).
     pub engine_errors: u64,
-    /// Fault runs: times a database stopped by a fault was closed, reopened on a healthy disk,
-    /// fully verified, and the run went on.
+    /// The engine's recoveries from a stop caused by an I/O error (`Stats::recoveries`, over
+    /// every database the run opened): automatic ones and those `Db::resume` made.
+    #[serde(default)]
+    pub recoveries: u64,
+    /// Fault runs: times a fault stopped the database and the run went on without a reopen once
+    /// it had recovered, after a full, strict verification.
+    #[serde(default)]
+    pub fault_recoveries: u64,
+    /// Of the recoveries the harness waited for, those that came from its own `Db::resume`
+    /// call (the engine had not recovered on its own in time, or had given up because injected
+    /// faults kept failing the recovery itself), including the one before each reopen.
+    #[serde(default)]
+    pub harness_resumes: u64,
+    /// Fault runs: times a stopped database could not be brought back (an `Unrecovered`
+    /// failure) and was closed while stopped, reopened on a healthy disk, fully verified, and
+    /// the run went on.
     pub fault_reopens: u64,
-    /// Of the reopens, those after a failed sync had dropped log bytes: the database was then
-    /// held to a prefix of the writes, reaching the last durable one.
+    /// Of the reopens, those of a database closed while stopped after a failed sync had dropped
+    /// log bytes: it was then held only to a prefix of the writes, reaching the last durable one.
+    /// Every other verification is strict: no acknowledged write may be missing.
     #[serde(default)]
     pub lossy_reopens: u64,
     /// Operations refused because the database had stopped.
@@ -391,9 +417,13 @@ impl StressReport {
         let _ = writeln!(out, "dropped by rule: {}", dropped.join(" "));
         let _ = writeln!(
             out,
-            "engine errors tolerated {}, fault reopens {} ({} after dropped log bytes), ops on a \
-             stopped database {}, transaction conflicts {}",
+            "engine errors tolerated {}, recoveries {} (fault → recovery cycles {}, {} by the \
+             harness's resume), fault reopens {} ({} after dropped log bytes), ops on a stopped \
+             database {}, transaction conflicts {}",
             self.engine_errors,
+            self.recoveries,
+            self.fault_recoveries,
+            self.harness_resumes,
             self.fault_reopens,
             self.lossy_reopens,
             self.stopped_ops,
@@ -421,7 +451,7 @@ impl StressReport {
             out,
             "lost writes {}, resurrected deletes {}, holes {}, wrong values {}, snapshot \
              mismatches {}, lost updates {}, unreadable {}, unexercised {}, expiry violations \
-             {}, held reader mismatches {}",
+             {}, held reader mismatches {}, unrecovered {}",
             f.lost_writes,
             f.resurrected_deletes,
             f.holes,
@@ -431,7 +461,8 @@ impl StressReport {
             f.unreadable,
             f.unexercised,
             f.expiry_violations,
-            f.held_reader_mismatches
+            f.held_reader_mismatches,
+            f.unrecovered
         );
         for m in &f.messages {
             let _ = writeln!(out, "  {m}");

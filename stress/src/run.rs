@@ -32,10 +32,13 @@ pub fn run_stress(config: StressConfig) -> Result<StressReport, StressError> {
 
 /// Runs a stress with I/O errors injected one operation in `one_in` of every kind: appends fail
 /// torn, syncs fail dropping or keeping the unsynced bytes. Each time a fault stops the
-/// database it is reopened with the faults paused, fully verified, and the run goes on; at the
-/// end the faults stop and everything is verified once more. A run with fewer than
-/// [`MIN_FAULT_REOPENS`](crate::MIN_FAULT_REOPENS) such cycles, or whose operations mostly met
-/// a stopped database, fails as unexercised.
+/// database the harness waits for its recovery (or calls `Db::resume`, with the faults paused
+/// if they keep failing it), verifies every key strictly, and the run goes on; at the end the
+/// faults stop, the database is reopened and everything is verified once more, as strictly:
+/// no acknowledged write may be missing. A run with fewer than
+/// [`MIN_FAULT_CYCLES`](crate::MIN_FAULT_CYCLES) fault → recovery cycles, or whose operations
+/// mostly met a stopped database, fails as unexercised; a stop that `Db::resume` could not end
+/// even with the faults paused fails as unrecovered.
 ///
 /// # Errors
 /// `Config` for bad settings; `Engine` if the database cannot be created.

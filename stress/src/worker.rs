@@ -10,7 +10,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::expected::{Floor, KeyState};
-use crate::harness::{Harness, Reopen, STRESS_CF};
+use crate::harness::{AfterFault, Harness, Reopen, STRESS_CF};
 use crate::report::{Failure, Observed};
 use crate::value::{is_single_delete_key, key, parse_value, value};
 
@@ -71,27 +71,26 @@ impl<'h> Worker<'h> {
                 pick -= weight;
             }
             let epoch = self.h.epoch.load(Ordering::Acquire);
-            let why = if self.h.needs_fault_reopen(epoch) {
-                Some(Reopen::AfterFault)
-            } else {
-                (op == "reopen").then_some(Reopen::Op)
-            };
-            if why.is_none() && op == "held_scene" {
+            if self.h.needs_recovery(epoch) {
+                // Held snapshots stay held across the recovery, and are checked after it.
+                match self.h.recover(epoch) {
+                    Some(AfterFault::Recovered) => self.h.tally.op("fault_recovery"),
+                    Some(AfterFault::Reopened) => self.h.tally.op("fault_reopen"),
+                    None => {}
+                }
+                continue;
+            }
+            if op == "held_scene" {
                 self.h.held_scene(&mut self.rng);
                 self.h.tally.op(op);
                 self.h.op_done();
                 continue;
             }
-            if let Some(why) = why {
+            if op == "reopen" {
                 self.release_all(epoch);
                 self.cf = None;
-                if self.h.reopen(epoch, why) {
-                    let op = if why == Reopen::Op {
-                        "reopen"
-                    } else {
-                        "fault_reopen"
-                    };
-                    self.h.tally.op(op);
+                if self.h.reopen(epoch, Reopen::Op) {
+                    self.h.tally.op("reopen");
                 }
                 continue;
             }

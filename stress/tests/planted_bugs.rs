@@ -176,6 +176,34 @@ fn manifest_faults(seed: u64) -> Result<StressReport, StressError> {
     cairn_stress::run_with_fault_plan(config, &plan)
 }
 
+/// A fault run whose log syncs fail, dropping their unsynced bytes or keeping them: each stop
+/// is recovered from and the run goes on, and the `reopen` operations and the end reopen the
+/// database and check every acknowledged write.
+fn log_sync_faults(seed: u64) -> Result<StressReport, StressError> {
+    let weights = OpWeights {
+        reopen: 5,
+        // Calibrated on the default family's work alone.
+        ..OpWeights::default().without_ttl()
+    };
+    let config = StressConfig {
+        threads: 4,
+        keys: 2_000,
+        seed,
+        limit: Limit::Ops(5_000),
+        weights,
+        memtable_size: 16 * 1024,
+        sync_probability: 0.05,
+        ..StressConfig::default()
+    };
+    let plan = FaultPlan {
+        one_in: 4,
+        kinds: vec![cairn_fs::OpKind::Sync],
+        sync_failure: cairn_fs::SyncFailure::Either,
+        path_contains: ".log".into(),
+    };
+    cairn_stress::run_with_fault_plan(config, &plan)
+}
+
 /// Runs with `DropAboveBottom` planted allowed per seed before it counts as missed. Four threads
 /// schedule differently from run to run, and at seed 0 that bug found no resurrected delete in
 /// about one run of six, at 883e273 as after it. A harness blind to it misses it in every run
@@ -276,4 +304,58 @@ fn deleted_runs_used_by_readers_of_an_older_view_are_caught_as_held_reader_misma
     caught(Bug::RunsIgnoreView, Failure::HeldReader, 1, |seed| {
         cairn_stress::run_stress(held_heavy(seed))
     });
+}
+
+#[test]
+fn recovery_that_skips_the_flush_is_caught_as_a_lost_write_at_the_next_reopen() {
+    caught(
+        Bug::RecoverySkipsFlush,
+        Failure::LostWrite,
+        1,
+        log_sync_faults,
+    );
+}
+
+/// The power-loss loop with faults on every other cycle: with recovery skipping the flush, the
+/// writes acknowledged before a fault are gone after the power loss, though the recovery was
+/// to make them durable; without the bug, nothing is.
+#[test]
+fn recovery_that_skips_the_flush_is_caught_by_the_power_loss_loop() {
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let run = |seed: u64| {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let config = cairn_stress::CrashConfig {
+            cycles: 4,
+            seed,
+            writes_per_cycle: 800,
+            stress: StressConfig {
+                keys: 1_000,
+                ..StressConfig::default()
+            },
+            ..cairn_stress::CrashConfig::default()
+        };
+        cairn_stress::power_loss(&config, dir.path()).expect("the power-loss loop")
+    };
+    for seed in 0..seeds() {
+        planted::set(Bug::RecoverySkipsFlush, false);
+        let clean = run(seed);
+        println!("seed {seed} without the bug: {clean:?}");
+        assert_eq!(clean.recoveries, 2, "cycles 1 and 3 meet a fault");
+        assert!(
+            clean.failures.is_clean(),
+            "seed {seed}: {:?}",
+            clean.failures
+        );
+        planted::set(Bug::RecoverySkipsFlush, true);
+        let buggy = run(seed);
+        planted::set(Bug::RecoverySkipsFlush, false);
+        println!("seed {seed} with the bug: {buggy:?}");
+        assert!(
+            buggy.failures.lost_writes + buggy.failures.holes > 0,
+            "seed {seed}: RecoverySkipsFlush went unnoticed by the power-loss loop: {:?}",
+            buggy.failures
+        );
+    }
 }

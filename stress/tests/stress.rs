@@ -52,19 +52,21 @@ fn a_short_stress_with_reopens_finds_nothing_wrong() -> Result<(), cairn_stress:
 }
 
 #[test]
-fn injected_io_errors_never_produce_wrong_data_and_each_stop_is_reopened_and_verified()
+fn injected_io_errors_never_produce_wrong_data_and_each_stop_is_recovered_and_verified()
 -> Result<(), cairn_stress::StressError> {
     let mut config = short(7);
     config.weights.reopen = 0;
     config.limit = Limit::Ops(5_000);
     let report = cairn_stress::run_with_faults(config, 50)?;
+    println!("{}", report.summary());
     assert!(
         report.engine_errors > 0,
         "no fault was injected: {}",
         report.summary()
     );
     assert!(
-        report.fault_reopens >= cairn_stress::MIN_FAULT_REOPENS,
+        report.fault_recoveries >= cairn_stress::MIN_FAULT_CYCLES
+            && report.recoveries >= report.fault_recoveries - report.harness_resumes,
         "{}",
         report.summary()
     );
@@ -83,27 +85,53 @@ fn injected_io_errors_never_produce_wrong_data_and_each_stop_is_reopened_and_ver
     Ok(())
 }
 
-/// Log syncs that fail and drop the unsynced bytes: each reopen after one holds the database to
-/// a prefix of the writes that reaches the last durable one, and the run goes on from there.
-#[test]
-fn log_syncs_that_drop_bytes_leave_a_prefix_that_reaches_the_last_durable_write()
--> Result<(), cairn_stress::StressError> {
-    let mut config = short(11);
-    config.weights.reopen = 0;
+/// Log syncs that fail, dropping the unsynced bytes or keeping them: the engine recovers from
+/// each (a new log, the memtables flushed), the run goes on without a reopen, and every check
+/// after — the `reopen` operation's and the end's — is strict: no acknowledged write is lost,
+/// and no reopen is judged as a prefix of the writes.
+fn log_sync_failures(sync_failure: cairn_fs::SyncFailure, seed: u64) -> cairn_stress::StressReport {
+    let mut config = short(seed);
+    config.weights.reopen = 5;
     config.limit = Limit::Ops(5_000);
     config.memtable_size = 16 * 1024;
     config.sync_probability = 0.05;
     let plan = cairn_stress::FaultPlan {
         one_in: 4,
         kinds: vec![cairn_fs::OpKind::Sync],
-        sync_failure: cairn_fs::SyncFailure::DropsUnsynced,
+        sync_failure,
         path_contains: ".log".into(),
     };
-    let report = cairn_stress::run_with_fault_plan(config, &plan)?;
-    println!("{}", report.summary());
-    assert!(report.lossy_reopens > 0, "{}", report.summary());
+    let report = cairn_stress::run_with_fault_plan(config, &plan).expect("the fault run");
+    println!("{sync_failure:?}: {}", report.summary());
+    assert!(
+        report.fault_recoveries >= cairn_stress::MIN_FAULT_CYCLES,
+        "{}",
+        report.summary()
+    );
+    assert!(report.recoveries > 0, "{}", report.summary());
+    assert!(
+        report.ops.get("reopen").copied().unwrap_or(0) > 0,
+        "no strict reopen after a recovery: {}",
+        report.summary()
+    );
+    assert_eq!(
+        (report.fault_reopens, report.lossy_reopens),
+        (0, 0),
+        "{}",
+        report.summary()
+    );
     assert_eq!(report.exit_code(), 0, "{}", report.summary());
-    Ok(())
+    report
+}
+
+#[test]
+fn log_syncs_that_drop_their_bytes_are_recovered_from_losing_no_acknowledged_write() {
+    log_sync_failures(cairn_fs::SyncFailure::DropsUnsynced, 11);
+}
+
+#[test]
+fn log_syncs_that_keep_their_bytes_are_recovered_from_losing_no_acknowledged_write() {
+    log_sync_failures(cairn_fs::SyncFailure::KeepsBytes, 12);
 }
 
 /// The checker fails closed: a run whose database cannot be read at the end is a failure.
@@ -151,6 +179,10 @@ fn power_loss_cycles_keep_synced_writes_and_recover_a_prefix()
     let report = cairn_stress::power_loss(&config, dir.path())?;
     assert_eq!(report.cycles, 5);
     assert_eq!(report.faults, 2, "cycles 1 and 3 meet a disk fault");
+    assert_eq!(
+        report.recoveries, 2,
+        "the engine recovers from each fault, and loses nothing it had acknowledged"
+    );
     assert!(report.failures.is_clean(), "{:?}", report.failures);
     Ok(())
 }
