@@ -10,9 +10,10 @@
 //!
 //! 1. waits for background work in flight to end (a stopped database starts none), then takes
 //!    the MANIFEST lock and a turn of the write queue alone, so nothing else writes;
-//! 2. creates a new log and syncs the directory;
-//! 3. writes every memtable, frozen and active, to level-0 tables, each synced under its
+//! 2. writes every memtable, frozen and active, to level-0 tables, each synced under its
 //!    final name;
+//! 3. creates a new log and syncs the directory (after the tables, so an attempt that fails
+//!    writing them leaves no empty log behind);
 //! 4. writes a fresh MANIFEST holding the state with those tables and the new log as the
 //!    oldest to replay, syncs it, and points `CURRENT` at it durably;
 //! 5. only then installs the new state, clears the stop and lets writes resume; the sweep
@@ -124,15 +125,15 @@ impl DbInner {
             let cfs: Vec<u32> = state.meta.cfs.keys().copied().collect();
             (state.take_file_number(), memsets, cfs)
         };
-        let log = self.fs.create(&filename::log_path(&self.dir, log_number))?;
-        self.fs.sync_dir(&self.dir)?;
         let mut numbers = Vec::new();
         let written = self.write_memsets(&memsets, &cfs, &mut numbers);
         let installed = written.and_then(|new_files| {
+            let log = self.create_log(log_number)?;
             self.install_recovered(&mut manifest, log_number, new_files, &cfs)
+                .map(|()| log)
         });
         self.release_outputs(numbers);
-        installed?;
+        let log = installed?;
         *self.lock_wal() = LogWriter::new(log);
         let mut state = self.lock_state();
         // Everything acknowledged is in synced tables now.
@@ -151,6 +152,20 @@ impl DbInner {
         self.state_changed.notify_all();
         tracing::info!("recovered from the I/O error: memtables flushed, writes resume");
         Ok(())
+    }
+
+    /// The new log, durable under its name. One whose directory sync failed is removed again
+    /// (it is empty and nothing names it), so a failed attempt leaves no log for the next open
+    /// to take for the newest.
+    fn create_log(&self, number: u64) -> Result<Box<dyn cairn_fs::WritableFile>> {
+        let path = filename::log_path(&self.dir, number);
+        let log = self.fs.create(&path)?;
+        if let Err(e) = self.fs.sync_dir(&self.dir) {
+            drop(log);
+            let _ = self.fs.remove(&path);
+            return Err(e.into());
+        }
+        Ok(log)
     }
 
     /// Writes every memtable of `memsets` of the families `cfs`, oldest first, as level-0

@@ -493,7 +493,7 @@ fn restricted_rows_filling_a_whole_pass_do_not_starve_the_rows_behind_them(kind:
 }
 
 /// A `deleted_at` that every row holds (NOT NULL), or that the server sets on every update
-/// (MySQL's `ON UPDATE CURRENT_TIMESTAMP`, what an old MariaDB gives a bare first `TIMESTAMP`
+/// (MySQL's `ON UPDATE CURRENT_TIMESTAMP`, what an old `MariaDB` gives a bare first `TIMESTAMP`
 /// column), makes live rows look soft-deleted: the table is refused and every row stays.
 fn a_deleted_at_that_is_not_null_or_set_on_update_is_refused(kind: Kind) {
     let Some(env) = Env::new(kind, true) else {
