@@ -186,7 +186,18 @@ struct RealReadableFile {
 }
 
 impl ReadableFile for RealReadableFile {
+    /// Reads within the length the file had when opened: a file another process is still
+    /// appending to (a live writer's log or MANIFEST, read beside it) reads as the prefix it
+    /// was then, so a reader never meets a record being written after it judged the file's end.
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let room = self.len.saturating_sub(offset);
+        let want = buf.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+        let Some(buf) = buf.get_mut(..want) else {
+            return Ok(0);
+        };
+        if buf.is_empty() {
+            return Ok(0);
+        }
         loop {
             match self.file.read_at(buf, offset) {
                 // A signal arrived before anything was read: nothing happened, so try again.

@@ -109,3 +109,30 @@ fn shared_locks_coexist_and_exclude_the_exclusive_one() -> cairn_fs::Result<()> 
     let _writer = fs.lock(&path)?;
     Ok(())
 }
+
+/// A file opened for reading reads as it was then, though a writer goes on appending: a
+/// reader beside a live writer never meets half a record written after it judged the file's
+/// end (it took such a torn record in a log it thought finished for corruption).
+#[test]
+fn a_reader_sees_the_length_the_file_had_when_opened() -> cairn_fs::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fs = RealFs::new();
+    let path = dir.path().join("log");
+    let mut writer = fs.create(&path)?;
+    writer.append(b"first")?;
+    let reader = fs.open_read(&path)?;
+    writer.append(b" and more")?;
+    writer.sync()?;
+    let mut buf = [0u8; 32];
+    assert_eq!(reader.len(), 5);
+    assert_eq!(reader.read_at(0, &mut buf)?, 5);
+    assert_eq!(&buf[..5], b"first");
+    assert_eq!(
+        reader.read_at(5, &mut buf)?,
+        0,
+        "bytes past the open's length"
+    );
+    assert_eq!(reader.read_to_end_from(0)?, b"first");
+    assert_eq!(fs.open_read(&path)?.read_to_end_from(0)?, b"first and more");
+    Ok(())
+}
