@@ -59,15 +59,20 @@ impl DbInner {
                     }
                 }
             };
-            self.run_task("background work", || match task {
-                Task::Sweep => {
-                    self.delete_obsolete_files();
-                    Ok(())
+            match task {
+                Task::Compact(running) => {
+                    self.run_compaction_task(|| self.run_compaction(&running).map(drop));
                 }
-                Task::Freeze => self.freeze_from_background(),
-                Task::RollManifest => self.roll_manifest_if_due(),
-                Task::Compact(running) => self.run_compaction(&running).map(drop),
-            });
+                other => self.run_task("background work", || match other {
+                    Task::Sweep => {
+                        self.delete_obsolete_files();
+                        Ok(())
+                    }
+                    Task::Freeze => self.freeze_from_background(),
+                    Task::RollManifest => self.roll_manifest_if_due(),
+                    Task::Compact(_) => Ok(()),
+                }),
+            }
         }
     }
 

@@ -88,8 +88,10 @@ pub(crate) struct DbState {
     pub(crate) flushing: bool,
     /// Automatic recovery attempts since the database last stopped (`resume`).
     pub(crate) recovery_attempts: u32,
-    /// Recoveries in a row, each within a minute of the one before: a stop that comes back
-    /// as soon as it is cleared (a compaction failing the same way each time) is persistent.
+    /// The stop came from a failed compaction (not a write, a flush or the MANIFEST).
+    pub(crate) stopped_by_compaction: bool,
+    /// Recoveries in a row from stops a compaction caused, each within a minute of the one
+    /// before: a compaction failing the same way each time is a persistent failure.
     pub(crate) quick_recoveries: u32,
     /// When the last recovery finished.
     pub(crate) last_recovery: Option<std::time::Instant>,
@@ -158,6 +160,7 @@ impl DbState {
         if self.error.is_none() {
             tracing::error!(error = %error, "stopping writes after a failure");
             self.error = Some(StopCause::of(error));
+            self.stopped_by_compaction = false;
         }
     }
 }
@@ -221,6 +224,7 @@ impl DbInner {
                 sweeps: 0,
                 flushing: false,
                 recovery_attempts: 0,
+                stopped_by_compaction: false,
                 quick_recoveries: 0,
                 last_recovery: None,
                 shutting_down: false,
@@ -317,6 +321,25 @@ impl DbInner {
             // old one could stop it again after a recovery cleared it.
             Err(Error::Stopped { .. }) | Ok(()) => {}
             Err(e) => self.stop_with(&e),
+        }
+    }
+
+    /// Runs a compaction as [`run_task`](Self::run_task) does, noting that a stop it causes
+    /// came from a compaction (see `DbState::quick_recoveries`).
+    pub(crate) fn run_compaction_task(&self, task: impl FnOnce() -> Result<()>) {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task))
+            .unwrap_or_else(|_| Err(Error::Panicked("a compaction panicked".to_owned())));
+        match result {
+            Err(Error::Stopped { .. }) | Ok(()) => {}
+            Err(e) => {
+                let mut state = self.lock_state();
+                if state.error.is_none() {
+                    state.stop(&e);
+                    state.stopped_by_compaction = true;
+                }
+                drop(state);
+                self.state_changed.notify_all();
+            }
         }
     }
 

@@ -52,8 +52,9 @@ fn skips_flush() -> bool {
 /// Automatic recovery attempts after one stop before the database stays stopped.
 pub(crate) const MAX_AUTO_ATTEMPTS: u32 = 6;
 
-/// A recovery this soon after the one before counts toward [`MAX_AUTO_ATTEMPTS`] quick ones in a
-/// row, after which the stop is taken for persistent and automatic recovery ends.
+/// A recovery from a compaction's stop this soon after the one before counts toward
+/// [`MAX_AUTO_ATTEMPTS`] quick ones in a row, after which the stop is taken for persistent and
+/// automatic recovery ends.
 const QUICK_RECOVERY: Duration = Duration::from_secs(60);
 
 /// The wait before the first automatic attempt; it doubles for each later one.
@@ -141,11 +142,17 @@ impl DbInner {
             .fetch_max(self.visible_seqno.load(Ordering::Acquire), Ordering::AcqRel);
         state.error = None;
         state.recovery_attempts = 0;
+        // Stops a write or a flush met are transient faults, recovered from each time; a
+        // compaction failing again as soon as the stop is cleared is not.
         let now = std::time::Instant::now();
         let quick = state
             .last_recovery
             .is_some_and(|t| now.duration_since(t) < QUICK_RECOVERY);
-        state.quick_recoveries = if quick { state.quick_recoveries + 1 } else { 1 };
+        state.quick_recoveries = match (state.stopped_by_compaction, quick) {
+            (false, _) => 0,
+            (true, true) => state.quick_recoveries + 1,
+            (true, false) => 1,
+        };
         state.last_recovery = Some(now);
         self.stats.note_recovery();
         drop(state);
