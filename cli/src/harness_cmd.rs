@@ -1,5 +1,10 @@
 //! `cairn stress`, `cairn stress replay` and `cairn crashtest`: the harness's commands, their
 //! arguments and how their results become output and exit codes.
+//!
+//! Ctrl-C or SIGTERM ends a run early but whole: the workers stop after their operation (a
+//! blackbox child is killed and checked at once), the final verification runs, and the summary
+//! and report say `interrupted`; the exit code is the run's own (0 pass, 1 a check failed). A
+//! second Ctrl-C ends the process at once with 130.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -14,9 +19,14 @@ use crate::{bad_args, init_logging, init_logging_with, output};
 pub struct StressArgs {
     #[command(subcommand)]
     replay: Option<StressSub>,
-    /// Database directory (default: a temporary one, deleted afterwards).
+    /// Database directory (default: a temporary one, deleted afterwards). A non-empty directory
+    /// a stress did not create is refused unless --reuse is given.
     #[arg(long)]
     db: Option<PathBuf>,
+    /// Write into --db even if it is a database a stress did not create; the harness's
+    /// families (stress, ttl_one, ttl_three, held) are dropped and made afresh, others untouched.
+    #[arg(long)]
+    reuse: bool,
     /// Worker threads.
     #[arg(long, default_value_t = 4)]
     threads: usize,
@@ -26,7 +36,8 @@ pub struct StressArgs {
     /// Seed of every random choice.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// How long to run (`20s`, `10m`, `1h`; a bare number is seconds; ignored with --ops).
+    /// How long to run (`20s`, `10m`, `1h`; a bare number is seconds; ignored with --ops; 0 is
+    /// refused as exercising nothing).
     #[arg(long, default_value = "60s", value_parser = output::parse_duration)]
     duration: Duration,
     /// Stop after this many operations instead of after --duration.
@@ -62,8 +73,9 @@ pub struct StressArgs {
     /// Journal the expected state here (the crash test reads it after a kill).
     #[arg(long)]
     expected_journal: Option<PathBuf>,
-    /// Inject I/O errors one operation in N; after each stop, wait for the engine's recovery
-    /// (or resume it) and verify every key strictly.
+    /// Inject I/O errors one operation in N (N ≥ 1; 0 is refused: leave the flag out for a run
+    /// without faults); after each stop, wait for the engine's recovery (or resume it) and
+    /// verify every key strictly.
     #[arg(long)]
     inject_errors: Option<u32>,
     /// Write the JSON report here.
@@ -93,12 +105,14 @@ pub enum StressSub {
         /// Database directory (default: a temporary one).
         #[arg(long)]
         db: Option<PathBuf>,
-        /// Keys in the original run's key space.
-        #[arg(long, default_value_t = 100_000)]
-        keys: usize,
-        /// The original run's largest value.
-        #[arg(long, default_value_t = 200)]
-        max_value_size: usize,
+        /// Keys in the original run's key space (default: the op log's; a different value is
+        /// refused).
+        #[arg(long)]
+        keys: Option<usize>,
+        /// The original run's largest value (default: the op log's; a different value is
+        /// refused).
+        #[arg(long)]
+        max_value_size: Option<usize>,
     },
 }
 
@@ -107,10 +121,12 @@ pub struct CrashArgs {
     /// `blackbox` (SIGKILL a child), `power-loss` (in process, faulty file system) or `both`.
     #[arg(long, default_value = "both")]
     mode: String,
-    /// Crash cycles per mode.
-    #[arg(long, default_value_t = 5)]
-    cycles: usize,
-    /// Stop starting new cycles after this long (`10m`; a bare number is seconds; 0: no limit).
+    /// Crash cycles per mode (default 5, or no limit with --duration; with both, whichever
+    /// comes first ends the mode; 0 is refused as exercising nothing).
+    #[arg(long)]
+    cycles: Option<usize>,
+    /// Stop starting new cycles after this long (`10m`; a bare number is seconds; 0: no limit),
+    /// shared evenly between the modes.
     #[arg(long, default_value = "0", value_parser = output::parse_duration)]
     duration: Duration,
     /// Seed of timing, writes and power-loss modes.
@@ -122,7 +138,7 @@ pub struct CrashArgs {
     /// Worker threads of each blackbox child.
     #[arg(long, default_value_t = 4)]
     threads: usize,
-    /// Shortest run before a kill (`500ms`).
+    /// Shortest run before a kill (`500ms`; not above --kill-max).
     #[arg(long, default_value = "500ms", value_parser = output::parse_duration)]
     kill_min: Duration,
     /// Longest run before a kill (`3s`).
@@ -167,10 +183,11 @@ pub fn stress(args: StressArgs) -> i32 {
         let path = db
             .or_else(|| temp.as_ref().map(|t| t.path().to_path_buf()))
             .unwrap_or_default();
-        return finish(
-            cairn_stress::replay(&log, &path, keys, max_value_size),
-            None,
-        );
+        let given = cairn_stress::ReplaySettings {
+            keys,
+            max_value_size,
+        };
+        return finish(cairn_stress::replay(&log, &path, given), None);
     }
     let weights = match OpWeights::parse(&args.mix) {
         Ok(w) => w,
@@ -183,6 +200,7 @@ pub fn stress(args: StressArgs) -> i32 {
         limit: args.ops.map_or(Limit::Duration(args.duration), Limit::Ops),
         weights,
         db: args.db,
+        reuse: args.reuse,
         sync_probability: args.sync_probability,
         grace: args
             .grace
@@ -202,6 +220,13 @@ pub fn stress(args: StressArgs) -> i32 {
     if let Err(e) = config.validate() {
         return bad_args(&e);
     }
+    if args.inject_errors == Some(0) {
+        return bad_args(
+            "--inject-errors 0 would inject nothing: give N ≥ 1 (one operation in N fails), or \
+             leave the flag out for a run without faults",
+        );
+    }
+    stop_on_signals();
     if !args.quiet {
         let limit = match config.limit {
             Limit::Duration(d) => format!("for {}", humantime::format_duration(d)),
@@ -213,7 +238,7 @@ pub fn stress(args: StressArgs) -> i32 {
         );
     }
     let result = match args.inject_errors {
-        Some(one_in) => cairn_stress::run_with_faults(config, one_in.max(1)),
+        Some(one_in) => cairn_stress::run_with_faults(config, one_in),
         None => cairn_stress::run_stress(config),
     };
     finish(result, args.report.as_ref())
@@ -252,6 +277,13 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
             ));
         }
     };
+    if args.cycles == Some(0) {
+        return bad_args("--cycles 0 exercised nothing: give at least one cycle");
+    }
+    let kill_after_ms = match kill_window(args) {
+        Ok(window) => window,
+        Err(why) => return bad_args(&why),
+    };
     let stress = StressConfig {
         keys: args.keys,
         threads: args.threads,
@@ -268,20 +300,40 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
             return 2;
         }
     };
+    // Without a time limit, 5 cycles; with one, as many as fit, unless --cycles ends it first.
+    let cycles = match (args.cycles, args.duration.is_zero()) {
+        (Some(n), _) => n,
+        (None, true) => 5,
+        (None, false) => usize::MAX,
+    };
+    stop_on_signals();
+    let limit = match (args.cycles, args.duration.is_zero()) {
+        (_, true) => format!("{cycles} cycles"),
+        (None, false) => format!("for {}", humantime::format_duration(args.duration)),
+        (Some(n), false) => format!(
+            "{n} cycles or for {}, whichever comes first",
+            humantime::format_duration(args.duration)
+        ),
+    };
+    eprintln!(
+        "cairn crashtest: {} per mode, {} keys, seed {}, {limit}",
+        modes.join(" and "),
+        args.keys,
+        args.seed
+    );
     let mut reports = Vec::new();
     let mut worst = 0;
     for mode in modes {
-        let mut config = CrashConfig {
-            cycles: args.cycles,
+        if cairn_stress::stop_requested() {
+            break;
+        }
+        let config = CrashConfig {
+            cycles,
             seed: args.seed,
-            kill_after_ms: kill_window(args),
+            kill_after_ms,
             stress: stress.clone(),
             ..CrashConfig::default()
         };
-        if !args.duration.is_zero() {
-            // Run cycles in batches until the time is up.
-            config.cycles = usize::MAX;
-        }
         // A time limit is shared out evenly between the modes.
         let share = args.duration / u32::try_from(modes.len()).unwrap_or(1);
         let result = run_mode(
@@ -321,6 +373,16 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
             }
         }
     }
+    if cairn_stress::stop_requested() {
+        println!(
+            "interrupted: stopped by a signal; every cycle counted above was checked after its crash"
+        );
+    }
+    if worst == 0 && reports.iter().all(|r| r.cycles == 0) {
+        // Fail closed: an interrupt before the first cycle's check leaves nothing to pass.
+        println!("exercised nothing: no crash cycle ran to its check");
+        worst = 1;
+    }
     if let Some(path) = &args.report {
         write_json(path, &reports);
     }
@@ -328,12 +390,35 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
     worst
 }
 
+/// Makes Ctrl-C and SIGTERM end the run early but whole (see the module doc); a second one
+/// ends the process at once.
+fn stop_on_signals() {
+    let installed = ctrlc::set_handler(|| {
+        if cairn_stress::request_stop() {
+            eprintln!("cairn: interrupted again; exiting without the final verification");
+            std::process::exit(130);
+        }
+        eprintln!(
+            "cairn: interrupted; stopping the workers, then the final verification and the \
+             report (interrupt again to exit at once)"
+        );
+    });
+    if let Err(e) = installed {
+        tracing::warn!(error = %e, "Ctrl-C will end the run without its verification");
+    }
+}
+
 /// The shortest and longest run before a kill, in ms.
-fn kill_window(args: &CrashArgs) -> (u64, u64) {
+fn kill_window(args: &CrashArgs) -> Result<(u64, u64), String> {
     let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     let min = args.kill_min_ms.unwrap_or_else(|| millis(args.kill_min));
     let max = args.kill_max_ms.unwrap_or_else(|| millis(args.kill_max));
-    (min, max.max(min))
+    if min > max {
+        return Err(format!(
+            "--kill-min ({min} ms) is above --kill-max ({max} ms): no kill time fits"
+        ));
+    }
+    Ok((min, max))
 }
 
 fn run_mode(
@@ -355,14 +440,19 @@ fn run_mode(
     if duration.is_zero() {
         return one(config);
     }
-    // Time-bounded: one cycle at a time, so each stops cleanly.
+    // Time-bounded: one cycle at a time, so each stops cleanly, until the time or the cycles
+    // are spent.
     let mut total = cairn_stress::CrashReport {
         mode: mode.to_string(),
         ..Default::default()
     };
     let mut cycle_config = config.clone();
     cycle_config.cycles = 1;
-    while started.elapsed() < duration {
+    while started.elapsed() < duration && total.cycles < config.cycles {
+        if cairn_stress::stop_requested() {
+            total.interrupted = true;
+            break;
+        }
         cycle_config.seed = config.seed + total.cycles as u64;
         cycle_config.first_cycle = config.first_cycle + total.cycles;
         let r = one(&cycle_config)?;
@@ -372,10 +462,8 @@ fn run_mode(
         total.recoveries += r.recoveries;
         total.verifications += r.verifications;
         total.seconds += r.seconds;
+        total.interrupted |= r.interrupted;
         total.failures.merge(r.failures);
-        if mode == "blackbox" && total.cycles >= config.cycles {
-            break;
-        }
     }
     Ok(total)
 }
