@@ -16,6 +16,10 @@ use clap::{Args, Subcommand};
 use crate::{bad_args, init_logging, init_logging_with, output};
 
 #[derive(Debug, Args)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "independent command-line switches"
+)]
 pub struct StressArgs {
     #[command(subcommand)]
     replay: Option<StressSub>,
@@ -24,7 +28,7 @@ pub struct StressArgs {
     #[arg(long)]
     db: Option<PathBuf>,
     /// Write into --db even if it is a database a stress did not create; the harness's
-    /// families (stress, ttl_one, ttl_three, held) are dropped and made afresh, others untouched.
+    /// families (`stress`, `ttl_one`, `ttl_three`, `held`) are dropped and made afresh, others untouched.
     #[arg(long)]
     reuse: bool,
     /// Worker threads.
@@ -307,19 +311,12 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
         (None, false) => usize::MAX,
     };
     stop_on_signals();
-    let limit = match (args.cycles, args.duration.is_zero()) {
-        (_, true) => format!("{cycles} cycles"),
-        (None, false) => format!("for {}", humantime::format_duration(args.duration)),
-        (Some(n), false) => format!(
-            "{n} cycles or for {}, whichever comes first",
-            humantime::format_duration(args.duration)
-        ),
-    };
     eprintln!(
-        "cairn crashtest: {} per mode, {} keys, seed {}, {limit}",
+        "cairn crashtest: {} per mode, {} keys, seed {}, {}",
         modes.join(" and "),
         args.keys,
-        args.seed
+        args.seed,
+        describe_limit(args.cycles, cycles, args.duration)
     );
     let mut reports = Vec::new();
     let mut worst = 0;
@@ -345,25 +342,7 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
         );
         match result {
             Ok(report) => {
-                println!(
-                    "{}: {} cycles survived in {:.1}s ({} with a disk fault, {} recoveries), {} writes, {} keys verified; lost writes {}, resurrected deletes {}, holes {}, wrong values {}, expiry violations {}, unrecovered {}",
-                    report.mode,
-                    report.cycles,
-                    report.seconds,
-                    report.faults,
-                    report.recoveries,
-                    report.writes,
-                    report.verifications,
-                    report.failures.lost_writes,
-                    report.failures.resurrected_deletes,
-                    report.failures.holes,
-                    report.failures.wrong_values,
-                    report.failures.expiry_violations,
-                    report.failures.unrecovered
-                );
-                for m in &report.failures.messages {
-                    println!("  {m}");
-                }
+                print_mode(&report);
                 worst = worst.max(report.exit_code());
                 reports.push(report);
             }
@@ -388,6 +367,41 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
     }
     println!("{}", if worst == 0 { "PASS" } else { "FAIL" });
     worst
+}
+
+/// How a crash test ends: after `cycles`, after `duration`, or whichever comes first.
+fn describe_limit(asked: Option<usize>, cycles: usize, duration: Duration) -> String {
+    match (asked, duration.is_zero()) {
+        (_, true) => format!("{cycles} cycles"),
+        (None, false) => format!("for {}", humantime::format_duration(duration)),
+        (Some(n), false) => format!(
+            "{n} cycles or for {}, whichever comes first",
+            humantime::format_duration(duration)
+        ),
+    }
+}
+
+fn print_mode(report: &cairn_stress::CrashReport) {
+    let f = &report.failures;
+    println!(
+        "{}: {} cycles survived in {:.1}s ({} with a disk fault, {} recoveries), {} writes, {} keys verified; lost writes {}, resurrected deletes {}, holes {}, wrong values {}, expiry violations {}, unrecovered {}",
+        report.mode,
+        report.cycles,
+        report.seconds,
+        report.faults,
+        report.recoveries,
+        report.writes,
+        report.verifications,
+        f.lost_writes,
+        f.resurrected_deletes,
+        f.holes,
+        f.wrong_values,
+        f.expiry_violations,
+        f.unrecovered
+    );
+    for m in &f.messages {
+        println!("  {m}");
+    }
 }
 
 /// Makes Ctrl-C and SIGTERM end the run early but whole (see the module doc); a second one

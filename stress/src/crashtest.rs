@@ -340,11 +340,7 @@ pub fn power_loss(config: &CrashConfig, dir: &Path) -> Result<CrashReport, Stres
         // The disk stops as a dying machine's would, then the power goes.
         fs.set_active(false);
         drop(db);
-        let mode = match cycle % 3 {
-            0 => PowerLoss::DropAllUnsynced,
-            1 => PowerLoss::DropRandomTail { seed: rng.random() },
-            _ => PowerLoss::ReorderedPages { seed: rng.random() },
-        };
+        let mode = power_loss_mode(cycle, &mut rng);
         fs.power_loss(mode).map_err(cairn::Error::from)?;
         fs.set_active(true);
         let db = Db::open(dir, options())?;
@@ -380,6 +376,16 @@ pub fn power_loss(config: &CrashConfig, dir: &Path) -> Result<CrashReport, Stres
     }
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// How a cycle's power loss treats unsynced bytes: all dropped, a random tail, or random pages,
+/// in turn.
+fn power_loss_mode(cycle: usize, rng: &mut SmallRng) -> PowerLoss {
+    match cycle % 3 {
+        0 => PowerLoss::DropAllUnsynced,
+        1 => PowerLoss::DropRandomTail { seed: rng.random() },
+        _ => PowerLoss::ReorderedPages { seed: rng.random() },
+    }
 }
 
 /// Writes made at once after a fault fails one: until it has recovered, the stopped database
