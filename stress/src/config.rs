@@ -253,6 +253,10 @@ pub struct StressConfig {
     /// Keys per TTL family.
     #[serde(default)]
     pub ttl_keys: usize,
+    /// Stress `db` even if it is a non-empty directory the harness did not create (without
+    /// it, such a directory is refused: it may be a user's database).
+    #[serde(default)]
+    pub reuse: bool,
 }
 
 impl Default for StressConfig {
@@ -274,6 +278,7 @@ impl Default for StressConfig {
             progress: false,
             ttl: true,
             ttl_keys: 1_000,
+            reuse: false,
         }
     }
 }
@@ -308,8 +313,13 @@ impl StressConfig {
                 self.ttl_keys
             ));
         }
-        if let Limit::Ops(0) = self.limit {
-            return Err("ops must be above zero".into());
+        // Fail closed: a run that can do nothing would pass having checked nothing.
+        match self.limit {
+            Limit::Ops(0) => return Err("--ops 0 exercised nothing: ops must be above zero".into()),
+            Limit::Duration(d) if d.is_zero() => {
+                return Err("--duration 0 exercised nothing: give a duration above zero".into());
+            }
+            _ => {}
         }
         Ok(())
     }

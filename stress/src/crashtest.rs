@@ -17,6 +17,7 @@
 //!   durable): a shorter prefix is a lost write, not a power loss's due.
 
 use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -89,6 +90,10 @@ pub struct CrashReport {
     /// strict check and more writes before the power went.
     #[serde(default)]
     pub recoveries: u64,
+    /// A Ctrl-C or SIGTERM ended the loop before its cycles or time were done; every cycle
+    /// counted ran to its check (a blackbox child is killed and checked at once).
+    #[serde(default)]
+    pub interrupted: bool,
     /// What went wrong.
     pub failures: Failures,
 }
@@ -121,6 +126,10 @@ pub fn blackbox(
     };
     let committed_before = committed_writes(&journal);
     for cycle in 0..config.cycles {
+        if crate::interrupt::stop_requested() {
+            report.interrupted = true;
+            break;
+        }
         let mut child = Command::new(program)
             .args(args)
             .arg("stress")
@@ -130,7 +139,8 @@ pub fn blackbox(
                 "--expected-journal",
                 &journal.to_string_lossy(),
             ])
-            .args(["--duration", "3600", "--no-progress", "--quiet"])
+            // The loop owns the directory: the child writes into what earlier cycles left.
+            .args(["--duration", "3600", "--no-progress", "--quiet", "--reuse"])
             .args([
                 "--keys",
                 &config.stress.keys.to_string(),
@@ -143,9 +153,15 @@ pub fn blackbox(
                 &config.stress.sync_probability.to_string(),
             ])
             .stdout(Stdio::null())
+            // A group of its own: a Ctrl-C at the terminal reaches the loop, which kills and
+            // checks the child, rather than the child, which would stop cleanly.
+            .process_group(0)
             .spawn()?;
         let (lo, hi) = config.kill_after_ms;
-        std::thread::sleep(Duration::from_millis(rng.random_range(lo..=hi.max(lo))));
+        let kill_at = Instant::now() + Duration::from_millis(rng.random_range(lo..=hi.max(lo)));
+        while Instant::now() < kill_at && !crate::interrupt::stop_requested() {
+            std::thread::sleep(Duration::from_millis(20).min(kill_at - Instant::now()));
+        }
         if let Ok(Some(status)) = child.try_wait() {
             return Err(StressError::Config(format!(
                 "the child stress exited before it was killed: {status}"
@@ -287,6 +303,10 @@ pub fn power_loss(config: &CrashConfig, dir: &Path) -> Result<CrashReport, Stres
         .map(|k| baseline.get(&k).map_or(1, |v| v + 1).max(floor))
         .collect();
     for cycle in config.first_cycle..config.first_cycle + config.cycles {
+        if crate::interrupt::stop_requested() {
+            report.interrupted = true;
+            break;
+        }
         let db = Db::open(dir, options())?;
         let sync_every = rng.random_range(1..20);
         let writes = rng.random_range(config.writes_per_cycle / 4..=config.writes_per_cycle.max(4));
@@ -320,11 +340,7 @@ pub fn power_loss(config: &CrashConfig, dir: &Path) -> Result<CrashReport, Stres
         // The disk stops as a dying machine's would, then the power goes.
         fs.set_active(false);
         drop(db);
-        let mode = match cycle % 3 {
-            0 => PowerLoss::DropAllUnsynced,
-            1 => PowerLoss::DropRandomTail { seed: rng.random() },
-            _ => PowerLoss::ReorderedPages { seed: rng.random() },
-        };
+        let mode = power_loss_mode(cycle, &mut rng);
         fs.power_loss(mode).map_err(cairn::Error::from)?;
         fs.set_active(true);
         let db = Db::open(dir, options())?;
@@ -360,6 +376,16 @@ pub fn power_loss(config: &CrashConfig, dir: &Path) -> Result<CrashReport, Stres
     }
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// How a cycle's power loss treats unsynced bytes: all dropped, a random tail, or random pages,
+/// in turn.
+fn power_loss_mode(cycle: usize, rng: &mut SmallRng) -> PowerLoss {
+    match cycle % 3 {
+        0 => PowerLoss::DropAllUnsynced,
+        1 => PowerLoss::DropRandomTail { seed: rng.random() },
+        _ => PowerLoss::ReorderedPages { seed: rng.random() },
+    }
 }
 
 /// Writes made at once after a fault fails one: until it has recovered, the stopped database

@@ -212,6 +212,9 @@ impl Harness {
             options = options.compaction_filter(held.filter.clone());
         }
         let db = Db::open(path, options.clone())?;
+        if config.expected_journal.is_none() {
+            start_over(&db)?;
+        }
         if ttl.is_some() {
             create_ttl_families(&db)?;
         }
@@ -235,13 +238,13 @@ impl Harness {
         if faults.is_some() {
             expected.set_durable(Some(durable));
         }
+        // One run per log, starting with the settings a replay needs.
         let op_log = match &config.op_log {
-            Some(p) => Some(Mutex::new(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(p)?,
-            )),
+            Some(p) => {
+                let mut file = std::fs::File::create(p)?;
+                file.write_all(crate::replay::header_line(&config, &db).as_bytes())?;
+                Some(Mutex::new(file))
+            }
             None => None,
         };
         Ok(Self {
@@ -285,7 +288,10 @@ impl Harness {
     }
 
     pub(crate) fn should_stop(&self) -> bool {
-        if self.stop.load(Ordering::Acquire) || self.fatal_error().is_some() {
+        if self.stop.load(Ordering::Acquire)
+            || crate::interrupt::stop_requested()
+            || self.fatal_error().is_some()
+        {
             return true;
         }
         match self.config.limit {
@@ -835,6 +841,12 @@ impl Harness {
             self.engine_error("wait_for_background_work", &e);
         }
         self.verify_all("at the end");
+        if self.ops.load(Ordering::Relaxed) == 0 && self.fatal_error().is_none() {
+            self.tally.fail(
+                Failure::Unexercised,
+                "exercised nothing: the run ended before its first operation".into(),
+            );
+        }
         Ok(self.report())
     }
 
@@ -952,6 +964,7 @@ impl Harness {
             lossy_reopens: self.lossy_reopens.load(Ordering::Relaxed),
             stopped_ops: self.stopped_ops.load(Ordering::Relaxed),
             fatal: self.fatal_error(),
+            interrupted: crate::interrupt::stop_requested(),
             conflicts: self.tally.conflicts(),
             ttl: self.ttl.as_ref().map(TtlWork::counts).unwrap_or_default(),
             held: self.held.as_ref().map(HeldWork::counts).unwrap_or_default(),
@@ -1012,6 +1025,20 @@ fn ttl_journal(journal: &Path) -> PathBuf {
     let mut name = journal.as_os_str().to_owned();
     name.push(".ttl");
     PathBuf::from(name)
+}
+
+/// Drops the harness's families, so that what they hold matches an expected state that starts
+/// empty (a run without a journal on a database an earlier stress left, or `--reuse`d).
+fn start_over(db: &Db) -> Result<(), StressError> {
+    let names = [STRESS_CF, crate::held_model::HELD_CF]
+        .into_iter()
+        .chain(TTL_FAMILIES.iter().map(|f| f.name));
+    for name in names {
+        if db.column_family(name).is_ok() {
+            db.drop_column_family(name)?;
+        }
+    }
+    Ok(())
 }
 
 /// Creates the TTL families a database lacks.

@@ -3,16 +3,82 @@
 //! The op log records every write that took effect, in the order each completed, with the state
 //! it left each key in. Replaying it single-threaded on a fresh database reproduces the key
 //! states a concurrent run produced, in a form a debugger can step through.
+//!
+//! Its first line holds the run's settings ([`OpLogHeader`]): the key space, the value sizes
+//! (a value's bytes derive from its key, version and the largest size), the families and their
+//! grace and TTL settings, the seed. A replay takes them from there; a setting given that
+//! disagrees is refused, since it would be judged as thousands of wrong values. Logs written
+//! before the header existed replay with the settings given (or the defaults).
 
 use std::io::BufRead;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
 
 use crate::config::{Limit, OpWeights, StressConfig};
 use crate::expected::KeyState;
 use crate::harness::{Harness, STRESS_CF, StressError};
 use crate::report::StressReport;
 use crate::value::{key, value};
+
+/// The op log format written in the header; a replay refuses a newer one.
+const OP_LOG_FORMAT: u32 = 1;
+
+/// The first line of an op log: what the run was, so a replay can rebuild it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpLogHeader {
+    /// The op log format ([`OP_LOG_FORMAT`]).
+    pub op_log: u32,
+    /// Keys in the key space.
+    pub keys: usize,
+    /// The largest value in bytes (a value's bytes depend on it).
+    pub max_value_size: usize,
+    /// The run's seed.
+    pub seed: u64,
+    /// Worker threads.
+    pub threads: usize,
+    /// Tombstone grace of the stressed family, in ms.
+    pub grace_ms: u64,
+    /// The delete persistence deadline, in ms.
+    pub deadline_ms: Option<u64>,
+    /// Memtable size in bytes.
+    pub memtable_size: usize,
+    /// Whether the TTL work ran (its families and the harness's clock).
+    pub ttl: bool,
+    /// Keys per TTL family.
+    pub ttl_keys: usize,
+    /// The database's column families when the run started.
+    pub families: Vec<String>,
+    /// The op mix.
+    pub weights: OpWeights,
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The header line (with its newline) for a run of `config` on `db`.
+pub(crate) fn header_line(config: &StressConfig, db: &cairn::Db) -> String {
+    let header = OpLogHeader {
+        op_log: OP_LOG_FORMAT,
+        keys: config.keys,
+        max_value_size: config.max_value_size,
+        seed: config.seed,
+        threads: config.threads,
+        grace_ms: millis(config.grace),
+        deadline_ms: config.deadline.map(millis),
+        memtable_size: config.memtable_size,
+        ttl: config.ttl,
+        ttl_keys: config.ttl_keys,
+        families: db.list_column_families(),
+        weights: config.weights,
+    };
+    let mut line = serde_json::to_string(&header).unwrap_or_default();
+    line.push('\n');
+    line
+}
 
 /// One logged operation.
 #[derive(Debug, serde::Deserialize)]
@@ -21,31 +87,106 @@ struct Logged {
     keys: String,
 }
 
+/// Settings a replay was given; `None` takes the op log's.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReplaySettings {
+    /// Keys in the original run's key space.
+    pub keys: Option<usize>,
+    /// The original run's largest value.
+    pub max_value_size: Option<usize>,
+}
+
+/// The replay's settings: the header's, checked against those given.
+fn settings(
+    header: Option<&OpLogHeader>,
+    given: ReplaySettings,
+) -> Result<StressConfig, StressError> {
+    let defaults = StressConfig::default();
+    let Some(h) = header else {
+        return Ok(StressConfig {
+            keys: given.keys.unwrap_or(defaults.keys),
+            max_value_size: given.max_value_size.unwrap_or(defaults.max_value_size),
+            ..defaults
+        });
+    };
+    if h.op_log > OP_LOG_FORMAT {
+        return Err(StressError::Config(format!(
+            "the op log is in format {}, newer than this replay reads ({OP_LOG_FORMAT})",
+            h.op_log
+        )));
+    }
+    for (flag, given, logged) in [
+        ("--keys", given.keys, h.keys),
+        ("--max-value-size", given.max_value_size, h.max_value_size),
+    ] {
+        if let Some(given) = given
+            && given != logged
+        {
+            return Err(StressError::Config(format!(
+                "{flag} {given} disagrees with the op log, whose run used {flag} {logged} \
+                 (leave {flag} out to take the log's)"
+            )));
+        }
+    }
+    Ok(StressConfig {
+        keys: h.keys,
+        max_value_size: h.max_value_size,
+        seed: h.seed,
+        grace: Duration::from_millis(h.grace_ms),
+        deadline: h.deadline_ms.map(Duration::from_millis),
+        memtable_size: h.memtable_size,
+        ttl: h.ttl,
+        ttl_keys: h.ttl_keys,
+        ..defaults
+    })
+}
+
 /// Replays the log at `log` into a fresh database at `db` and verifies every key.
 ///
 /// # Errors
-/// `Config` if the log is malformed; `Engine` if the engine fails.
-pub fn replay(
-    log: &Path,
-    db: &Path,
-    keys: usize,
-    max_value_size: usize,
-) -> Result<StressReport, StressError> {
-    let config = StressConfig {
-        keys,
-        max_value_size,
-        limit: Limit::Ops(1),
-        weights: OpWeights::default(),
-        ..StressConfig::default()
-    };
+/// `Config` if the log is malformed, holds no operation ("exercised nothing"), or was written
+/// with settings that disagree with `given`; `Engine` if the engine fails.
+pub fn replay(log: &Path, db: &Path, given: ReplaySettings) -> Result<StressReport, StressError> {
+    let file = std::fs::File::open(log).map_err(|e| {
+        StressError::Config(format!("cannot read the op log {}: {e}", log.display()))
+    })?;
+    let mut lines = std::io::BufReader::new(file).lines().enumerate().peekable();
+    let mut header = None;
+    if let Some((_, Ok(first))) = lines.peek()
+        && first.contains("\"op_log\"")
+    {
+        header = Some(serde_json::from_str::<OpLogHeader>(first).map_err(|e| {
+            StressError::Config(format!(
+                "op log {} line 1 (its settings): {e}",
+                log.display()
+            ))
+        })?);
+        lines.next();
+    }
+    let mut config = settings(header.as_ref(), given)?;
+    config.limit = Limit::Ops(1);
+    config.weights = OpWeights::default();
+    let keys = config.keys;
+    let max_value_size = config.max_value_size;
+    if lines.peek().is_none() {
+        return Err(StressError::Config(format!(
+            "exercised nothing: the op log {} holds no operation",
+            log.display()
+        )));
+    }
     let harness = Harness::open(config, db, Arc::new(cairn_fs::RealFs::new()), None)?;
-    let file = std::fs::File::open(log)?;
-    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+    for (n, line) in lines {
         let line = line?;
         let logged: Logged = serde_json::from_str(&line)
             .map_err(|e| StressError::Config(format!("op log line {}: {e}", n + 1)))?;
         let targets = parse_targets(&logged.keys)
             .ok_or_else(|| StressError::Config(format!("op log line {}: bad keys", n + 1)))?;
+        if let Some(&(k, _)) = targets.iter().find(|(k, _)| *k >= keys) {
+            return Err(StressError::Config(format!(
+                "op log line {}: key {k} lies outside a key space of {keys} (give the run's --keys)",
+                n + 1
+            )));
+        }
         harness.replay_write(&logged.op, &targets, max_value_size)?;
     }
     harness.verify_all("after replay");

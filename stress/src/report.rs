@@ -365,6 +365,10 @@ pub struct StressReport {
     /// The engine error that ended the run early, if one did (the final verification still
     /// ran, and its failures count).
     pub fatal: Option<String>,
+    /// A Ctrl-C or SIGTERM stopped the run before its limit; the workers stopped after their
+    /// operation and the final verification ran as at any end.
+    #[serde(default)]
+    pub interrupted: bool,
     /// Transactions that failed with a conflict.
     pub conflicts: u64,
     /// The TTL work: reads of TTL families checked, those where a candidate had expired, and
@@ -403,6 +407,12 @@ impl StressReport {
             self.seconds,
             self.ops_per_sec
         );
+        if self.interrupted {
+            let _ = writeln!(
+                out,
+                "interrupted: stopped by a signal before its limit; the final verification ran"
+            );
+        }
         let _ = writeln!(out, "ops: {}", ops.join(" "));
         let _ = writeln!(
             out,

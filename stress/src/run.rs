@@ -1,18 +1,34 @@
 //! The entry points: a stress on a real directory, and fault runs on the faulty file system.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use crate::config::StressConfig;
 use crate::harness::{Harness, StressError};
 use crate::report::StressReport;
 
+/// The file the harness leaves in a database it created, so that a later `--db` run knows the
+/// directory is its own to write into. The engine ignores files that are not its own in a
+/// directory with a `CURRENT`.
+pub const STRESS_MARKER: &str = "CAIRN-STRESS";
+
 /// Runs a stress against a real directory (a temporary one unless the config names one).
 ///
+/// A named directory must be empty, missing, or one a stress created (it holds
+/// [`STRESS_MARKER`]); any other — a user's database — is refused unless `config.reuse` says
+/// to write into it, before anything is opened. Without an expected-state journal the
+/// harness's families start empty (see [`Harness::open`]).
+///
 /// # Errors
-/// `Config` for bad settings (exit code 3); `Engine` if the database cannot be opened (exit
-/// code 2). An engine error during the run ends it early but still returns a report (with
-/// `fatal` set, and the final verification's failures).
+/// `Config` for bad settings or a directory that is not the harness's (exit code 3); `Engine`
+/// if the database cannot be opened (exit code 2). An engine error during the run ends it
+/// early but still returns a report (with `fatal` set, and the final verification's failures).
 pub fn run_stress(config: StressConfig) -> Result<StressReport, StressError> {
+    config.validate().map_err(StressError::Config)?;
+    let fresh = match &config.db {
+        Some(dir) => claim(dir, config.reuse)?,
+        None => true,
+    };
     let temp = match config.db {
         Some(_) => None,
         None => Some(tempfile::tempdir()?),
@@ -23,11 +39,44 @@ pub fn run_stress(config: StressConfig) -> Result<StressReport, StressError> {
         .or_else(|| temp.as_ref().map(|t| t.path().to_path_buf()))
         .unwrap_or_default();
     let harness = Harness::open(config, &path, Arc::new(cairn_fs::RealFs::new()), None)?;
+    if fresh {
+        std::fs::write(
+            path.join(STRESS_MARKER),
+            "A `cairn stress` database: later stresses may write into it.\n",
+        )?;
+    }
     let report = harness.run()?;
     if report.fatal.is_none() {
         harness.close()?;
     }
     Ok(report)
+}
+
+/// Whether the stress may write into `dir`: true if it is new to the harness (missing or
+/// empty), false if a stress made it or `reuse` allows it; an error for anything else.
+fn claim(dir: &Path, reuse: bool) -> Result<bool, StressError> {
+    let mut entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+            return Err(StressError::Config(format!(
+                "{} is a file, not a directory",
+                dir.display()
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if entries.next().is_none() {
+        return Ok(true);
+    }
+    if reuse || dir.join(STRESS_MARKER).exists() {
+        return Ok(false);
+    }
+    Err(StressError::Config(format!(
+        "{} is not empty and no stress created it: a stress would add its column families \
+         (stress, ttl_one, ttl_three, held) and write into them; --reuse allows it",
+        dir.display()
+    )))
 }
 
 /// Runs a stress with I/O errors injected one operation in `one_in` of every kind: appends fail
