@@ -171,7 +171,10 @@ pub fn load(args: &LoadArgs) -> i32 {
     }
 }
 
-fn read_lines(input: &std::path::Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
+/// A key and its value.
+type Pair = (Vec<u8>, Vec<u8>);
+
+fn read_lines(input: &std::path::Path) -> Result<Vec<Pair>, String> {
     let reader: Box<dyn std::io::BufRead> = if input == std::path::Path::new("-") {
         Box::new(std::io::BufReader::new(std::io::stdin()))
     } else {

@@ -1,4 +1,4 @@
-//! `cairn verify DIR` (ldb `checkconsistency`, sst_dump `--command=verify`): every block of
+//! `cairn verify DIR` (ldb `checkconsistency`, `sst_dump --command=verify`): every block of
 //! every table the MANIFEST lists, every log record and every MANIFEST edit read and checked,
 //! each damage reported with its file and offset. Exit 0 only when clean, 1 when damage is
 //! found, 2 when the database cannot be read at all. It takes no lock and changes nothing.

@@ -42,13 +42,11 @@ fn cairn_with_input(args: &[&str], input: &[u8]) -> Output {
     std::thread::spawn(move || {
         let _ = tx.send(child.wait_with_output());
     });
-    match rx.recv_timeout(Duration::from_secs(120)) {
-        Ok(out) => out.expect("output"),
-        Err(_) => {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            panic!("cairn {args:?} hangs");
-        }
+    if let Ok(out) = rx.recv_timeout(Duration::from_secs(120)) {
+        return out.expect("output");
     }
+    let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    panic!("cairn {args:?} hangs");
 }
 
 fn code(args: &[&str]) -> (i32, String, String) {

@@ -161,8 +161,14 @@ mod tests {
             ]
         );
         let seqnos: Vec<SeqNo> = batches.iter().map(|b| b.first_seqno).collect();
-        assert!(seqnos.windows(2).all(|w| w[0] < w[1]), "{seqnos:?}");
-        assert_eq!(batches.last().and_then(|b| b.ops[0].ttl_ms), Some(60_000));
+        assert!(seqnos.is_sorted_by(|a, b| a < b), "{seqnos:?}");
+        assert_eq!(
+            batches
+                .last()
+                .and_then(|b| b.ops.first())
+                .and_then(|o| o.ttl_ms),
+            Some(60_000)
+        );
         Ok(())
     }
 }

@@ -73,20 +73,17 @@ pub fn verify(dir: impl AsRef<Path>) -> Result<VerifyReport> {
             dir.display()
         ))
     })?;
-    let tables = match filename::parse(&name) {
-        Some(FileKind::Manifest(_)) => {
-            report.manifest = dir.join(&name);
-            let manifest = report.manifest.clone();
-            live_tables(&fs, &manifest, &mut report)
-        }
-        _ => {
-            report.damage.push(Error::corruption(
-                filename::current_path(dir),
-                0,
-                "CURRENT does not name a MANIFEST",
-            ));
-            BTreeMap::new()
-        }
+    let tables = if let Some(FileKind::Manifest(_)) = filename::parse(&name) {
+        report.manifest = dir.join(&name);
+        let manifest = report.manifest.clone();
+        live_tables(&fs, &manifest, &mut report)
+    } else {
+        report.damage.push(Error::corruption(
+            filename::current_path(dir),
+            0,
+            "CURRENT does not name a MANIFEST",
+        ));
+        BTreeMap::new()
     };
     for (number, size) in tables {
         report.tables += 1;
