@@ -357,14 +357,24 @@ fn verify_is_clean_on_a_sound_database_and_names_each_damage_with_file_and_offse
 }
 
 #[test]
-fn stats_says_it_has_not_verified() {
+fn stats_explain_and_inspect_levels_say_they_have_not_verified() {
     let dir = tempfile::tempdir().expect("tempdir");
     small_db(dir.path());
-    let (got, stdout, stderr) = code(&["stats", s(dir.path()), "--json"]);
-    assert_eq!(got, 0);
-    assert!(stderr.contains("not verified"), "{stderr}");
-    let stats: Value = serde_json::from_str(&stdout).expect("json");
-    assert_eq!(stats["verified"], false);
+    let d = s(dir.path());
+    for args in [
+        &["stats", d, "--json"][..],
+        &["explain", d, "--json"],
+        &["inspect", "levels", d, "--json"],
+    ] {
+        let (got, stdout, stderr) = code(args);
+        assert_eq!(got, 0, "{args:?}: {stderr}");
+        assert!(stderr.contains("not verified"), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        let value: Value = serde_json::from_str(&stdout).expect("json");
+        if args[0] != "inspect" {
+            assert_eq!(value["verified"], false, "{args:?}");
+        }
+    }
 }
 
 #[test]
