@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::output::{
     self, LEVEL_HEADER, LevelSums, NO, arg_bytes, arg_pair, bytes_text, key_range, print_json,
-    print_table,
+    print_table, time_text,
 };
 
 /// Where and how keys are named: the directory, the family, text or hex.
@@ -34,6 +34,9 @@ pub struct GetArgs {
     target: Target,
     /// The key.
     key: String,
+    /// Also show the value's seqno, write time and expiry.
+    #[arg(long)]
+    meta: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -45,9 +48,13 @@ pub struct PutArgs {
     target: Target,
     /// The key.
     key: String,
-    /// The value.
-    value: String,
-    /// The cell's time to live (`20s`, `10m`, `1h`).
+    /// The value (or give `--value-file`).
+    #[arg(required_unless_present = "value_file", conflicts_with = "value_file")]
+    value: Option<String>,
+    /// Read the value, byte for byte, from this file (`-`: standard input).
+    #[arg(long)]
+    value_file: Option<PathBuf>,
+    /// The cell's time to live (`20s`, `10m`, `1h`; more than zero: a TTL of zero expires at once).
     #[arg(long, value_parser = output::parse_duration)]
     ttl: Option<Duration>,
     /// Create the database if the directory holds none.
@@ -83,7 +90,16 @@ pub struct ScanArgs {
     /// Before this key.
     #[arg(long)]
     to: Option<String>,
-    /// At most this many entries.
+    /// Only keys starting with this (within --from/--to).
+    #[arg(long)]
+    prefix: Option<String>,
+    /// From the last key back to the first.
+    #[arg(long)]
+    reverse: bool,
+    /// Print keys only.
+    #[arg(long)]
+    keys_only: bool,
+    /// At most this many entries (0: all); a scan cut short says so.
     #[arg(long, default_value_t = 100)]
     limit: usize,
     /// Print JSON.
@@ -103,7 +119,28 @@ pub struct StatsArgs {
 #[derive(Debug, Serialize)]
 struct KeyValue {
     key: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     value: Option<String>,
+}
+
+/// `get --json`: the value and, with `--meta`, where it came from and when it expires.
+#[derive(Debug, Serialize)]
+struct GetView {
+    key: String,
+    value: Option<String>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    meta: Option<MetaView>,
+}
+
+#[derive(Debug, Serialize)]
+struct MetaView {
+    seqno: u64,
+    write_time_ms: u64,
+    write_time: String,
+    expires_at_ms: Option<u64>,
+    expires_at: Option<String>,
+    /// How long until it expires, in human form.
+    expires_in: Option<String>,
 }
 
 /// Exit 1 when the key has no value.
@@ -114,41 +151,111 @@ pub fn get(args: &GetArgs) -> i32 {
         Ok(k) => k,
         Err(e) => return crate::bad_args(&e),
     };
-    let value = match read_only(t).and_then(|(_db, cf)| cf.get(&key).map_err(|e| fail("get", &e))) {
-        Ok(v) => v,
+    let (db, cf) = match read_only(t) {
+        Ok(open) => open,
         Err(code) => return code,
     };
-    let found = value.is_some();
-    let kv = KeyValue {
+    let version = match cf.get_versions(&key, 1) {
+        Ok(v) => v.into_iter().next(),
+        Err(e) => return fail("get", &e),
+    };
+    let now = db.now_ms();
+    let view = GetView {
         key: bytes_text(&key),
-        value: value.as_deref().map(bytes_text),
+        value: version.as_ref().map(|v| bytes_text(&v.value)),
+        meta: version.as_ref().filter(|_| args.meta).map(|v| MetaView {
+            seqno: v.seqno,
+            write_time_ms: v.write_time,
+            write_time: time_text(v.write_time),
+            expires_at_ms: v.expires_at,
+            expires_at: v.expires_at.map(time_text),
+            expires_in: v.expires_at.map(|at| human_ms(at.saturating_sub(now))),
+        }),
     };
     if args.json {
-        print_json(&kv);
-    } else if let Some(v) = kv.value {
+        print_json(&view);
+    } else if let Some(v) = &view.value {
         println!("{v}");
+        if let Some(m) = &view.meta {
+            println!("seqno: {}", m.seqno);
+            println!("written: {}", m.write_time);
+            match (&m.expires_at, &m.expires_in) {
+                (Some(at), Some(within)) => println!("expires: {at} (in {within})"),
+                _ => println!("expires: never"),
+            }
+        }
     } else {
-        eprintln!("cairn get: {} has no value", kv.key);
+        eprintln!("cairn get: {} has no value", view.key);
     }
-    if found { 0 } else { NO }
+    if view.value.is_some() { 0 } else { NO }
+}
+
+/// A span of milliseconds in human units, its two largest only (`3years 2months`, `1h 30m`,
+/// `20s`), so a huge TTL reads at a glance.
+pub fn human_ms(ms: u64) -> String {
+    let full = humantime::format_duration(Duration::from_secs(ms / 1000)).to_string();
+    full.split(' ').take(2).collect::<Vec<_>>().join(" ")
 }
 
 pub fn put(args: &PutArgs) -> i32 {
     let t = &args.target;
-    let (key, value) = match arg_pair(&args.key, &args.value, t.hex) {
-        Ok(pair) => pair,
+    if args.ttl.is_some_and(|ttl| ttl.is_zero()) {
+        return crate::bad_args(
+            "a TTL of zero expires at once (the value would never be readable): give --ttl \
+             more than zero, or `cairn delete` the key",
+        );
+    }
+    let key = match arg_bytes(&args.key, t.hex) {
+        Ok(k) => k,
         Err(e) => return crate::bad_args(&e),
     };
-    write(t, "put", args.create, |cf| match args.ttl {
+    let value = match (&args.value, &args.value_file) {
+        (Some(v), _) => arg_bytes(v, t.hex),
+        (None, Some(file)) => read_value_file(file),
+        (None, None) => Err("give a VALUE or --value-file".to_owned()),
+    };
+    let value = match value {
+        Ok(v) => v,
+        Err(e) => return crate::bad_args(&e),
+    };
+    if value.len() > cairn::MAX_VALUE_LEN {
+        return crate::bad_args(&format!(
+            "a value of {} bytes is over the limit of {} bytes",
+            value.len(),
+            cairn::MAX_VALUE_LEN
+        ));
+    }
+    let code = write(t, "put", args.create, &[&key], |cf| match args.ttl {
         Some(ttl) => cf.put_with_ttl(&key, &value, ttl),
         None => cf.put(&key, &value),
-    })
+    });
+    if code == 0
+        && let Some(ttl) = args.ttl
+    {
+        eprintln!(
+            "cairn put: {} expires in {}",
+            output::short_key(&key),
+            human_ms(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
+        );
+    }
+    code
+}
+
+/// A value read from `file`, or from standard input for `-`.
+fn read_value_file(file: &std::path::Path) -> Result<Vec<u8>, String> {
+    if file == std::path::Path::new("-") {
+        let mut value = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut value)
+            .map_err(|e| format!("cannot read the value from standard input: {e}"))?;
+        return Ok(value);
+    }
+    std::fs::read(file).map_err(|e| format!("cannot read --value-file {}: {e}", file.display()))
 }
 
 pub fn delete(args: &DeleteArgs) -> i32 {
     let t = &args.target;
     match arg_bytes(&args.key, t.hex) {
-        Ok(key) => write(t, "delete", false, |cf| cf.delete(&key)),
+        Ok(key) => write(t, "delete", false, &[&key], |cf| cf.delete(&key)),
         Err(e) => crate::bad_args(&e),
     }
 }
@@ -162,7 +269,20 @@ pub fn delete_range(args: &DeleteRangeArgs) -> i32 {
     if start >= end {
         return crate::bad_args("delete-range needs START before END");
     }
-    write(t, "delete-range", false, |cf| cf.delete_range(&start, &end))
+    write(t, "delete-range", false, &[&start, &end], |cf| {
+        cf.delete_range(&start, &end)
+    })
+}
+
+/// `scan --json`: the rows, whether `--limit` cut the scan short, and the damage it met.
+#[derive(Debug, Serialize)]
+struct ScanView {
+    rows: Vec<KeyValue>,
+    /// True when more keys follow the last row (the scan stopped at `--limit`).
+    limited: bool,
+    /// The damage that stopped the scan after the rows (exit 2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
 }
 
 pub fn scan(args: &ScanArgs) -> i32 {
@@ -172,32 +292,84 @@ pub fn scan(args: &ScanArgs) -> i32 {
         Ok(range) => range,
         Err(e) => return crate::bad_args(&e),
     };
+    let prefix = match args
+        .prefix
+        .as_deref()
+        .map(|p| arg_bytes(p, t.hex))
+        .transpose()
+    {
+        Ok(p) => p,
+        Err(e) => return crate::bad_args(&e),
+    };
     let (_db, cf) = match read_only(t) {
         Ok(open) => open,
         Err(code) => return code,
     };
-    let mut rows = Vec::new();
-    let iter = match cf.range::<Vec<u8>>(range) {
+    let iter = match &prefix {
+        Some(p) => cf.prefix(p),
+        None => cf.range::<Vec<u8>>(range.clone()),
+    };
+    let iter = match iter {
         Ok(iter) => iter,
         Err(e) => return fail("scan", &e),
     };
-    for item in iter.take(args.limit) {
+    let in_range = |k: &[u8]| std::ops::RangeBounds::contains(&range, &k.to_vec());
+    let items: Box<dyn Iterator<Item = <cairn::DbIterator as Iterator>::Item>> = if args.reverse {
+        Box::new(iter.rev())
+    } else {
+        Box::new(iter)
+    };
+    let limit = if args.limit == 0 {
+        usize::MAX
+    } else {
+        args.limit
+    };
+    let mut view = ScanView {
+        rows: Vec::new(),
+        limited: false,
+        error: None,
+    };
+    for item in items {
         match item {
-            Ok((k, v)) => rows.push(KeyValue {
-                key: bytes_text(&k),
-                value: Some(bytes_text(&v)),
-            }),
-            Err(e) => return fail("scan", &e),
+            Ok((k, v)) => {
+                if !in_range(&k) {
+                    continue;
+                }
+                if view.rows.len() == limit {
+                    view.limited = true;
+                    break;
+                }
+                view.rows.push(KeyValue {
+                    key: bytes_text(&k),
+                    value: (!args.keys_only).then(|| bytes_text(&v)),
+                });
+            }
+            Err(e) => {
+                view.error = Some(e.to_string());
+                break;
+            }
         }
     }
     if args.json {
-        print_json(&rows);
+        print_json(&view);
     } else {
-        for kv in &rows {
-            println!("{}\t{}", kv.key, kv.value.as_deref().unwrap_or(""));
+        for kv in &view.rows {
+            match &kv.value {
+                Some(v) => println!("{}\t{v}", kv.key),
+                None => println!("{}", kv.key),
+            }
         }
     }
-    0
+    if view.limited {
+        eprintln!(
+            "cairn scan: stopped at --limit {}; more keys follow (--limit 0 for all)",
+            args.limit
+        );
+    }
+    match &view.error {
+        Some(e) => output::failed(&format!("scan (after {} rows)", view.rows.len()), e),
+        None => 0,
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -211,6 +383,9 @@ struct StatsView {
     memtable_entries: u64,
     memtable_bytes: u64,
     space_amp: f64,
+    /// Always false: stats reads the MANIFEST and table properties, not every block
+    /// (`cairn verify` does).
+    verified: bool,
 }
 
 pub fn stats(args: &StatsArgs) -> i32 {
@@ -243,7 +418,9 @@ pub fn stats(args: &StatsArgs) -> i32 {
         memtable_entries: s.memtable_entries,
         memtable_bytes: s.memtable_bytes,
         space_amp: s.space_amp,
+        verified: false,
     };
+    output::not_verified("stats", &args.dir);
     if args.json {
         print_json(&view);
     } else {
@@ -281,27 +458,65 @@ fn read_only(t: &Target) -> Result<(Db, ColumnFamily), i32> {
     Ok((db, cf))
 }
 
-/// Opens for writing, applies one write to the family, and closes (syncing the log).
+/// Opens for writing, applies one write to the family, flushes it, compacts level 0 if the
+/// write left it fuller than the command found it, and closes (syncing the log). Everything that
+/// can be refused (a key over the limit, a family that does not exist) is checked first, on a
+/// read-only open, so a refused command changes no file. A write the engine stalls (level 0 full
+/// from before) fails at once with what to do, never waits.
 fn write(
     t: &Target,
     what: &str,
     create: bool,
+    keys: &[&[u8]],
     op: impl FnOnce(&ColumnFamily) -> cairn::Result<()>,
 ) -> i32 {
     crate::init_logging(false);
-    if create && t.cf != "default" && !t.dir.join("CURRENT").exists() {
+    if let Some(key) = keys.iter().find(|k| k.len() > cairn::MAX_KEY_LEN) {
+        return crate::bad_args(&format!(
+            "a key of {} bytes ({}) is over the limit of {} bytes",
+            key.len(),
+            output::short_key(key),
+            cairn::MAX_KEY_LEN
+        ));
+    }
+    let exists = t.dir.join("CURRENT").exists();
+    if create && t.cf != "default" && !exists {
         return crate::bad_args(&format!(
             "a new database has only the default column family, not {:?}",
             t.cf
         ));
     }
+    // What level 0 held before: the read-only open changes nothing and checks the family.
+    let before = if exists {
+        match level0_counts(t) {
+            Ok(counts) => counts,
+            Err(code) => return code,
+        }
+    } else {
+        Vec::new()
+    };
     let db = match output::open_for_writing(&t.dir, create) {
         Ok(db) => db,
         Err(code) => return code,
     };
     let applied = db.column_family(&t.cf).and_then(|cf| op(&cf));
     if let Err(e) = applied {
-        return fail(&format!("{what} (not applied)"), &e);
+        let code = match e {
+            cairn::Error::WriteStall { .. } => output::failed(
+                &format!("{what} (not applied)"),
+                &format!("{e}: run `cairn compact {}`", t.dir.display()),
+            ),
+            e => fail(&format!("{what} (not applied)"), &e),
+        };
+        let _ = db.close();
+        return code;
+    }
+    if let Err(e) = drain_level0(&db, &before) {
+        let _ = db.close();
+        return output::failed(
+            &format!("{what} (applied and durable, but compacting level 0 failed)"),
+            &e,
+        );
     }
     match db.close() {
         Ok(()) => 0,
@@ -310,6 +525,51 @@ fn write(
             &e,
         ),
     }
+}
+
+/// Each family's level-0 table count, read-only; checks `t.cf` exists.
+fn level0_counts(t: &Target) -> Result<Vec<(String, usize)>, i32> {
+    let db = output::open_read_only(&t.dir)?;
+    let names = db.list_column_families();
+    if !names.contains(&t.cf) {
+        return Err(crate::bad_args(&format!(
+            "column family {:?} does not exist (the database has {}); `cairn cf create` makes one",
+            t.cf,
+            names.join(", ")
+        )));
+    }
+    names
+        .into_iter()
+        .map(|name| {
+            let cf = db.column_family(&name).map_err(|e| fail("--cf", &e))?;
+            let tables = cf.tables().map_err(|e| fail("--cf", &e))?;
+            Ok((name, tables.iter().filter(|t| t.level == 0).count()))
+        })
+        .collect()
+}
+
+/// Flushes the memtables, then compacts level 0 of each family where it now holds more tables
+/// than `before` says it did (the open's replay of the log and this write each flush a table),
+/// over the key span of its level-0 tables.
+fn drain_level0(db: &Db, before: &[(String, usize)]) -> cairn::Result<()> {
+    db.flush()?;
+    for name in db.list_column_families() {
+        let cf = db.column_family(&name)?;
+        let level0: Vec<_> = cf.tables()?.into_iter().filter(|t| t.level == 0).collect();
+        let found = before
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0, |(_, count)| *count);
+        if level0.len() <= found {
+            continue;
+        }
+        let smallest = level0.iter().map(|t| t.smallest.clone()).min();
+        let largest = level0.iter().map(|t| t.largest.clone()).max();
+        if let (Some(from), Some(to)) = (smallest, largest) {
+            cf.compact_range(from.to_vec()..=to.to_vec())?;
+        }
+    }
+    Ok(())
 }
 
 fn fail(what: &str, e: &cairn::Error) -> i32 {

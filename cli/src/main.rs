@@ -9,6 +9,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod cf;
+mod compact;
+mod dump;
 mod explain;
 mod harness_cmd;
 mod inspect;
@@ -18,6 +21,7 @@ mod plot;
 mod purge;
 mod purge_demo;
 mod ttl;
+mod verify;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -61,6 +65,20 @@ enum Command {
     Scan(kv::ScanArgs),
     /// Levels, tombstones pending and droppable, memtables (read-only).
     Stats(kv::StatsArgs),
+    /// Compacts a family's tables (or a key range) down to the last level (the service must be stopped).
+    Compact(compact::CompactArgs),
+    /// Writes the log's entries into level-0 tables (the service must be stopped).
+    Flush(compact::FlushArgs),
+    /// Reads every block, log record and MANIFEST edit; exits 0 only when nothing is damaged (read-only).
+    Verify(verify::VerifyArgs),
+    /// Each record of a write-ahead log: seqno, operations, keys (the file alone).
+    DumpLog(dump::DumpLogArgs),
+    /// A family's keys and values as JSON Lines, for `cairn load` (read-only).
+    Dump(dump::DumpArgs),
+    /// Writes JSON Lines of keys and values, as `cairn dump` prints them (the service must be stopped).
+    Load(dump::LoadArgs),
+    /// Column families: list (read-only), create, drop.
+    Cf(cf::CfArgs),
 }
 
 fn main() -> ExitCode {
@@ -87,6 +105,13 @@ fn main() -> ExitCode {
         Command::DeleteRange(args) => kv::delete_range(&args),
         Command::Scan(args) => kv::scan(&args),
         Command::Stats(args) => kv::stats(&args),
+        Command::Compact(args) => compact::compact(&args),
+        Command::Flush(args) => compact::flush(&args),
+        Command::Verify(args) => verify::run(&args),
+        Command::DumpLog(args) => dump::dump_log(&args),
+        Command::Dump(args) => dump::dump(&args),
+        Command::Load(args) => dump::load(&args),
+        Command::Cf(args) => cf::run(&args),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(2))
 }

@@ -52,8 +52,27 @@ pub fn open_for_writing(dir: &Path, create: bool) -> Result<Db, i32> {
         );
         return Err(FAILED);
     }
-    Db::open(dir, Options::default().disable_auto_compactions(true))
-        .map_err(|e| cannot_open(dir, &e))
+    open_for_writing_with(
+        dir,
+        create,
+        Options::default().disable_auto_compactions(true),
+    )
+}
+
+/// [`open_for_writing`] with `options` (`load` keeps automatic compactions on, as a bulk
+/// write needs them).
+///
+/// # Errors
+/// The exit code, once the reason is printed.
+pub fn open_for_writing_with(dir: &Path, create: bool, options: Options) -> Result<Db, i32> {
+    if !create && !dir.join("CURRENT").exists() {
+        eprintln!(
+            "cairn: {} holds no database (no CURRENT file); `cairn put --create` makes one",
+            dir.display()
+        );
+        return Err(FAILED);
+    }
+    Db::open(dir, options).map_err(|e| cannot_open(dir, &e))
 }
 
 fn cannot_open(dir: &Path, e: &cairn::Error) -> i32 {
@@ -68,6 +87,14 @@ fn cannot_open(dir: &Path, e: &cairn::Error) -> i32 {
         eprintln!("cairn: cannot open {}: {e}", dir.display());
     }
     FAILED
+}
+
+/// Says on stderr that `command` read summaries, not every block, so damage may be unseen.
+pub fn not_verified(command: &str, dir: &Path) {
+    eprintln!(
+        "cairn {command}: not verified (blocks not read were not checked); `cairn verify {}` checks every block",
+        dir.display()
+    );
 }
 
 /// Prints an error met after opening, and gives its exit code (2).
@@ -99,6 +126,18 @@ pub fn bytes_text(bytes: &[u8]) -> String {
             let _ = write!(out, "{b:02x}");
             out
         })
+    }
+}
+
+/// A key as [`bytes_text`] prints it, cut to its first 64 bytes (with the length) when longer,
+/// so an over-long key is never echoed whole.
+pub fn short_key(key: &[u8]) -> String {
+    const SHOWN: usize = 64;
+    match key.get(..SHOWN) {
+        Some(head) if key.len() > SHOWN => {
+            format!("{}… ({} bytes)", bytes_text(head), key.len())
+        }
+        _ => bytes_text(key),
     }
 }
 

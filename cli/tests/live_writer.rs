@@ -164,7 +164,10 @@ fn read_commands_run_beside_a_live_writer_that_never_sees_locked() {
     // Each scan is the state after some batch at or past what was acknowledged before it: the
     // last 50 keys written, in order.
     for (before, value) in scanned {
-        let rows = value.as_array().expect("scan rows");
+        let rows = value
+            .get("rows")
+            .and_then(Value::as_array)
+            .expect("scan rows");
         let keys: Vec<u64> = rows
             .iter()
             .map(|row| {

@@ -29,6 +29,9 @@ pub struct Version {
     pub seqno: SeqNo,
     /// When it was written, in milliseconds of the database's clock.
     pub write_time: u64,
+    /// When it expires (ms of the database's clock): its write time plus the shorter of its
+    /// own TTL and its column family's; `None` if neither is set.
+    pub expires_at: Option<u64>,
 }
 
 /// What decides expiry: the column family's TTL, the clock, the version limit.
@@ -189,6 +192,7 @@ impl DbInner {
                         value: e.value(),
                         seqno: e.seqno,
                         write_time: e.meta.write_time,
+                        expires_at: e.meta.expiry_under(vis.cf_ttl),
                     });
                     if out.len() < limit && resolver.room_for_more() {
                         ControlFlow::Continue(())

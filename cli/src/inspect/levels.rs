@@ -47,6 +47,7 @@ pub fn run(dir: &Path, plot: Option<&Path>, json: bool) -> i32 {
         }
         eprintln!("cairn inspect levels: drew {}", path.display());
     }
+    output::not_verified("inspect levels", dir);
     if json {
         print_json(&rows);
     } else {
