@@ -2,6 +2,7 @@
 //! or a MySQL/MariaDB or PostgreSQL database (`--database-url URL`), and `cairn purge demo`,
 //! which shows the whole lifecycle on a temporary database and a fast clock.
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -52,8 +53,9 @@ pub struct PurgeArgs {
     tables: Vec<String>,
     /// The zone the application writes zoneless `deleted_at` values in (MySQL `DATETIME`,
     /// PostgreSQL `timestamp`): an IANA name (`America/New_York`) or an offset (`-05:00`).
-    /// Overrides the config's `soft_delete_purge.time_zone`.
-    #[arg(long, value_name = "ZONE")]
+    /// Overrides the config's `soft_delete_purge.time_zone`: the zone a zoneless `deleted_at`
+    /// is written in, an IANA name (`America/New_York`) or an offset (`-05:00`).
+    #[arg(long, value_name = "ZONE", allow_hyphen_values = true)]
     time_zone: Option<String>,
     /// Stop the loop after this many passes, skipped ones included (default: run until
     /// killed; a killed purger's lock frees itself when its 5-minute lease ends, or on a server
@@ -121,6 +123,12 @@ pub fn run(args: PurgeArgs) -> i32 {
             Err(e) => return crate::bad_args(&format!("--time-zone: {e}")),
         }
     }
+    if args.tables.iter().any(|t| t.trim().is_empty()) {
+        return crate::bad_args("--tables names an empty table (a stray comma?)");
+    }
+    let mut args = args;
+    let mut seen = std::collections::HashSet::new();
+    args.tables.retain(|t| seen.insert(t.to_ascii_lowercase()));
     let (lock, list) = match table_list(&args, &config, &text) {
         Ok(plan) => plan,
         Err(why) => return crate::bad_args(&why),
@@ -418,19 +426,18 @@ fn run_loop(purger: &Purger, args: &PurgeArgs) -> i32 {
     let json = args.json;
     let failed = Arc::new(AtomicBool::new(false));
     let any_failure = Arc::clone(&failed);
-    let purger = purger.clone().on_purge(move |table, purged, error| {
+    let dry_run = purger.config().dry_run;
+    let purger = purger.clone().on_table(move |report, error| {
         if error.is_some() {
             any_failure.store(true, Ordering::SeqCst);
         }
-        let error = error.map(ToString::to_string);
         if json {
-            let line = serde_json::json!({ "table": table, "purged": purged, "error": error });
-            println!("{line}");
-        } else {
-            match error {
-                Some(e) => println!("{table}: failed after {purged} purged: {e}"),
-                None => println!("{table}: {purged} purged"),
+            match serde_json::to_string(report) {
+                Ok(line) => println!("{line}"),
+                Err(e) => eprintln!("cannot encode the report: {e}"),
             }
+        } else {
+            println!("{}", table_line(report, dry_run));
         }
     });
     let running = match purger.start() {
@@ -476,16 +483,35 @@ fn print_pass(result: &cairn_purger::Result<PassReport>, json: bool) {
         return;
     }
     if report.skipped {
-        println!("skipped: disabled, or another replica holds the lock");
+        let why = report.skip_reason.as_deref().unwrap_or("no pass ran");
+        println!("skipped: {why}");
     }
     for t in &report.tables {
-        let what = if report.dry_run { "eligible" } else { "purged" };
-        let count = if report.dry_run { t.selected } else { t.purged };
-        match &t.error {
-            Some(e) => println!("{}: failed: {e}", t.table),
-            None => println!("{}: {count} {what}", t.table),
-        }
+        println!("{}", table_line(t, report.dry_run));
     }
+}
+
+/// One table's outcome as a line: eligible (a dry run) or purged, the rows a foreign key kept,
+/// and the error that stopped it.
+fn table_line(t: &cairn_purger::TableReport, dry_run: bool) -> String {
+    let mut line = if dry_run {
+        format!("{}: {} eligible", t.table, t.selected)
+    } else {
+        format!("{}: {} purged", t.table, t.purged)
+    };
+    if let Some(first) = t.refused.first() {
+        let _ = write!(
+            line,
+            ", {} kept by a foreign key (first id {}: {})",
+            t.refused.len(),
+            first.id,
+            first.reason
+        );
+    }
+    if let Some(e) = &t.error {
+        let _ = write!(line, "; failed: {e}");
+    }
+    line
 }
 
 fn exit_code(result: &cairn_purger::Result<PassReport>) -> i32 {

@@ -47,6 +47,7 @@ static PASSES: AtomicU64 = AtomicU64::new(1);
 
 type TableList = dyn Fn() -> Vec<String> + Send + Sync;
 type OnPurge = dyn Fn(&str, u64, Option<&Error>) + Send + Sync;
+type OnTable = dyn Fn(&TableReport, Option<&Error>) + Send + Sync;
 
 /// The soft-delete tombstone purger. Cheap to clone.
 ///
@@ -80,6 +81,7 @@ pub struct Purger {
     holder: String,
     lease: Duration,
     on_purge: Option<Arc<OnPurge>>,
+    on_table: Option<Arc<OnTable>>,
     warned_full_scan: Arc<Mutex<HashSet<String>>>,
     /// Set when the background loop running this purger is stopped: the pass in progress
     /// ends before its next table or batch.
@@ -114,6 +116,7 @@ impl Purger {
             holder: format!("pid{}", std::process::id()),
             lease: DEFAULT_LEASE,
             on_purge: None,
+            on_table: None,
             warned_full_scan: Arc::new(Mutex::new(HashSet::new())),
             cancel: None,
         }
@@ -145,6 +148,17 @@ impl Purger {
         self
     }
 
+    /// Called after each table of a pass with its whole report (a dry run's eligible count,
+    /// the rows a foreign key kept) and the error that stopped it, if any.
+    #[must_use]
+    pub fn on_table(
+        mut self,
+        callback: impl Fn(&TableReport, Option<&Error>) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_table = Some(Arc::new(callback));
+        self
+    }
+
     /// The clamped configuration.
     pub fn config(&self) -> PurgeConfig {
         self.config
@@ -172,6 +186,7 @@ impl Purger {
         if !self.config.enable {
             tracing::info!("soft-delete purge is disabled; no pass");
             report.skipped = true;
+            report.skip_reason = Some("disabled".to_owned());
             return Ok(report);
         }
         // Each pass holds the lock under a name of its own, so two passes of one purger (its
@@ -183,6 +198,10 @@ impl Purger {
         else {
             tracing::info!(lock = %self.lock_name, "lock held by another replica; skipping pass");
             report.skipped = true;
+            report.skip_reason = Some(format!(
+                "the lock {} is held by another replica",
+                self.lock_name
+            ));
             return Ok(report);
         };
         let time = match session.pass_time() {
@@ -212,6 +231,9 @@ impl Purger {
             self.log_table(&table_report, report.cutoff_ms, result.as_ref().err());
             if let Some(callback) = &self.on_purge {
                 callback(&table, table_report.purged, result.as_ref().err());
+            }
+            if let Some(callback) = &self.on_table {
+                callback(&table_report, result.as_ref().err());
             }
             if let Err(e) = result {
                 table_report.error = Some(e.to_string());

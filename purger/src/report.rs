@@ -6,6 +6,8 @@
 pub struct PassReport {
     /// True if no pass ran: the purger is disabled, or another replica holds the lock.
     pub skipped: bool,
+    /// Which of the two, when `skipped`.
+    pub skip_reason: Option<String>,
     /// True if the pass only counted.
     pub dry_run: bool,
     /// Rows with `deleted_at` strictly below this (ms since the epoch, by the database's

@@ -48,6 +48,9 @@ impl TimeZone {
     /// [`parse`](Self::parse) with the reason alone, for callers that name the field.
     pub(crate) fn parse_text(text: &str) -> std::result::Result<Self, String> {
         let text = text.trim();
+        if text.eq_ignore_ascii_case("utc") {
+            return Ok(Self::Named(chrono_tz::UTC));
+        }
         if let Some(offset) = parse_offset(text) {
             return Ok(Self::Fixed(offset));
         }
@@ -161,6 +164,7 @@ mod tests {
             ("-03", "-03:00"),
             ("Z", "+00:00"),
             ("UTC", "UTC"),
+            ("utc", "UTC"),
             ("America/New_York", "America/New_York"),
             (" Asia/Shanghai ", "Asia/Shanghai"),
         ] {

@@ -29,6 +29,7 @@ on_both_servers!(
     a_restricted_row_is_skipped_and_reported_while_the_rest_drain,
     restricted_rows_filling_a_whole_pass_do_not_starve_the_rows_behind_them,
     a_deleted_at_that_is_not_null_or_set_on_update_is_refused,
+    a_table_without_an_integer_id_is_refused,
 );
 
 const MINUTE: u64 = 60_000;
@@ -540,4 +541,35 @@ fn a_deleted_at_that_is_not_null_or_set_on_update_is_refused(kind: Kind) {
         );
         assert_eq!(count(client, name), 1, "{kind:?} {name}: a row went");
     }
+}
+
+/// A table whose id is not an integer (a `VARCHAR` key): the purger selects and deletes by an
+/// integer id, so it is refused up front rather than failing mid-pass on Rust debug text.
+fn a_table_without_an_integer_id_is_refused(kind: Kind) {
+    let Some(env) = Env::new(kind, true) else {
+        return;
+    };
+    let client = &env.sql().expect("a server").client;
+    let t = client.quote("t_text_id");
+    let column = match kind {
+        Kind::MySql => "deleted_at DATETIME(3) NULL",
+        _ => "deleted_at TIMESTAMPTZ(3) NULL",
+    };
+    client.exec(&format!(
+        "CREATE TABLE {t} (id VARCHAR(32) PRIMARY KEY, {column})"
+    ));
+    let old = instant(client, server_now_ms(client) - 3 * HOUR_MS);
+    client.exec(&format!(
+        "INSERT INTO {t} (id, deleted_at) VALUES ('a', {old})"
+    ));
+    let failed = purger(&env, &["t_text_id"], enabled()).run_pass();
+    let Err(Error::PassFailed { source, .. }) = failed else {
+        panic!("{kind:?}: must be refused: {failed:?}");
+    };
+    let text = source.to_string();
+    assert!(
+        matches!(*source, Error::TableRefused { .. }) && text.contains("integer id"),
+        "{kind:?}: {text}"
+    );
+    assert_eq!(count(client, "t_text_id"), 1);
 }

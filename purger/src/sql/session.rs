@@ -97,6 +97,25 @@ pub(crate) async fn table_shape(conn: &mut Conn, table: &str) -> Result<Option<S
                 .to_owned(),
         });
     }
+    let id = conn.text(statements::id_type(d), &name).await?;
+    let integer = id.as_deref().is_some_and(|t| {
+        matches!(
+            t.to_ascii_lowercase().as_str(),
+            "tinyint" | "smallint" | "mediumint" | "int" | "integer" | "bigint"
+        )
+    });
+    if !integer {
+        return Err(Error::TableRefused {
+            table: table.to_owned(),
+            reason: match id {
+                Some(t) => {
+                    format!("its id is {t}: the purger selects and deletes by an integer id")
+                }
+                None => "it has no id column: the purger selects and deletes by an integer id"
+                    .to_owned(),
+            },
+        });
+    }
     let leading = conn.scalar(statements::leading_deleted_at_indexes(d), &name);
     let indexed = leading.await?.unwrap_or(0) > 0;
     Ok(Some(Shape {

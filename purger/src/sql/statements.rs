@@ -160,6 +160,20 @@ pub(crate) fn deleted_at_type(d: Dialect) -> &'static str {
     }
 }
 
+/// The type of the table's `id` column; no row when it has none.
+pub(crate) fn id_type(d: Dialect) -> &'static str {
+    match d {
+        Dialect::MySql => {
+            "SELECT CAST(data_type AS CHAR) FROM information_schema.columns \
+             WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'id'"
+        }
+        Dialect::Postgres => {
+            "SELECT data_type::text FROM information_schema.columns \
+             WHERE table_schema = current_schema() AND table_name = $1 AND column_name = 'id'"
+        }
+    }
+}
+
 /// Whether `deleted_at` may be NULL (`YES`/`NO`), and on MySQL what else the column does
 /// (`on update CURRENT_TIMESTAMP`), as one text.
 pub(crate) fn deleted_at_nullability(d: Dialect) -> &'static str {
