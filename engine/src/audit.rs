@@ -8,7 +8,10 @@
 //! rather than in what the current version says should be there.
 //!
 //! It does not look inside files still being written (a table's temporary file, which a
-//! failed write leaves for the next open to delete).
+//! failed write leaves for the next open to delete), nor can it see tables another process
+//! holds open after this one deleted them: a read-only open beside the writer
+//! (`Db::open_read_only`) keeps its view's tables until it closes or calls `catch_up`, and
+//! their bytes stay on disk that long. Nor copies a caller made (a backup of the directory).
 
 use std::collections::{HashMap, HashSet};
 
