@@ -117,8 +117,9 @@ fn main() -> ExitCode {
 }
 
 /// Ends the process quietly when stdout is closed under it (`cairn scan DIR | head`), as
-/// programs that die of SIGPIPE do, instead of the panic `println!` raises. Other panics keep
-/// the default report.
+/// programs that die of SIGPIPE do, instead of the panic `println!` raises; any other failure
+/// to write stdout (a full disk) is one line on stderr and exit 2. Other panics keep the
+/// default report.
 fn quiet_on_closed_stdout() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -128,8 +129,14 @@ fn quiet_on_closed_stdout() {
             .map(String::as_str)
             .or_else(|| info.payload().downcast_ref::<&str>().copied())
             .unwrap_or("");
-        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
-            std::process::exit(0);
+        if message.starts_with("failed printing to stdout") {
+            if message.contains("Broken pipe") {
+                std::process::exit(0);
+            }
+            // A full disk or another write error: say so plainly, no Rust panic report.
+            let why = message.trim_start_matches("failed printing to stdout: ");
+            eprintln!("cairn: cannot write the output: {why}");
+            std::process::exit(2);
         }
         default(info);
     }));
@@ -144,9 +151,13 @@ fn init_logging(quiet: bool) {
 fn init_logging_with(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // Colour only for a person at a terminal who has not asked for none (`NO_COLOR`).
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour)
         .try_init();
 }
 

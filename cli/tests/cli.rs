@@ -242,3 +242,43 @@ fn purge_once_purges_and_reports_json() {
         .expect("run cairn");
     assert_eq!(missing.status.code(), Some(3), "--db is required");
 }
+
+/// Logs written to a file or a pipe carry no colour codes (the walk found them in files), and
+/// a stdout that cannot be written (a full disk) is one line on stderr and exit 2, never a
+/// Rust panic report.
+#[test]
+fn logs_to_a_file_have_no_colour_and_a_full_stdout_is_a_plain_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let put = cairn()
+        .args(["put", "--create"])
+        .arg(&db)
+        .args(["k", "v"])
+        .output()
+        .expect("put");
+    assert_eq!(put.status.code(), Some(0), "{put:?}");
+    let config = dir.path().join("purge.yaml");
+    std::fs::write(&config, "soft_delete_purge:\n  enable: true\n").expect("config");
+    let purge = cairn()
+        .args(["purge", "--once", "--db"])
+        .arg(&db)
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .expect("purge");
+    let stderr = String::from_utf8_lossy(&purge.stderr);
+    assert!(stderr.contains("WARN"), "a warning was logged: {stderr}");
+    assert!(!stderr.contains('\u{1b}'), "colour codes in a log file: {stderr:?}");
+    let full = std::fs::File::create("/dev/full").expect("/dev/full");
+    let get = cairn()
+        .arg("get")
+        .arg(&db)
+        .arg("k")
+        .stdout(full)
+        .output()
+        .expect("get");
+    let stderr = String::from_utf8_lossy(&get.stderr);
+    assert_eq!(get.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("cannot write the output"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
