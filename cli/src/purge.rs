@@ -67,6 +67,10 @@ pub struct PurgeArgs {
     /// dry run, or a config whose `enable` is not true, never migrates: it changes nothing.
     #[arg(long)]
     no_migrate: bool,
+    /// Create the purger's tables (the `cairn.tables` column family) in a database that has
+    /// none; without it such a database is refused and nothing is written into it.
+    #[arg(long)]
+    init: bool,
     /// Print JSON lines: with --once the pass's report, in the loop one per table and pass.
     #[arg(long)]
     json: bool,
@@ -140,13 +144,18 @@ pub fn run(args: PurgeArgs) -> i32 {
         tracing::info!("a dry run or a disabled purger changes nothing: migrations not applied");
     }
     let purger = match (&args.db, &args.database_url) {
-        (Some(db), None) => match open_tables(db, migrate_now) {
+        (Some(db), None) => match open_tables(db, migrate_now, args.init) {
             Ok(Some(tables)) => Purger::new(tables, &lock, list, purge_config),
             Ok(None) if !purge_config.enable => return disabled(args.once, args.json),
             Ok(None) => {
+                let how = if migrate_now {
+                    "pass --init to create them"
+                } else {
+                    "a dry run or --no-migrate never creates them"
+                };
                 eprintln!(
-                    "cairn purge: {} has no tables (no column family {TABLES_COLUMN_FAMILY}), and \
-                     without migrating (a dry run, --no-migrate) they are not created",
+                    "cairn purge: {} has no purger tables (no column family \
+                     {TABLES_COLUMN_FAMILY}); {how}",
                     db.display()
                 );
                 return 1;
@@ -175,17 +184,21 @@ pub fn run(args: PurgeArgs) -> i32 {
     run_loop(&purger, &args)
 }
 
-/// The tables of the database at `db`, migrated if `migrate`. Without migrating, a database
-/// that has no tables yet is `None`: opening them would create their column family.
-fn open_tables(db: &Path, migrate: bool) -> cairn_purger::Result<Option<Tables>> {
-    let db = Db::open(db, Options::default().create_if_missing(false))?;
-    if !migrate {
-        match db.column_family(TABLES_COLUMN_FAMILY) {
-            Ok(_) => {}
-            Err(cairn::Error::ColumnFamilyNotFound(_)) => return Ok(None),
-            Err(e) => return Err(e.into()),
-        }
+/// The tables of the database at `db`, migrated if `migrate`. A database that has no tables
+/// yet is `None` unless `init` (with a migration) asks for them: opening them would create
+/// their column family in a database nobody said the purger manages.
+fn open_tables(db: &Path, migrate: bool, init: bool) -> cairn_purger::Result<Option<Tables>> {
+    let probe = Db::open_read_only(db, Options::default())?;
+    let has_tables = match probe.column_family(TABLES_COLUMN_FAMILY) {
+        Ok(_) => true,
+        Err(cairn::Error::ColumnFamilyNotFound(_)) => false,
+        Err(e) => return Err(e.into()),
+    };
+    drop(probe);
+    if !has_tables && !(migrate && init) {
+        return Ok(None);
     }
+    let db = Db::open(db, Options::default().create_if_missing(false))?;
     let options = TablesOptions::default().auto_migration(migrate);
     Tables::open_with(Arc::new(db), &options).map(Some)
 }

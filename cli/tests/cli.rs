@@ -268,7 +268,10 @@ fn logs_to_a_file_have_no_colour_and_a_full_stdout_is_a_plain_error() {
         .expect("purge");
     let stderr = String::from_utf8_lossy(&purge.stderr);
     assert!(stderr.contains("WARN"), "a warning was logged: {stderr}");
-    assert!(!stderr.contains('\u{1b}'), "colour codes in a log file: {stderr:?}");
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "colour codes in a log file: {stderr:?}"
+    );
     let full = std::fs::File::create("/dev/full").expect("/dev/full");
     let get = cairn()
         .arg("get")
@@ -281,4 +284,53 @@ fn logs_to_a_file_have_no_colour_and_a_full_stdout_is_a_plain_error() {
     assert_eq!(get.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("cannot write the output"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// `cairn purge` on a database that has no purger tables writes nothing into it (it used to
+/// create the tables' family and apply the migration, unasked); `--init` creates them.
+#[test]
+fn purge_writes_into_a_database_without_tables_only_with_init() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let put = cairn()
+        .args(["put", "--create"])
+        .arg(&db)
+        .args(["k", "v"])
+        .output()
+        .expect("put");
+    assert_eq!(put.status.code(), Some(0), "{put:?}");
+    let config = dir.path().join("purge.yaml");
+    std::fs::write(&config, "soft_delete_purge:\n  enable: true\n").expect("config");
+    let files = |dir: &std::path::Path| -> Vec<(String, Vec<u8>)> {
+        let mut all: Vec<_> = std::fs::read_dir(dir)
+            .expect("list")
+            .map(|e| {
+                let path = e.expect("entry").path();
+                let bytes = std::fs::read(&path).unwrap_or_default();
+                (path.display().to_string(), bytes)
+            })
+            .collect();
+        all.sort();
+        all
+    };
+    let before = files(&db);
+    let purge = |extra: &[&str]| {
+        cairn()
+            .args(["purge", "--once", "--db"])
+            .arg(&db)
+            .arg("--config")
+            .arg(&config)
+            .args(extra)
+            .output()
+            .expect("purge")
+    };
+    let refused = purge(&[]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--init"), "{stderr}");
+    assert!(files(&db) == before, "a refused purge changed the database");
+    let init = purge(&["--init"]);
+    let stderr = String::from_utf8_lossy(&init.stderr);
+    assert!(stderr.contains("applied migration"), "{stderr}");
+    assert!(files(&db) != before, "--init created the tables");
 }
