@@ -19,6 +19,10 @@ use clap::{Args, Subcommand};
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
 #[command(group(clap::ArgGroup::new("database").args(["db", "database_url"]).required(true)))]
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "independent command-line switches"
+)]
 pub struct PurgeArgs {
     #[command(subcommand)]
     demo: Option<PurgeSub>,
@@ -195,7 +199,7 @@ fn open_tables(db: &Path, migrate: bool, init: bool) -> cairn_purger::Result<Opt
         Err(e) => return Err(e.into()),
     };
     drop(probe);
-    if !has_tables && !(migrate && init) {
+    if !has_tables && (!migrate || !init) {
         return Ok(None);
     }
     let db = Db::open(db, Options::default().create_if_missing(false))?;
