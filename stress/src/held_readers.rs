@@ -43,9 +43,6 @@ use crate::report::{Failure, HeldCounts};
 use crate::ttl_worker::TtlWork;
 use crate::value::{key, key_index, parse_value, value};
 
-/// Held-reader operations a run must have made before checking nothing counts as unexercised.
-const MIN_HELD_OPS: u64 = 20;
-
 /// Deletes outlive every compaction of a run (measured on the harness's clock), so fresh reads
 /// keep stepping over them beside the keys a compaction dropped.
 const GRACE: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -202,15 +199,9 @@ impl HeldWork {
                 op.use_reader(reader, 0, "at the end");
             }
         }
-        // Fails closed once the held work had the room to check something: a run of a few
-        // hundred operations may spend its handful of held ones making readers a reopen then
-        // dropped.
-        let ops = h.tally.ops_by_type();
-        let ran: u64 = ["held_readers", "held_scene"]
-            .iter()
-            .filter_map(|op| ops.get(*op))
-            .sum();
-        if ran >= MIN_HELD_OPS && self.checks.load(Ordering::Relaxed) == 0 {
+        let weights = h.config.weights;
+        if weights.held_readers + weights.held_scene > 0 && self.checks.load(Ordering::Relaxed) == 0
+        {
             h.tally.fail(
                 Failure::Unexercised,
                 "held readers: none was checked against what it saw when made".into(),
