@@ -26,6 +26,39 @@ fn options(fs: &FaultyFs) -> Options {
 /// and the reopened database (with or without a power loss first) reads every key.
 #[test]
 fn a_failed_manifest_sync_stops_the_database_and_deletes_no_table_it_may_have_recorded() {
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    assert_eq!(tables_deleted_while_stopped(), 0);
+}
+
+/// The planted bug is process-wide: the twin and the planted run take turns.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The planted `DeleteAfterManifestFailure` (edits and deletion go on trusting memory after a
+/// failed MANIFEST sync) is caught here, beside its bug-free twin above: the stopped database
+/// deletes a table. The stress harness cannot see it any more, since recovery writes a fresh
+/// MANIFEST from memory before any reopen; the danger is a crash before that.
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn deletion_after_a_failed_manifest_sync_is_caught() {
+    use cairn::planted::{Bug, set};
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    set(Bug::DeleteAfterManifestFailure, true);
+    let deleted = std::panic::catch_unwind(tables_deleted_while_stopped);
+    set(Bug::DeleteAfterManifestFailure, false);
+    assert!(
+        deleted.map_or(true, |n| n > 0),
+        "DeleteAfterManifestFailure went unnoticed"
+    );
+}
+
+/// Runs the failed-MANIFEST-sync scenario (with and without a power loss before the reopen)
+/// and returns how many tables the stopped database deleted; panics if the reopen misses a key.
+fn tables_deleted_while_stopped() -> usize {
+    let mut deleted = 0;
     for power_loss in [false, true] {
         let dir = tempdir();
         let fs = FaultyFs::new(1);
@@ -61,11 +94,11 @@ fn a_failed_manifest_sync_stops_the_database_and_deletes_no_table_it_may_have_re
         drop(reader);
         // Give the background sweep (which polls every 500 ms) its chance to delete.
         std::thread::sleep(Duration::from_millis(1500));
-        assert_eq!(
-            common::tables_in(dir.path()),
-            tables,
-            "a stopped database deleted a table"
-        );
+        let after = common::tables_in(dir.path());
+        deleted += tables.iter().filter(|t| !after.contains(t)).count();
+        if deleted > 0 {
+            return deleted;
+        }
         drop(db);
         if power_loss {
             fs.power_loss(PowerLoss::DropAllUnsynced)
@@ -83,6 +116,7 @@ fn a_failed_manifest_sync_stops_the_database_and_deletes_no_table_it_may_have_re
         }
         assert_eq!(db.get("d").expect("get"), None);
     }
+    deleted
 }
 
 /// A compaction that was running when a MANIFEST sync failed does not install its result, and
