@@ -447,15 +447,14 @@ impl DbInner {
         // those running now over this range are waited for: under steady writes the family
         // always has another compaction running, and waiting for all of them may never end.
         let mut state = self.lock_state();
-        let taken: std::collections::HashSet<u64> = match bounds_in(&state.levels_view(cf), range) {
-            Some((start, end)) => state
-                .compacting
-                .iter()
-                .filter(|r| r.cf == cf && r.start <= end && r.end >= start)
-                .flat_map(|r| r.pick.all_inputs())
-                .collect(),
-            None => std::collections::HashSet::new(),
-        };
+        // Judged on the range itself, not the tables left in it: one that took them all and
+        // installed its output may still be ending, holding the version that names them.
+        let taken: std::collections::HashSet<u64> = state
+            .compacting
+            .iter()
+            .filter(|r| r.cf == cf && overlaps(range, &r.start, &r.end))
+            .flat_map(|r| r.pick.all_inputs())
+            .collect();
         while state
             .compacting
             .iter()
@@ -778,4 +777,19 @@ impl OutputFiles for Outputs<'_> {
             .fs
             .create(&filename::temp_table_path(&self.db.dir, number))
     }
+}
+
+/// Whether the user keys `[start, end]` meet `range`.
+fn overlaps(range: &(Bound<Bytes>, Bound<Bytes>), start: &Bytes, end: &Bytes) -> bool {
+    let after_start = match &range.0 {
+        Bound::Included(s) => end >= s,
+        Bound::Excluded(s) => end > s,
+        Bound::Unbounded => true,
+    };
+    let before_end = match &range.1 {
+        Bound::Included(e) => start <= e,
+        Bound::Excluded(e) => start < e,
+        Bound::Unbounded => true,
+    };
+    after_start && before_end
 }
