@@ -50,7 +50,7 @@ impl VerifyReport {
 }
 
 /// Checks every block of every table the MANIFEST lists, every record of every log in `dir`,
-/// and every edit of the MANIFEST; see the [module](self) docs.
+/// and every edit of the MANIFEST.
 ///
 /// # Errors
 /// `InvalidArgument` if `dir` holds no database (no `CURRENT`); `Io` if the directory cannot be

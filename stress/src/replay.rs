@@ -29,7 +29,7 @@ const OP_LOG_FORMAT: u32 = 1;
 /// The first line of an op log: what the run was, so a replay can rebuild it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OpLogHeader {
-    /// The op log format ([`OP_LOG_FORMAT`]).
+    /// The op log format version.
     pub op_log: u32,
     /// Keys in the key space.
     pub keys: usize,

@@ -50,7 +50,7 @@ impl Default for TtlSettings {
 
 impl TtlSettings {
     /// Checks the settings' bounds: `kv_ttl_history_recycle_interval` from
-    /// [`MIN_HISTORY_RECYCLE_INTERVAL`] to [`MAX_HISTORY_RECYCLE_INTERVAL`].
+    /// one day to 180 days (`MIN_HISTORY_RECYCLE_INTERVAL` to `MAX_HISTORY_RECYCLE_INTERVAL`).
     /// [`TtlTasks::open`](super::TtlTasks::open) refuses settings that fail this.
     ///
     /// ```
