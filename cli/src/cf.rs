@@ -2,13 +2,13 @@
 //! `create` and `drop` open it for writing (the service must be stopped), after checking the
 //! name read-only, so a refused command changes no file.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use cairn::CfOptions;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
+use crate::db_arg::{DbArg, DbPos};
 use crate::kv::human_ms;
 use crate::output::{self, print_json, print_table};
 
@@ -22,16 +22,16 @@ pub struct CfArgs {
 enum CfCommand {
     /// The column families with their TTL, version limit and tombstone grace (read-only).
     List {
-        /// The database directory.
-        dir: PathBuf,
+        #[command(flatten)]
+        db: DbArg,
         /// Print JSON.
         #[arg(long)]
         json: bool,
     },
     /// Creates a column family (the service must be stopped).
     Create {
-        /// The database directory.
-        dir: PathBuf,
+        #[command(flatten)]
+        db: DbPos,
         /// The new family's name.
         name: String,
         /// Every value expires this long after it is written (`30d`, `1h`; more than zero).
@@ -46,8 +46,8 @@ enum CfCommand {
     },
     /// Drops a column family and its data (the service must be stopped).
     Drop {
-        /// The database directory.
-        dir: PathBuf,
+        #[command(flatten)]
+        db: DbPos,
         /// The family's name (not `default`).
         name: String,
     },
@@ -70,9 +70,9 @@ fn ms(d: Duration) -> u64 {
 pub fn run(args: &CfArgs) -> i32 {
     crate::init_logging(false);
     match &args.command {
-        CfCommand::List { dir, json } => list(dir, *json),
+        CfCommand::List { db, json } => list(db.path(), *json),
         CfCommand::Create {
-            dir,
+            db,
             name,
             ttl,
             max_versions,
@@ -96,15 +96,15 @@ pub fn run(args: &CfArgs) -> i32 {
             if let Some(g) = grace {
                 options = options.tombstone_grace(*g);
             }
-            change(dir, name, false, |db| {
+            change(db.path(), name, false, |db| {
                 db.create_column_family(name, options).map(|_| ())
             })
         }
-        CfCommand::Drop { dir, name } => {
+        CfCommand::Drop { db, name } => {
             if name == "default" {
                 return crate::bad_args("the default column family cannot be dropped");
             }
-            change(dir, name, true, |db| db.drop_column_family(name))
+            change(db.path(), name, true, |db| db.drop_column_family(name))
         }
     }
 }
@@ -175,7 +175,7 @@ fn change(
             names.join(", ")
         ));
     }
-    let db = match output::open_for_writing(dir, false) {
+    let db = match output::open_for_writing(dir) {
         Ok(db) => db,
         Err(code) => return code,
     };

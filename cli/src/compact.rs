@@ -3,20 +3,20 @@
 //! each family's tables before and after. Progress goes to stderr when it is a terminal.
 
 use std::io::IsTerminal as _;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use cairn::Db;
 use clap::Args;
 use serde::Serialize;
 
+use crate::db_arg::DbArg;
 use crate::kv::human_ms;
 use crate::output::{self, key_range, print_json, print_table};
 
 #[derive(Debug, Args)]
 pub struct CompactArgs {
-    /// The database directory (opened for writing: the service must be stopped).
-    dir: PathBuf,
+    #[command(flatten)]
+    db: DbArg,
     /// Only this column family (default: every one).
     #[arg(long)]
     cf: Option<String>,
@@ -36,8 +36,8 @@ pub struct CompactArgs {
 
 #[derive(Debug, Args)]
 pub struct FlushArgs {
-    /// The database directory (opened for writing: the service must be stopped).
-    dir: PathBuf,
+    #[command(flatten)]
+    db: DbArg,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -70,11 +70,11 @@ pub fn compact(args: &CompactArgs) -> i32 {
         Ok(r) => r,
         Err(e) => return crate::bad_args(&e),
     };
-    let found = match families(&args.dir, args.cf.as_deref()) {
+    let found = match families(args.db.path(), args.cf.as_deref()) {
         Ok(n) => n,
         Err(code) => return code,
     };
-    run(&args.dir, &found, args.json, "compact", |db, name, bar| {
+    run(args.db.path(), &found, args.json, "compact", |db, name, bar| {
         bar.set_message(format!("compacting {name}"));
         db.column_family(name)?
             .compact_range::<Vec<u8>>(range.clone())
@@ -83,12 +83,12 @@ pub fn compact(args: &CompactArgs) -> i32 {
 
 pub fn flush(args: &FlushArgs) -> i32 {
     crate::init_logging(false);
-    let found = match families(&args.dir, None) {
+    let found = match families(args.db.path(), None) {
         Ok(n) => n,
         Err(code) => return code,
     };
     let mut flushed = false;
-    run(&args.dir, &found, args.json, "flush", |db, _, bar| {
+    run(args.db.path(), &found, args.json, "flush", |db, _, bar| {
         if !flushed {
             bar.set_message("flushing the memtables");
             flushed = true;
@@ -138,15 +138,14 @@ fn run(
     mut each: impl FnMut(&Db, &str, &indicatif::ProgressBar) -> cairn::Result<()>,
 ) -> i32 {
     let started = Instant::now();
-    let db = match output::open_for_writing(dir, false) {
+    let db = match output::open_for_writing(dir) {
         Ok(db) => db,
         Err(code) => return code,
     };
-    let bar = if std::io::stderr().is_terminal() {
-        indicatif::ProgressBar::new(u64::try_from(found.families.len()).unwrap_or(u64::MAX))
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
+    let bar = crate::progress::bar_if(
+        std::io::stderr().is_terminal(),
+        u64::try_from(found.families.len()).unwrap_or(u64::MAX),
+    );
     bar.set_style(
         indicatif::ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {pos}/{len} {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())

@@ -13,12 +13,13 @@ use cairn::{Options, WriteBatch};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
+use crate::db_arg::DbArg;
 use crate::output::{self, arg_bytes, kind_name, time_text};
 
 #[derive(Debug, Args)]
 pub struct DumpArgs {
-    /// The database directory (opened read-only).
-    dir: PathBuf,
+    #[command(flatten)]
+    db: DbArg,
     /// The column family.
     #[arg(long, default_value = "default")]
     cf: String,
@@ -26,8 +27,8 @@ pub struct DumpArgs {
 
 #[derive(Debug, Args)]
 pub struct LoadArgs {
-    /// The database directory (opened for writing: the service must be stopped).
-    dir: PathBuf,
+    #[command(flatten)]
+    db: DbArg,
     /// The column family.
     #[arg(long, default_value = "default")]
     cf: String,
@@ -75,7 +76,7 @@ fn line_bytes(text: &str) -> Result<Vec<u8>, String> {
 
 pub fn dump(args: &DumpArgs) -> i32 {
     crate::init_logging(false);
-    let db = match output::open_read_only(&args.dir) {
+    let db = match output::open_read_only(args.db.path()) {
         Ok(db) => db,
         Err(code) => return code,
     };
@@ -124,9 +125,9 @@ pub fn load(args: &LoadArgs) -> i32 {
         Ok(p) => p,
         Err(e) => return crate::bad_args(&e),
     };
-    let exists = args.dir.join("CURRENT").exists();
+    let exists = args.db.path().join("CURRENT").exists();
     if exists {
-        let db = match output::open_read_only(&args.dir) {
+        let db = match output::open_read_only(args.db.path()) {
             Ok(db) => db,
             Err(code) => return code,
         };
@@ -139,7 +140,7 @@ pub fn load(args: &LoadArgs) -> i32 {
             args.cf
         ));
     }
-    let db = match output::open_for_writing_with(&args.dir, args.create, Options::default()) {
+    let db = match output::open_or_create(args.db.path(), args.create, Options::default()) {
         Ok(db) => db,
         Err(code) => return code,
     };
@@ -164,7 +165,7 @@ pub fn load(args: &LoadArgs) -> i32 {
     }
     match db.close() {
         Ok(()) => {
-            eprintln!("cairn load: {} keys written", pairs.len());
+            eprintln!("cairn load: {} written", output::count(pairs.len(), "key"));
             0
         }
         Err(e) => output::failed("load (closing failed)", &e),

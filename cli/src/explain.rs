@@ -8,21 +8,21 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use cairn::{KeyTrace, Location, Options, TombstoneExplanation, TombstoneReason};
 use clap::Args;
 use serde::Serialize;
 
+use crate::db_arg::{DbArg, DbPos};
 use crate::output::{
-    self, NO, age_text, arg_bytes, bytes_text, key_range, kind_name, print_json, time_text,
+    self, NO, age_text, bytes_text, key_range, kind_name, print_json, time_text,
 };
 
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
-    /// The database directory (opened read-only).
-    dir: PathBuf,
+    #[command(flatten)]
+    db: DbArg,
     /// The column family.
     #[arg(long, default_value = "default")]
     cf: String,
@@ -45,8 +45,8 @@ pub struct ExplainArgs {
 
 #[derive(Debug, Args)]
 pub struct AuditArgs {
-    /// The database directory (opened read-only).
-    dir: PathBuf,
+    #[command(flatten)]
+    db: DbPos,
     /// The key.
     key: String,
     /// The column family.
@@ -105,7 +105,10 @@ struct Example {
     end: Option<String>,
     seqno: u64,
     kind: &'static str,
+    deleted_at_ms: u64,
     deleted_at: String,
+    /// None on the stress harness's manual clock.
+    age_ms: Option<u64>,
     age: String,
     location: String,
 }
@@ -116,7 +119,7 @@ pub fn explain(args: &ExplainArgs) -> i32 {
         Ok(range) => range,
         Err(e) => return crate::bad_args(&e),
     };
-    let db = match output::open_read_only(&args.dir) {
+    let db = match output::open_read_only(args.db.path()) {
         Ok(db) => db,
         Err(code) => return code,
     };
@@ -135,10 +138,10 @@ pub fn explain(args: &ExplainArgs) -> i32 {
         to: bound_text(&range.1),
         assumed_snapshots: args.snapshots.clone(),
         tombstones: found.len(),
-        groups: groups(&found, db.now_ms()),
+        groups: groups(&found, output::age_clock(args.db.path(), db.now_ms())),
         verified: false,
     };
-    output::not_verified("explain", &args.dir);
+    output::not_verified("explain", args.db.path());
     if args.json {
         print_json(&explained);
     } else {
@@ -150,7 +153,7 @@ pub fn explain(args: &ExplainArgs) -> i32 {
 /// A range's end as printed; `None` when open.
 fn bound_text(bound: &Bound<Vec<u8>>) -> Option<String> {
     match bound {
-        Bound::Included(k) | Bound::Excluded(k) => Some(bytes_text(k)),
+        Bound::Included(k) | Bound::Excluded(k) => Some(output::short_key(k)),
         Bound::Unbounded => None,
     }
 }
@@ -173,7 +176,7 @@ fn key_of(reason: TombstoneReason) -> GroupKey {
     }
 }
 
-fn groups(found: &[TombstoneExplanation], now: u64) -> Vec<Group> {
+fn groups(found: &[TombstoneExplanation], now: Option<u64>) -> Vec<Group> {
     let mut by_key: BTreeMap<GroupKey, Vec<&TombstoneExplanation>> = BTreeMap::new();
     for t in found {
         by_key.entry(key_of(t.reason)).or_default().push(t);
@@ -214,7 +217,9 @@ fn groups(found: &[TombstoneExplanation], now: u64) -> Vec<Group> {
                     end: oldest.end.as_deref().map(bytes_text),
                     seqno: oldest.seqno,
                     kind: kind_name(oldest.kind),
+                    deleted_at_ms: oldest.deleted_at,
                     deleted_at: time_text(oldest.deleted_at),
+                    age_ms: output::age_ms(now, oldest.deleted_at),
                     age: age_text(now, oldest.deleted_at),
                     location: location_text(oldest.location),
                 },
@@ -300,7 +305,7 @@ struct TraceRow {
 /// Exit 0 only when no trace of the key remains.
 pub fn audit(args: &AuditArgs) -> i32 {
     crate::init_logging(false);
-    let key = match arg_bytes(&args.key, args.hex) {
+    let key = match output::key_arg(&args.key, args.hex) {
         Ok(key) => key,
         Err(e) => return crate::bad_args(&e),
     };
@@ -308,7 +313,7 @@ pub fn audit(args: &AuditArgs) -> i32 {
     if let Some(deadline) = args.deadline {
         options = options.delete_persistence_deadline(deadline);
     }
-    let db = match output::open_read_only_with(&args.dir, options) {
+    let db = match output::open_read_only_with(args.db.path(), options) {
         Ok(db) => db,
         Err(code) => return code,
     };
@@ -327,10 +332,11 @@ pub fn audit(args: &AuditArgs) -> i32 {
     } else if audited.traces.is_empty() {
         println!(
             "{}: no trace of {} anywhere",
-            audited.column_family, audited.key
+            audited.column_family,
+            output::short_key(&key)
         );
     } else {
-        print_traces(&audited);
+        print_traces(&audited, &key);
     }
     if traces.is_empty() { 0 } else { NO }
 }
@@ -346,12 +352,12 @@ fn trace_row(t: &KeyTrace, now: u64) -> TraceRow {
     }
 }
 
-fn print_traces(a: &Audited) {
+fn print_traces(a: &Audited, key: &[u8]) {
     println!(
-        "{}: {} traces of {}",
+        "{}: {} of {}",
         a.column_family,
-        a.traces.len(),
-        a.key
+        output::count(a.traces.len(), "trace"),
+        output::short_key(key)
     );
     let rows: Vec<Vec<String>> = a
         .traces

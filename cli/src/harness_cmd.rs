@@ -13,6 +13,7 @@ use cairn_stress::CrashConfig;
 use cairn_stress::{Limit, OpWeights, StressConfig, StressError};
 use clap::{Args, Subcommand};
 
+use crate::db_arg::OptDbArg;
 use crate::{bad_args, init_logging, init_logging_with, output};
 
 #[derive(Debug, Args)]
@@ -20,19 +21,19 @@ use crate::{bad_args, init_logging, init_logging_with, output};
     clippy::struct_excessive_bools,
     reason = "independent command-line switches"
 )]
+#[command(mut_arg("db", |a| a.help("The database directory (default: a temporary one, deleted \
+    afterwards); a non-empty directory a stress did not create is refused unless --reuse is given")))]
 pub struct StressArgs {
     #[command(subcommand)]
     replay: Option<StressSub>,
-    /// Database directory (default: a temporary one, deleted afterwards). A non-empty directory
-    /// a stress did not create is refused unless --reuse is given.
-    #[arg(long)]
-    db: Option<PathBuf>,
-    /// Write into --db even if it is a database a stress did not create; the harness's
+    #[command(flatten)]
+    db: OptDbArg,
+    /// Write into DB even if it is a database a stress did not create; the harness's
     /// families (`stress`, `ttl_one`, `ttl_three`, `held`) are dropped and made afresh, others untouched.
     #[arg(long)]
     reuse: bool,
-    /// Worker threads.
-    #[arg(long, default_value_t = 4)]
+    /// Worker threads (1 to 64).
+    #[arg(long, default_value_t = 4, value_parser = output::parse_threads)]
     threads: usize,
     /// Keys in the key space.
     #[arg(long, default_value_t = 100_000)]
@@ -65,11 +66,11 @@ pub struct StressArgs {
     /// Probability that a write is synced.
     #[arg(long, default_value_t = 0.01)]
     sync_probability: f64,
-    /// Memtable size in bytes.
-    #[arg(long, default_value_t = 1 << 20)]
+    /// Memtable size (`4096`, `64KiB`, `1MiB`).
+    #[arg(long, default_value = "1MiB", value_parser = output::parse_size)]
     memtable_size: usize,
-    /// Largest value in bytes.
-    #[arg(long, default_value_t = 200)]
+    /// Largest value (`200`, `4KiB`).
+    #[arg(long, default_value = "200", value_parser = output::parse_size)]
     max_value_size: usize,
     /// Write every operation here, for `cairn stress replay`.
     #[arg(long)]
@@ -82,9 +83,12 @@ pub struct StressArgs {
     /// verify every key strictly.
     #[arg(long)]
     inject_errors: Option<u32>,
-    /// Write the JSON report here.
+    /// Write the JSON report here (checked before the run starts).
     #[arg(long)]
     report: Option<PathBuf>,
+    /// Print the report as JSON on stdout instead of the summary.
+    #[arg(long)]
+    json: bool,
     /// No progress bar.
     #[arg(long)]
     no_progress: bool,
@@ -102,25 +106,31 @@ pub struct StressArgs {
 #[derive(Debug, Subcommand)]
 pub enum StressSub {
     /// Replay an op log's writes in order, alone, on a fresh database, and verify.
+    #[command(mut_arg("db", |a| a.help("The database directory, empty or new (default: a temporary one, \
+        deleted afterwards)")))]
     Replay {
         /// The op log a `cairn stress --op-log` run wrote.
         #[arg(long)]
         log: PathBuf,
-        /// Database directory (default: a temporary one).
-        #[arg(long)]
-        db: Option<PathBuf>,
+        #[command(flatten)]
+        db: OptDbArg,
         /// Keys in the original run's key space (default: the op log's; a different value is
         /// refused).
         #[arg(long)]
         keys: Option<usize>,
-        /// The original run's largest value (default: the op log's; a different value is
-        /// refused).
-        #[arg(long)]
+        /// The original run's largest value (`200`, `4KiB`; default: the op log's; a different
+        /// value is refused).
+        #[arg(long, value_parser = output::parse_size)]
         max_value_size: Option<usize>,
+        /// Print the report as JSON on stdout instead of the summary.
+        #[arg(long)]
+        json: bool,
     },
 }
 
 #[derive(Debug, Args)]
+#[command(mut_arg("db", |a| a.help("The working directory, one database per mode under it (default: a \
+    temporary one, deleted afterwards)")))]
 pub struct CrashArgs {
     /// `blackbox` (SIGKILL a child), `power-loss` (in process, faulty file system) or `both`.
     #[arg(long, default_value = "both")]
@@ -139,8 +149,8 @@ pub struct CrashArgs {
     /// Keys in the key space.
     #[arg(long, default_value_t = 10_000)]
     keys: usize,
-    /// Worker threads of each blackbox child.
-    #[arg(long, default_value_t = 4)]
+    /// Worker threads of each blackbox child (1 to 64).
+    #[arg(long, default_value_t = 4, value_parser = output::parse_threads)]
     threads: usize,
     /// Shortest run before a kill (`500ms`; not above --kill-max).
     #[arg(long, default_value = "500ms", value_parser = output::parse_duration)]
@@ -157,12 +167,14 @@ pub struct CrashArgs {
     /// Probability that a write is synced (blackbox children).
     #[arg(long, default_value_t = 0.05)]
     sync_probability: f64,
-    /// Working directory (default: a temporary one).
-    #[arg(long)]
-    dir: Option<PathBuf>,
-    /// Write the JSON report here.
+    #[command(flatten)]
+    db: OptDbArg,
+    /// Write the JSON report here (checked before the run starts).
     #[arg(long)]
     report: Option<PathBuf>,
+    /// Print the modes' reports as one JSON document on stdout instead of lines of text.
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn stress(args: StressArgs) -> i32 {
@@ -181,17 +193,20 @@ pub fn stress(args: StressArgs) -> i32 {
         db,
         keys,
         max_value_size,
+        json,
     }) = args.replay
     {
-        let temp = tempfile_dir(db.is_none());
+        let temp = tempfile_dir(db.path().is_none());
         let path = db
+            .path()
+            .map(std::path::Path::to_path_buf)
             .or_else(|| temp.as_ref().map(|t| t.path().to_path_buf()))
             .unwrap_or_default();
         let given = cairn_stress::ReplaySettings {
             keys,
             max_value_size,
         };
-        return finish(cairn_stress::replay(&log, &path, given), None);
+        return finish(cairn_stress::replay(&log, &path, given), None, json);
     }
     let weights = match OpWeights::parse(&args.mix) {
         Ok(w) => w,
@@ -203,7 +218,7 @@ pub fn stress(args: StressArgs) -> i32 {
         seed: args.seed,
         limit: args.ops.map_or(Limit::Duration(args.duration), Limit::Ops),
         weights,
-        db: args.db,
+        db: args.db.path().map(std::path::Path::to_path_buf),
         reuse: args.reuse,
         sync_probability: args.sync_probability,
         grace: args
@@ -223,6 +238,16 @@ pub fn stress(args: StressArgs) -> i32 {
     };
     if let Err(e) = config.validate() {
         return bad_args(&e);
+    }
+    let outputs = [
+        ("--report", args.report.as_deref()),
+        ("--op-log", config.op_log.as_deref()),
+        ("--expected-journal", config.expected_journal.as_deref()),
+    ];
+    for (flag, path) in outputs {
+        if let Some(Err(code)) = path.map(|p| output::check_output_path(flag, p)) {
+            return code;
+        }
     }
     if args.inject_errors == Some(0) {
         return bad_args(
@@ -245,20 +270,25 @@ pub fn stress(args: StressArgs) -> i32 {
         Some(one_in) => cairn_stress::run_with_faults(config, one_in),
         None => cairn_stress::run_stress(config),
     };
-    finish(result, args.report.as_ref())
+    finish(result, args.report.as_ref(), args.json)
 }
 
+/// Prints the report (its summary, or JSON), writes it to `report_path`, and gives the exit
+/// code: the run's, or 2 if the report could not be written.
 fn finish(
     result: Result<cairn_stress::StressReport, StressError>,
     report_path: Option<&PathBuf>,
+    json: bool,
 ) -> i32 {
     match result {
         Ok(report) => {
-            println!("{}", report.summary());
-            if let Some(path) = report_path {
-                write_json(path, &report);
+            if json {
+                output::print_json(&report);
+            } else {
+                println!("{}", report.summary());
             }
-            report.exit_code()
+            let written = report_path.map_or(Ok(()), |path| write_json(path, &report));
+            written.map_or(2, |()| report.exit_code())
         }
         Err(e) => {
             eprintln!("cairn stress: {e}");
@@ -297,7 +327,14 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
     if let Err(e) = stress.validate() {
         return bad_args(&e);
     }
-    let (dir, _guard) = match cairn_stress::work_dir(args.dir.clone()) {
+    if let Some(Err(code)) = args
+        .report
+        .as_deref()
+        .map(|p| output::check_output_path("--report", p))
+    {
+        return code;
+    }
+    let (dir, _guard) = match cairn_stress::work_dir(args.db.path().map(std::path::Path::to_path_buf)) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("cairn crashtest: {e}");
@@ -342,7 +379,9 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
         );
         match result {
             Ok(report) => {
-                print_mode(&report);
+                if !args.json {
+                    print_mode(&report);
+                }
                 worst = worst.max(report.exit_code());
                 reports.push(report);
             }
@@ -352,20 +391,34 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
             }
         }
     }
-    if cairn_stress::stop_requested() {
-        println!(
-            "interrupted: stopped by a signal; every cycle counted above was checked after its crash"
-        );
-    }
-    if worst == 0 && reports.iter().all(|r| r.cycles == 0) {
-        // Fail closed: an interrupt before the first cycle's check leaves nothing to pass.
-        println!("exercised nothing: no crash cycle ran to its check");
+    let interrupted = cairn_stress::stop_requested();
+    // Fail closed: an interrupt before the first cycle's check leaves nothing to pass.
+    let exercised_nothing = worst == 0 && reports.iter().all(|r| r.cycles == 0);
+    if exercised_nothing {
         worst = 1;
     }
-    if let Some(path) = &args.report {
-        write_json(path, &reports);
+    if args.json {
+        output::print_json(&serde_json::json!({
+            "modes": reports,
+            "interrupted": interrupted,
+            "exercised_nothing": exercised_nothing,
+            "passed": worst == 0,
+        }));
+    } else {
+        if interrupted {
+            println!(
+                "interrupted: stopped by a signal; every cycle counted above was checked after \
+                 its crash"
+            );
+        }
+        if exercised_nothing {
+            println!("exercised nothing: no crash cycle ran to its check");
+        }
+        println!("{}", if worst == 0 { "PASS" } else { "FAIL" });
     }
-    println!("{}", if worst == 0 { "PASS" } else { "FAIL" });
+    if let Some(Err(())) = args.report.as_ref().map(|path| write_json(path, &reports)) {
+        worst = worst.max(2);
+    }
     worst
 }
 
@@ -482,15 +535,17 @@ fn run_mode(
     Ok(total)
 }
 
-fn write_json<T: serde::Serialize>(path: &PathBuf, value: &T) {
-    match serde_json::to_string_pretty(value) {
-        Ok(json) => {
-            if let Err(e) = std::fs::write(path, json) {
-                eprintln!("cannot write the report to {}: {e}", path.display());
-            }
-        }
-        Err(e) => eprintln!("cannot encode the report: {e}"),
-    }
+/// Writes `value` as JSON to `path`; says on stderr why not when it cannot.
+fn write_json<T: serde::Serialize>(path: &PathBuf, value: &T) -> Result<(), ()> {
+    let written = serde_json::to_string_pretty(value)
+        .map_err(std::io::Error::other)
+        .and_then(|json| std::fs::write(path, json));
+    written.map_err(|e| {
+        eprintln!(
+            "cairn: cannot write the report to {}: {e}",
+            path.display()
+        );
+    })
 }
 
 fn tempfile_dir(needed: bool) -> Option<tempfile::TempDir> {

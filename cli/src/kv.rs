@@ -10,6 +10,7 @@ use cairn::{ColumnFamily, Db};
 use clap::Args;
 use serde::Serialize;
 
+use crate::db_arg::{DbArg, DbPos};
 use crate::output::{
     self, LEVEL_HEADER, LevelSums, NO, arg_bytes, arg_pair, bytes_text, key_range, print_json,
     print_table, time_text,
@@ -18,8 +19,8 @@ use crate::output::{
 /// Where and how keys are named: the directory, the family, text or hex.
 #[derive(Debug, Args)]
 pub struct Target {
-    /// The database directory.
-    dir: PathBuf,
+    #[command(flatten)]
+    db: DbPos,
     /// The column family.
     #[arg(long, default_value = "default")]
     cf: String,
@@ -109,8 +110,8 @@ pub struct ScanArgs {
 
 #[derive(Debug, Args)]
 pub struct StatsArgs {
-    /// The database directory (opened read-only).
-    dir: PathBuf,
+    #[command(flatten)]
+    db: DbArg,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -147,7 +148,7 @@ struct MetaView {
 pub fn get(args: &GetArgs) -> i32 {
     crate::init_logging(false);
     let t = &args.target;
-    let key = match arg_bytes(&args.key, t.hex) {
+    let key = match output::key_arg(&args.key, t.hex) {
         Ok(k) => k,
         Err(e) => return crate::bad_args(&e),
     };
@@ -185,7 +186,7 @@ pub fn get(args: &GetArgs) -> i32 {
             }
         }
     } else {
-        eprintln!("cairn get: {} has no value", view.key);
+        eprintln!("cairn get: {} has no value", output::short_key(&key));
     }
     if view.value.is_some() { 0 } else { NO }
 }
@@ -295,7 +296,7 @@ pub fn scan(args: &ScanArgs) -> i32 {
     let prefix = match args
         .prefix
         .as_deref()
-        .map(|p| arg_bytes(p, t.hex))
+        .map(|p| output::key_arg(p, t.hex))
         .transpose()
     {
         Ok(p) => p,
@@ -367,7 +368,7 @@ pub fn scan(args: &ScanArgs) -> i32 {
         );
     }
     match &view.error {
-        Some(e) => output::failed(&format!("scan (after {} rows)", view.rows.len()), e),
+        Some(e) => output::failed(&format!("scan (after {})", output::count(view.rows.len(), "row")), e),
         None => 0,
     }
 }
@@ -379,7 +380,8 @@ struct StatsView {
     levels: Vec<LevelSums>,
     tombstones_pending: u64,
     tombstones_droppable: u64,
-    oldest_droppable_tombstone_age_secs: Option<u64>,
+    oldest_droppable_tombstone_age_ms: Option<u64>,
+    oldest_droppable_tombstone_age: Option<String>,
     memtable_entries: u64,
     memtable_bytes: u64,
     space_amp: f64,
@@ -390,11 +392,15 @@ struct StatsView {
 
 pub fn stats(args: &StatsArgs) -> i32 {
     crate::init_logging(false);
-    let db = match output::open_read_only(&args.dir) {
+    let db = match output::open_read_only(args.db.path()) {
         Ok(db) => db,
         Err(code) => return code,
     };
     let s = db.stats();
+    // On the stress harness's manual clock the engine's ages against today mean nothing.
+    let oldest = s
+        .oldest_droppable_tombstone_age
+        .filter(|_| output::age_clock(args.db.path(), 0).is_some());
     let view = StatsView {
         column_families: db.list_column_families(),
         latest_seqno: db.latest_seqno(),
@@ -414,13 +420,15 @@ pub fn stats(args: &StatsArgs) -> i32 {
             .collect(),
         tombstones_pending: s.tombstones_pending,
         tombstones_droppable: s.tombstones_droppable,
-        oldest_droppable_tombstone_age_secs: s.oldest_droppable_tombstone_age.map(|d| d.as_secs()),
+        oldest_droppable_tombstone_age_ms: oldest
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        oldest_droppable_tombstone_age: oldest.map(|d| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()),
         memtable_entries: s.memtable_entries,
         memtable_bytes: s.memtable_bytes,
         space_amp: s.space_amp,
         verified: false,
     };
-    output::not_verified("stats", &args.dir);
+    output::not_verified("stats", args.db.path());
     if args.json {
         print_json(&view);
     } else {
@@ -436,11 +444,9 @@ fn print_stats(v: &StatsView) {
         "tombstones: {} pending, {} droppable now{}",
         v.tombstones_pending,
         v.tombstones_droppable,
-        v.oldest_droppable_tombstone_age_secs
-            .map(|s| format!(
-                " (the oldest for {})",
-                humantime::format_duration(Duration::from_secs(s))
-            ))
+        v.oldest_droppable_tombstone_age
+            .as_ref()
+            .map(|age| format!(" (the oldest for {age})"))
             .unwrap_or_default()
     );
     println!(
@@ -453,7 +459,7 @@ fn print_stats(v: &StatsView) {
 }
 
 fn read_only(t: &Target) -> Result<(Db, ColumnFamily), i32> {
-    let db = output::open_read_only(&t.dir)?;
+    let db = output::open_read_only(t.db.path())?;
     let cf = db.column_family(&t.cf).map_err(|e| fail("--cf", &e))?;
     Ok((db, cf))
 }
@@ -479,7 +485,7 @@ fn write(
             cairn::MAX_KEY_LEN
         ));
     }
-    let exists = t.dir.join("CURRENT").exists();
+    let exists = t.db.path().join("CURRENT").exists();
     if create && t.cf != "default" && !exists {
         return crate::bad_args(&format!(
             "a new database has only the default column family, not {:?}",
@@ -495,7 +501,8 @@ fn write(
     } else {
         Vec::new()
     };
-    let db = match output::open_for_writing(&t.dir, create) {
+    let options = cairn::Options::default().disable_auto_compactions(true);
+    let db = match output::open_or_create(t.db.path(), create, options) {
         Ok(db) => db,
         Err(code) => return code,
     };
@@ -504,7 +511,7 @@ fn write(
         let code = match e {
             cairn::Error::WriteStall { .. } => output::failed(
                 &format!("{what} (not applied)"),
-                &format!("{e}: run `cairn compact {}`", t.dir.display()),
+                &format!("{e}: run `cairn compact {}`", t.db.path().display()),
             ),
             e => fail(&format!("{what} (not applied)"), &e),
         };
@@ -529,7 +536,7 @@ fn write(
 
 /// Each family's level-0 table count, read-only; checks `t.cf` exists.
 fn level0_counts(t: &Target) -> Result<Vec<(String, usize)>, i32> {
-    let db = output::open_read_only(&t.dir)?;
+    let db = output::open_read_only(t.db.path())?;
     let names = db.list_column_families();
     if !names.contains(&t.cf) {
         return Err(crate::bad_args(&format!(

@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 
 mod cf;
 mod compact;
+mod db_arg;
 mod dump;
 mod explain;
 mod harness_cmd;
@@ -18,6 +19,7 @@ mod inspect;
 mod kv;
 mod output;
 mod plot;
+mod progress;
 mod purge;
 mod purge_demo;
 mod ttl;
@@ -156,7 +158,7 @@ fn init_logging_with(default: &str) {
         && std::env::var_os("NO_COLOR").is_none();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| progress::LogWriter)
         .with_ansi(colour)
         .try_init();
 }

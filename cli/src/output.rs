@@ -3,9 +3,10 @@
 //! on stdout, and the exit codes.
 //!
 //! Exit codes of the operator commands (`inspect`, `explain`, `audit`, `get`, `put`,
-//! `delete`, `delete-range`, `scan`, `stats`): 0 done; 1 the answer is "no" (`get` found no
-//! value, `audit` found traces); 2 the database could not be opened or read (locked for a write, missing,
-//! damaged: `Corruption` names the file and offset); 3 bad arguments.
+//! `delete`, `delete-range`, `scan`, `stats`, …): 0 done; 1 the answer is "no" (`get` found no
+//! value, `audit` found traces); 2 the database could not be read or written (damaged:
+//! `Corruption` names the file and offset; I/O); 3 bad arguments; 4 not found (no such
+//! directory, not a database); 5 locked by another process.
 
 use std::fmt::Write as _;
 use std::ops::Bound;
@@ -14,9 +15,11 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use cairn::{Db, Options};
 
+use crate::db_arg;
+
 /// The command's answer is "no": `get` found nothing, `audit` found traces.
 pub const NO: i32 = 1;
-/// The database could not be opened or read.
+/// The database could not be read or written (damage, I/O).
 pub const FAILED: i32 = 2;
 /// Bad arguments.
 pub const BAD_ARGS: i32 = 3;
@@ -25,7 +28,7 @@ pub const BAD_ARGS: i32 = 3;
 /// beside a live writer (reading the files as they were at the open) without blocking it.
 ///
 /// # Errors
-/// The exit code, once the reason is printed.
+/// The exit code, once the reason is printed (see [`crate::db_arg`]).
 pub fn open_read_only(dir: &Path) -> Result<Db, i32> {
     open_read_only_with(dir, Options::default())
 }
@@ -33,60 +36,34 @@ pub fn open_read_only(dir: &Path) -> Result<Db, i32> {
 /// [`open_read_only`] with `options`.
 ///
 /// # Errors
-/// The exit code, once the reason is printed.
+/// The exit code, once the reason is printed (see [`crate::db_arg`]).
 pub fn open_read_only_with(dir: &Path, options: Options) -> Result<Db, i32> {
-    Db::open_read_only(dir, options).map_err(|e| cannot_open(dir, &e))
+    db_arg::check_database(dir, "")?;
+    Db::open_read_only(dir, options).map_err(|e| db_arg::cannot_open(dir, &e))
 }
 
-/// Opens `dir` for writing (`put`, `delete`, `delete-range`); creates a database there only
-/// if `create`. No compaction runs while it is open, so an ad hoc write changes only what it
-/// writes (and the flush of what the log held), and cannot fail on unrelated work.
+/// Opens the database in `dir` for writing (`compact`, `flush`, `cf create`, …). No compaction
+/// runs while it is open, so an ad hoc write changes only what it writes (and the flush of what
+/// the log held), and cannot fail on unrelated work.
 ///
 /// # Errors
-/// The exit code, once the reason is printed.
-pub fn open_for_writing(dir: &Path, create: bool) -> Result<Db, i32> {
-    if !create && !dir.join("CURRENT").exists() {
-        eprintln!(
-            "cairn: {} holds no database (no CURRENT file); `cairn put --create` makes one",
-            dir.display()
-        );
-        return Err(FAILED);
-    }
-    open_for_writing_with(
-        dir,
-        create,
-        Options::default().disable_auto_compactions(true),
-    )
+/// The exit code, once the reason is printed (see [`crate::db_arg`]).
+pub fn open_for_writing(dir: &Path) -> Result<Db, i32> {
+    open_or_create(dir, false, Options::default().disable_auto_compactions(true))
 }
 
-/// [`open_for_writing`] with `options` (`load` keeps automatic compactions on, as a bulk
-/// write needs them).
+/// Opens `dir` for writing with `options`, creating a database there only if `create` (`put`
+/// and `load`, whose `--create` the message for a directory without one names).
 ///
 /// # Errors
-/// The exit code, once the reason is printed.
-pub fn open_for_writing_with(dir: &Path, create: bool, options: Options) -> Result<Db, i32> {
-    if !create && !dir.join("CURRENT").exists() {
-        eprintln!(
-            "cairn: {} holds no database (no CURRENT file); `cairn put --create` makes one",
-            dir.display()
-        );
-        return Err(FAILED);
+/// The exit code, once the reason is printed (see [`crate::db_arg`]).
+pub fn open_or_create(dir: &Path, create: bool, options: Options) -> Result<Db, i32> {
+    if !create {
+        db_arg::check_database(dir, "; `--create` makes one")?;
+    } else if dir.exists() {
+        db_arg::check_directory(dir)?;
     }
-    Db::open(dir, options).map_err(|e| cannot_open(dir, &e))
-}
-
-fn cannot_open(dir: &Path, e: &cairn::Error) -> i32 {
-    if let cairn::Error::Io(cairn_fs::Error::Locked { .. }) = e {
-        eprintln!(
-            "cairn: {} is locked: another process has the database open for writing. \
-             Stop it first to write; the commands that only read (get, scan, stats, inspect, \
-             explain, audit) work beside it",
-            dir.display()
-        );
-    } else {
-        eprintln!("cairn: cannot open {}: {e}", dir.display());
-    }
-    FAILED
+    Db::open(dir, options).map_err(|e| db_arg::cannot_open(dir, &e))
 }
 
 /// Says on stderr that `command` read summaries, not every block, so damage may be unseen.
@@ -164,6 +141,24 @@ pub fn arg_bytes(text: &str, hex: bool) -> Result<Vec<u8>, String> {
         .collect()
 }
 
+/// A key given on the command line, as [`arg_bytes`] reads it, refused when over the engine's
+/// limit (no such key can exist), with the key cut short in the message.
+///
+/// # Errors
+/// A message for `--hex` input that is not hex, or a key over the limit.
+pub fn key_arg(text: &str, hex: bool) -> Result<Vec<u8>, String> {
+    let key = arg_bytes(text, hex)?;
+    if key.len() > cairn::MAX_KEY_LEN {
+        return Err(format!(
+            "a key of {} bytes ({}) is over the limit of {} bytes",
+            key.len(),
+            short_key(&key),
+            cairn::MAX_KEY_LEN
+        ));
+    }
+    Ok(key)
+}
+
 /// Two command-line arguments (a key and a value, or a range's ends), as [`arg_bytes`] reads
 /// each.
 ///
@@ -181,8 +176,8 @@ pub type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
 /// # Errors
 /// The first one's message, for `--hex` input that is not hex.
 pub fn key_range(from: Option<&str>, to: Option<&str>, hex: bool) -> Result<KeyRange, String> {
-    let from = from.map(|t| arg_bytes(t, hex)).transpose()?;
-    let to = to.map(|t| arg_bytes(t, hex)).transpose()?;
+    let from = from.map(|t| key_arg(t, hex)).transpose()?;
+    let to = to.map(|t| key_arg(t, hex)).transpose()?;
     Ok((
         from.map_or(Bound::Unbounded, Bound::Included),
         to.map_or(Bound::Unbounded, Bound::Excluded),
@@ -201,10 +196,32 @@ pub fn time_text(ms: u64) -> String {
     humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }
 
-/// How long ago `ms` was at `now_ms`, in human form (`3h 20m`); `0s` for the future.
-pub fn age_text(now_ms: u64, ms: u64) -> String {
-    let secs = now_ms.saturating_sub(ms) / 1000;
-    humantime::format_duration(Duration::from_secs(secs)).to_string()
+/// The time ages in `dir` are measured from: `now_ms`, the system clock's; or none for a
+/// database the stress harness wrote on its manual clock, whose times are not the calendar's
+/// (ages against today would read as decades), said once on stderr.
+pub fn age_clock(dir: &Path, now_ms: u64) -> Option<u64> {
+    if dir.join(cairn_stress::STRESS_MARKER).exists() {
+        eprintln!(
+            "cairn: {} was written on the stress harness's manual clock: ages are not shown",
+            dir.display()
+        );
+        return None;
+    }
+    Some(now_ms)
+}
+
+/// How long ago `ms` was at `now`, in ms; none without a clock ([`age_clock`]).
+pub fn age_ms(now: Option<u64>, ms: u64) -> Option<u64> {
+    now.map(|now| now.saturating_sub(ms))
+}
+
+/// How long ago `ms` was at `now`, in human form (`3h 20m`; `0s` for the future), or
+/// `unknown (manual clock)` without a clock ([`age_clock`]).
+pub fn age_text(now: Option<u64>, ms: u64) -> String {
+    match age_ms(now, ms) {
+        Some(age) => humantime::format_duration(Duration::from_secs(age / 1000)).to_string(),
+        None => "unknown (manual clock)".to_owned(),
+    }
 }
 
 /// Parses a duration as `20s`, `10m`, `1h`, `1h 30m` or `500ms`; a bare number is seconds.
@@ -219,6 +236,79 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{text:?} is not a duration ({e}): write 20s, 10m, 1h or 500ms"))
 }
 
+/// Parses a size in bytes: `4096`, `64KiB`, `1MiB`, `2GiB` (also `KB`/`MB`/`GB` as powers of
+/// 1000, and `K`/`M`/`G` as powers of 1024, any case).
+///
+/// # Errors
+/// A message naming the forms accepted.
+pub fn parse_size(text: &str) -> Result<usize, String> {
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(trimmed.len());
+    let (digits, unit) = trimmed.split_at(split);
+    let scale: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        _ => usize::MAX,
+    };
+    digits
+        .parse::<usize>()
+        .ok()
+        .filter(|_| scale != usize::MAX)
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(|| format!("{text:?} is not a size: write 4096, 64KiB or 1MiB"))
+}
+
+/// The most worker threads any command takes.
+pub const MAX_THREADS: usize = 64;
+
+/// Parses `--threads`: 1 to [`MAX_THREADS`], the same bounds for every command.
+///
+/// # Errors
+/// A message giving the bounds.
+pub fn parse_threads(text: &str) -> Result<usize, String> {
+    text.trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|n| (1..=MAX_THREADS).contains(n))
+        .ok_or_else(|| format!("{text:?}: give 1 to {MAX_THREADS} threads"))
+}
+
+/// Checks, before a run starts, that a file it will write at the end can be written: not a
+/// directory, and in a directory that exists. `flag` names the option in the message.
+///
+/// # Errors
+/// [`BAD_ARGS`], once the reason is printed.
+pub fn check_output_path(flag: &str, path: &Path) -> Result<(), i32> {
+    let fail = |why: &str| {
+        eprintln!("cairn: bad arguments: {flag} {}: {why}", path.display());
+        Err(BAD_ARGS)
+    };
+    if path.is_dir() {
+        return fail("is a directory");
+    }
+    if path.exists() {
+        if std::fs::OpenOptions::new().append(true).open(path).is_err() {
+            return fail("cannot be written");
+        }
+        return Ok(());
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !parent.is_dir() {
+        return fail(&format!("no directory {}", parent.display()));
+    }
+    Ok(())
+}
+
 /// A kind as the tools print it.
 pub fn kind_name(kind: cairn::Kind) -> &'static str {
     match kind {
@@ -226,6 +316,17 @@ pub fn kind_name(kind: cairn::Kind) -> &'static str {
         cairn::Kind::Delete => "delete",
         cairn::Kind::SingleDelete => "single_delete",
         cairn::Kind::RangeDelete => "range_delete",
+    }
+}
+
+/// `n` and `noun`, plural unless `n` is 1: `1 trace`, `3 traces`, `0 entries`.
+pub fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else if let Some(stem) = noun.strip_suffix('y') {
+        format!("{n} {stem}ies")
+    } else {
+        format!("{n} {noun}s")
     }
 }
 
@@ -351,6 +452,23 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("60"), Ok(Duration::from_secs(60)));
         assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn sizes_read_with_binary_and_decimal_units_and_threads_have_one_bound() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64KiB"), Ok(64 << 10));
+        assert_eq!(parse_size("1MiB"), Ok(1 << 20));
+        assert_eq!(parse_size("1mib"), Ok(1 << 20));
+        assert_eq!(parse_size("2M"), Ok(2 << 20));
+        assert_eq!(parse_size("1MB"), Ok(1_000_000));
+        for bad in ["", "MiB", "1 parsec", "-1", "1.5MiB", "99999999999999999999GiB"] {
+            assert!(parse_size(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse_threads("1"), Ok(1));
+        assert_eq!(parse_threads("64"), Ok(64));
+        assert!(parse_threads("0").is_err());
+        assert!(parse_threads("65").is_err());
     }
 
     #[test]

@@ -16,9 +16,12 @@ use cairn_purger::{
 };
 use clap::{Args, Subcommand};
 
+use crate::db_arg::OptDbArg;
+
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
-#[command(group(clap::ArgGroup::new("database").args(["db", "database_url"]).required(true)))]
+#[command(group(clap::ArgGroup::new("database").args(["db", "db_flag", "database_url"])))]
+#[command(mut_arg("db", |a| a.help("The Cairn database directory (must exist), or give --database-url")))]
 #[allow(
     clippy::struct_excessive_bools,
     reason = "independent command-line switches"
@@ -26,11 +29,10 @@ use clap::{Args, Subcommand};
 pub struct PurgeArgs {
     #[command(subcommand)]
     demo: Option<PurgeSub>,
-    /// Cairn database directory (must exist).
-    #[arg(long)]
-    db: Option<PathBuf>,
+    #[command(flatten)]
+    db: OptDbArg,
     /// A MySQL/MariaDB (`mysql://user:password@host:3306/db`) or PostgreSQL
-    /// (`postgres://user@host:5432/db`) database instead of --db; replicas share the server's
+    /// (`postgres://user@host:5432/db`) database instead of DB; replicas share the server's
     /// advisory lock.
     #[arg(long)]
     database_url: Option<String>,
@@ -95,6 +97,9 @@ struct DemoArgs {
     /// No progress bar.
     #[arg(long)]
     no_progress: bool,
+    /// One JSON document at the end (the days' passes, the audited row) instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Exit codes: 0 done, 1 a table failed (or the demo's audit found a trace), 2 the database
@@ -105,7 +110,7 @@ pub fn run(args: PurgeArgs) -> i32 {
     if let Some(PurgeSub::Demo(demo)) = args.demo {
         // The engine's notes on the compactions the purge sets off would tear the output.
         crate::init_logging_with("cairn=error,warn");
-        return match crate::purge_demo::run(demo.rows, !demo.no_progress) {
+        return match crate::purge_demo::run(demo.rows, !demo.no_progress, demo.json) {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("cairn purge demo: {e}");
@@ -147,7 +152,7 @@ pub fn run(args: PurgeArgs) -> i32 {
     if look_only && !args.no_migrate {
         tracing::info!("a dry run or a disabled purger changes nothing: migrations not applied");
     }
-    let purger = match (&args.db, &args.database_url) {
+    let purger = match (args.db.path(), &args.database_url) {
         (Some(db), None) => match open_tables(db, migrate_now, args.init) {
             Ok(Some(tables)) => Purger::new(tables, &lock, list, purge_config),
             Ok(None) if !purge_config.enable => return disabled(args.once, args.json),
@@ -164,10 +169,7 @@ pub fn run(args: PurgeArgs) -> i32 {
                 );
                 return 1;
             }
-            Err(e) => {
-                eprintln!("cairn purge: cannot open {}: {e}", db.display());
-                return 2;
-            }
+            Err(code) => return code,
         },
         (None, Some(url)) => match SqlBackend::new(url) {
             Ok(backend) => {
@@ -178,7 +180,7 @@ pub fn run(args: PurgeArgs) -> i32 {
             }
             Err(e) => return crate::bad_args(&format!("--database-url: {e}")),
         },
-        _ => return crate::bad_args("cairn purge needs --db DIR or --database-url URL"),
+        _ => return crate::bad_args("cairn purge needs DB or --database-url URL"),
     };
     if args.once {
         let result = purger.run_pass();
@@ -191,20 +193,25 @@ pub fn run(args: PurgeArgs) -> i32 {
 /// The tables of the database at `db`, migrated if `migrate`. A database that has no tables
 /// yet is `None` unless `init` (with a migration) asks for them: opening them would create
 /// their column family in a database nobody said the purger manages.
-fn open_tables(db: &Path, migrate: bool, init: bool) -> cairn_purger::Result<Option<Tables>> {
-    let probe = Db::open_read_only(db, Options::default())?;
-    let has_tables = match probe.column_family(TABLES_COLUMN_FAMILY) {
-        Ok(_) => true,
-        Err(cairn::Error::ColumnFamilyNotFound(_)) => false,
-        Err(e) => return Err(e.into()),
-    };
+///
+/// # Errors
+/// The exit code, once the reason is printed.
+fn open_tables(dir: &Path, migrate: bool, init: bool) -> Result<Option<Tables>, i32> {
+    let probe = crate::output::open_read_only(dir)?;
+    let has_tables = probe
+        .list_column_families()
+        .iter()
+        .any(|n| n == TABLES_COLUMN_FAMILY);
     drop(probe);
     if !has_tables && (!migrate || !init) {
         return Ok(None);
     }
-    let db = Db::open(db, Options::default().create_if_missing(false))?;
+    let db = Db::open(dir, Options::default().create_if_missing(false))
+        .map_err(|e| crate::db_arg::cannot_open(dir, &e))?;
     let options = TablesOptions::default().auto_migration(migrate);
-    Tables::open_with(Arc::new(db), &options).map(Some)
+    Tables::open_with(Arc::new(db), &options)
+        .map(Some)
+        .map_err(|e| crate::output::failed("purge", &e))
 }
 
 /// Migration 20260731120000 on the server's purge targets. A failure (the server is down)

@@ -2,8 +2,11 @@
 //! ages, one purge pass per simulated day, and an audit of one purged row: traces right after
 //! its purge, none once the grace period and the delete persistence deadline have passed.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+
+use serde::Serialize;
 
 use cairn::{CfOptions, ColumnFamily, Db, ManualClock, Options};
 use cairn_purger::{
@@ -15,8 +18,43 @@ const DAY: Duration = Duration::from_secs(24 * 3600);
 const GRACE: Duration = Duration::from_secs(60);
 const DEADLINE: Duration = Duration::from_secs(3600);
 
-/// Runs the demo; the exit code is 1 if the audited row was not purged or left a trace.
-pub fn run(rows: u64, progress: bool) -> Result<i32> {
+/// What the demo saw, for `--json`.
+#[derive(Debug, Default, Serialize)]
+struct DemoView {
+    rows_per_table: u64,
+    tables: Vec<String>,
+    retention_ms: u64,
+    retention: String,
+    max_per_pass: u64,
+    days: Vec<DayView>,
+    audited: AuditedView,
+    passed: bool,
+}
+
+/// One simulated day's pass.
+#[derive(Debug, Default, Serialize)]
+struct DayView {
+    day: u32,
+    purged: u64,
+    by_table: BTreeMap<String, u64>,
+}
+
+/// The row the demo follows to its erasure.
+#[derive(Debug, Default, Serialize)]
+struct AuditedView {
+    table: String,
+    id: u64,
+    keys: usize,
+    purged_on_day: Option<u32>,
+    traces_when_purged: Option<usize>,
+    grace_ms: u64,
+    deadline_ms: u64,
+    traces_after_grace_and_deadline: usize,
+}
+
+/// Runs the demo; the exit code is 1 if the audited row was not purged or left a trace. With
+/// `json`, one JSON document on stdout instead of the lines of text.
+pub fn run(rows: u64, progress: bool, json: bool) -> Result<i32> {
     if rows < 14 {
         eprintln!("cairn purge demo: --rows must be at least 14");
         return Ok(3);
@@ -35,18 +73,27 @@ pub fn run(rows: u64, progress: bool) -> Result<i32> {
         clock,
         names: cube_master_purge_tables(false),
         progress,
+        json,
     };
     let audited = demo.fill(rows)?;
-    let gone = demo.purge_daily(rows, &audited)?;
+    let mut view = demo.purge_daily(rows, &audited)?;
     let left = demo.erase(&audited.keys)?;
-    println!(
-        "row {}: purged {gone}; after grace ({}) and the delete persistence deadline ({}), \
-         audit_key finds {left} traces",
-        audited.id,
-        go_duration(GRACE),
-        go_duration(DEADLINE)
-    );
-    Ok(i32::from(!gone || left != 0))
+    let gone = view.audited.purged_on_day.is_some();
+    view.audited.traces_after_grace_and_deadline = left;
+    view.passed = gone && left == 0;
+    if json {
+        crate::output::print_json(&view);
+    } else {
+        println!(
+            "row {}: purged {gone}; after grace ({}) and the delete persistence deadline ({}), \
+             audit_key finds {}",
+            audited.id,
+            go_duration(GRACE),
+            go_duration(DEADLINE),
+            crate::output::count(left, "trace")
+        );
+    }
+    Ok(i32::from(!view.passed))
 }
 
 struct Demo {
@@ -54,6 +101,8 @@ struct Demo {
     clock: Arc<ManualClock>,
     names: Vec<String>,
     progress: bool,
+    /// JSON at the end instead of lines of text on the way.
+    json: bool,
 }
 
 /// The row the demo follows: one of the oldest soft-deleted rows of the first table, and every
@@ -68,7 +117,7 @@ impl Demo {
     /// Creates the tables and fills each with `rows` rows, 3 in 4 soft-deleted 0 to 13 days
     /// ago.
     fn fill(&self, rows: u64) -> Result<Audited> {
-        let progress = Progress::new(self.progress, rows * self.names.len() as u64, "filling");
+        let progress = Progress::new(self.progress, rows * self.names.len() as u64, "filling", self.json);
         let mut audited = None;
         for name in &self.names {
             let table = self.tables.create_table(
@@ -106,8 +155,8 @@ impl Demo {
 
     /// One pass per simulated day, until every soft-deleted row has aged past retention and
     /// gone: the backlog of old rows drains at `MAX_PER_PASS` a table, younger rows join it as
-    /// they age. Returns whether the audited row went.
-    fn purge_daily(&self, rows: u64, audited: &Audited) -> Result<bool> {
+    /// they age. Returns what each day purged and when the audited row went.
+    fn purge_daily(&self, rows: u64, audited: &Audited) -> Result<DemoView> {
         let config = PurgeConfig {
             enable: true,
             ..PurgeConfig::default()
@@ -118,15 +167,33 @@ impl Demo {
             || cube_master_purge_tables(false),
             config,
         );
-        println!(
-            "{rows} rows in each of {} tables, 3 in 4 soft-deleted 0 to 13 days ago; retention \
-             {}, at most {MAX_PER_PASS} rows per table and pass; one pass a day on a fast clock",
-            self.names.len(),
-            go_duration(config.retention),
-        );
+        let mut view = DemoView {
+            rows_per_table: rows,
+            tables: self.names.clone(),
+            retention_ms: ms(config.retention),
+            retention: go_duration(config.retention),
+            max_per_pass: MAX_PER_PASS,
+            audited: AuditedView {
+                table: audited.table.name().to_owned(),
+                id: audited.id,
+                keys: audited.keys.len(),
+                grace_ms: ms(GRACE),
+                deadline_ms: ms(DEADLINE),
+                ..AuditedView::default()
+            },
+            ..DemoView::default()
+        };
+        if !self.json {
+            println!(
+                "{rows} rows in each of {} tables, 3 in 4 soft-deleted 0 to 13 days ago; \
+                 retention {}, at most {MAX_PER_PASS} rows per table and pass; one pass a day on \
+                 a fast clock",
+                self.names.len(),
+                view.retention,
+            );
+        }
         let backlog = self.names.len() as u64 * (rows - rows.div_ceil(4));
-        let progress = Progress::new(self.progress, backlog, "purging");
-        let mut seen_gone = false;
+        let progress = Progress::new(self.progress, backlog, "purging", self.json);
         for day in 1..=30 {
             if self.soft_deleted()? == 0 {
                 break;
@@ -143,21 +210,34 @@ impl Demo {
                 per_table.join(", ")
             ));
             progress.add(day_total);
-            if !seen_gone && audited.table.unscoped().get(audited.id)?.is_none() {
-                seen_gone = true;
+            view.days.push(DayView {
+                day,
+                purged: day_total,
+                by_table: report
+                    .tables
+                    .iter()
+                    .map(|t| (t.table.clone(), t.purged))
+                    .collect(),
+            });
+            if view.audited.purged_on_day.is_none()
+                && audited.table.unscoped().get(audited.id)?.is_none()
+            {
+                let left = traces(self.tables.column_family(), &audited.keys)?;
+                view.audited.purged_on_day = Some(day);
+                view.audited.traces_when_purged = Some(left);
                 progress.println(&format!(
-                    "  row {} of {} went in this pass; audit_key finds {} traces of its {} keys \
+                    "  row {} of {} went in this pass; audit_key finds {} of its {} \
                      (versions and tombstones still in logs and tables)",
                     audited.id,
                     audited.table.name(),
-                    traces(self.tables.column_family(), &audited.keys)?,
-                    audited.keys.len()
+                    crate::output::count(left, "trace"),
+                    crate::output::count(audited.keys.len(), "key")
                 ));
             }
             self.clock.advance(DAY);
         }
         progress.finish();
-        Ok(seen_gone)
+        Ok(view)
     }
 
     fn soft_deleted(&self) -> Result<u64> {
@@ -204,38 +284,45 @@ fn go_duration(d: Duration) -> String {
     }
 }
 
-/// A progress bar on stderr, or nothing.
-struct Progress(Option<indicatif::ProgressBar>);
+/// A progress bar on stderr, or nothing; with `quiet` (JSON on stdout), no lines of text.
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    quiet: bool,
+}
 
 impl Progress {
-    fn new(show: bool, total: u64, what: &str) -> Self {
-        Self(show.then(|| {
-            let bar = indicatif::ProgressBar::new(total);
+    fn new(show: bool, total: u64, what: &str, quiet: bool) -> Self {
+        let bar = show.then(|| {
+            let bar = crate::progress::bar(total);
             bar.set_style(
                 indicatif::ProgressStyle::with_template("{msg:8} {bar:40} {pos}/{len} rows")
                     .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
             );
             bar.set_message(what.to_owned());
             bar
-        }))
+        });
+        Self { bar, quiet }
     }
 
     fn add(&self, n: u64) {
-        if let Some(bar) = &self.0 {
+        if let Some(bar) = &self.bar {
             bar.inc(n);
         }
     }
 
-    /// Prints a line on stdout above the bar, without tearing it.
+    /// Prints a line on stdout above the bar, without tearing it (none when quiet).
     fn println(&self, line: &str) {
-        match &self.0 {
+        if self.quiet {
+            return;
+        }
+        match &self.bar {
             Some(bar) => bar.suspend(|| println!("{line}")),
             None => println!("{line}"),
         }
     }
 
     fn finish(&self) {
-        if let Some(bar) = &self.0 {
+        if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }
     }

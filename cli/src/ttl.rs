@@ -14,7 +14,6 @@
 //! filter. Expiry is judged against that clock, so run them only on a database whose service uses
 //! the system clock too; a service with a clock of its own triggers its tasks through the API.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -25,21 +24,19 @@ use cairn_purger::{
 };
 use clap::{Args, ValueEnum};
 
-/// The most worker threads `--threads` takes.
-const MAX_THREADS: usize = 64;
+use crate::db_arg::DbArg;
 
 #[derive(Debug, Args)]
 pub struct TtlArgs {
     /// What to do.
     action: Action,
-    /// Database directory (must exist).
-    #[arg(long)]
-    db: PathBuf,
+    #[command(flatten)]
+    db: DbArg,
     /// Print the rows as JSON instead of a table.
     #[arg(long)]
     json: bool,
     /// Worker threads running tablet tasks (`ttl_thread_score`).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = crate::output::parse_threads)]
     threads: usize,
     /// With `trigger` or `resume`: record the change and exit; the service runs the task.
     #[arg(long)]
@@ -71,16 +68,8 @@ enum Action {
 /// tablet task failed (its `RET_CODE` says why), 2 the database or the engine failed, 3 bad
 /// arguments.
 pub fn run(args: &TtlArgs) -> i32 {
-    // With the progress line on, only errors are logged, so no log line tears it; a failed
-    // tablet task says why in its RET_CODE either way.
-    crate::init_logging_with(if args.no_progress {
-        "cairn::=error,info"
-    } else {
-        "error"
-    });
-    if !(1..=MAX_THREADS).contains(&args.threads) {
-        return crate::bad_args(&format!("--threads must be from 1 to {MAX_THREADS}"));
-    }
+    // The same logs with or without the progress line: they are written above it, never on it.
+    crate::init_logging_with("cairn=error,info");
     let result = match args.action {
         Action::Status | Action::History => show(args),
         _ => command(args),
@@ -96,7 +85,7 @@ pub fn run(args: &TtlArgs) -> i32 {
             1
         }
         Err(e) => {
-            eprintln!("cairn ttl: {}: {e}", args.db.display());
+            eprintln!("cairn ttl: {}: {e}", args.db.path().display());
             2
         }
     }
@@ -136,7 +125,7 @@ fn command(args: &TtlArgs) -> Result<bool, TtlError> {
         Action::Run | Action::Status | Action::History => {}
     }
     let db = Arc::new(Db::open(
-        &args.db,
+        args.db.path(),
         Options::default().create_if_missing(false),
     )?);
     let ttl = open(db, args.threads)?;
@@ -175,7 +164,7 @@ fn command(args: &TtlArgs) -> Result<bool, TtlError> {
 /// The current tasks and the history, from a read-only open that migrates and creates nothing:
 /// empty if the table layer or the task tables were never created.
 fn views(args: &TtlArgs) -> Result<(Vec<TaskRow>, Vec<TaskRow>), TtlError> {
-    let db = Arc::new(Db::open_read_only(&args.db, Options::default())?);
+    let db = Arc::new(Db::open_read_only(args.db.path(), Options::default())?);
     let has_tables = db
         .list_column_families()
         .iter()
@@ -203,11 +192,7 @@ fn open(db: Arc<Db>, threads: usize) -> Result<TtlTasks, TtlError> {
 
 fn run_with_progress(ttl: &TtlTasks, progress: bool) -> Result<(), TtlError> {
     let tablets = ttl.tasks()?.iter().filter(|r| !r.is_tenant()).count();
-    let bar = if progress {
-        indicatif::ProgressBar::new(u64::try_from(tablets).unwrap_or(u64::MAX))
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
+    let bar = crate::progress::bar_if(progress, u64::try_from(tablets).unwrap_or(u64::MAX));
     bar.set_style(
         indicatif::ProgressStyle::with_template(
             "{elapsed:>4} [{bar:30}] {pos}/{len} tablets, {msg}",
@@ -254,7 +239,7 @@ fn print_rows(rows: &[TaskRow], json: bool) {
     ];
     let cells: Vec<Vec<String>> = rows.iter().map(cells_of).collect();
     crate::output::print_table(&header, &cells);
-    println!("{} rows", rows.len());
+    println!("{}", crate::output::count(rows.len(), "row"));
 }
 
 fn cells_of(r: &TaskRow) -> Vec<String> {

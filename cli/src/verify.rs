@@ -1,19 +1,18 @@
 //! `cairn verify DIR` (ldb `checkconsistency`, `sst_dump --command=verify`): every block of
 //! every table the MANIFEST lists, every log record and every MANIFEST edit read and checked,
 //! each damage reported with its file and offset. Exit 0 only when clean, 1 when damage is
-//! found, 2 when the database cannot be read at all. It takes no lock and changes nothing.
-
-use std::path::PathBuf;
+//! found, 2 when the database cannot be read at all, 4 when there is none. It takes no lock and changes nothing.
 
 use clap::Args;
 use serde::Serialize;
 
+use crate::db_arg::{self, DbArg};
 use crate::output::{self, NO, print_json};
 
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
-    /// The database directory (read only; no lock taken).
-    dir: PathBuf,
+    #[command(flatten)]
+    db: DbArg,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -40,14 +39,10 @@ struct VerifyView {
 
 pub fn run(args: &VerifyArgs) -> i32 {
     crate::init_logging(false);
-    if !args.dir.is_dir() {
-        eprintln!(
-            "cairn verify: {} is not a directory holding a database",
-            args.dir.display()
-        );
-        return output::FAILED;
+    if let Err(code) = db_arg::check_database(args.db.path(), "") {
+        return code;
     }
-    let report = match cairn::verify(&args.dir) {
+    let report = match cairn::verify(args.db.path()) {
         Ok(r) => r,
         Err(e) => return output::failed("verify", &e),
     };
@@ -83,14 +78,15 @@ pub fn run(args: &VerifyArgs) -> i32 {
     if args.json {
         print_json(&view);
     } else {
+        let n = |v: u64, noun: &str| output::count(usize::try_from(v).unwrap_or(usize::MAX), noun);
         println!(
-            "{}: {} edits; {} tables, {} entries; {} logs, {} records",
+            "{}: {}; {}, {}; {}, {}",
             view.manifest,
-            view.manifest_edits,
-            view.tables,
-            view.table_entries,
-            view.logs,
-            view.log_records
+            n(view.manifest_edits, "edit"),
+            n(view.tables, "table"),
+            n(view.table_entries, "entry"),
+            n(view.logs, "log"),
+            n(view.log_records, "record")
         );
         for d in &view.damage {
             match d.offset {

@@ -353,7 +353,7 @@ fn verify_is_clean_on_a_sound_database_and_names_each_damage_with_file_and_offse
             .is_some_and(|r| r.contains("does not exist"))
     );
     let nothing = tempfile::tempdir().expect("tempdir");
-    assert_eq!(code(&["verify", s(nothing.path())]).0, 2);
+    assert_eq!(code(&["verify", s(nothing.path())]).0, 4);
 }
 
 #[test]

@@ -378,7 +378,7 @@ fn ad_hoc_reads_and_writes_round_trip_in_json() {
         );
     };
     let missing = cairn(&["put", d, "a", "1"]);
-    assert_eq!(missing.status.code(), Some(2), "no database, no --create");
+    assert_eq!(missing.status.code(), Some(4), "no database, no --create");
     ok(&["put", "--create", d, "a", "1"]);
     for (k, v) in [("b", "2"), ("c", "3"), ("d", "4"), ("e", "5")] {
         ok(&["put", d, k, v]);
@@ -525,9 +525,10 @@ fn read_commands_change_nothing_and_run_beside_a_writer_while_a_write_is_refused
         .expect("the writer writes on");
     let out = cairn(&["put", d, "a", "b"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "cairn put");
+    assert_eq!(out.status.code(), Some(5), "cairn put: locked");
+    let holder = format!("process {} has the database open", std::process::id());
     assert!(
-        stderr.contains("is locked") && stderr.contains("Stop it first"),
+        stderr.contains("locked") && stderr.contains(&holder) && stderr.contains("Stop it"),
         "cairn put: {stderr}"
     );
 }

@@ -21,10 +21,12 @@ pub enum Error {
         source: std::io::Error,
     },
     /// Another process (or another handle in this one) holds the lock file.
-    #[error("{} is locked by another process or handle", path.display())]
+    #[error("{} is locked by {}", path.display(), holder.map_or_else(|| "another process or handle".to_owned(), |pid| format!("process {pid}")))]
     Locked {
         /// The lock file.
         path: PathBuf,
+        /// The pid the holder wrote into the lock file, when it wrote one.
+        holder: Option<u32>,
     },
 }
 
@@ -47,7 +49,10 @@ impl Error {
                 path: path.clone(),
                 source: std::io::Error::new(source.kind(), source.to_string()),
             },
-            Self::Locked { path } => Self::Locked { path: path.clone() },
+            Self::Locked { path, holder } => Self::Locked {
+                path: path.clone(),
+                holder: *holder,
+            },
         }
     }
 

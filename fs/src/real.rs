@@ -123,9 +123,13 @@ impl FileSystem for RealFs {
             .open(path)
             .map_err(|e| Error::io("lock", path, e))?;
         match file.try_lock() {
-            Ok(()) => Ok(FileLock::new(path.to_path_buf(), file)),
+            Ok(()) => {
+                write_holder(&file);
+                Ok(FileLock::new(path.to_path_buf(), file))
+            }
             Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked {
                 path: path.to_path_buf(),
+                holder: read_holder(path),
             }),
             Err(std::fs::TryLockError::Error(e)) => Err(Error::io("lock", path, e)),
         }
@@ -141,10 +145,29 @@ impl FileSystem for RealFs {
             Ok(()) => Ok(Some(FileLock::new(path.to_path_buf(), file))),
             Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked {
                 path: path.to_path_buf(),
+                holder: read_holder(path),
             }),
             Err(std::fs::TryLockError::Error(e)) => Err(Error::io("lock_shared", path, e)),
         }
     }
+}
+
+/// Writes this process's pid into the lock file it now holds, so a process refused the lock
+/// can name the holder. Best effort: the lock is what excludes, the pid only informs.
+fn write_holder(file: &File) {
+    let pid = format!("{}\n", std::process::id());
+    let written = file
+        .set_len(0)
+        .and_then(|()| file.write_all_at(pid.as_bytes(), 0));
+    if let Err(e) = written {
+        tracing::debug!(error = %e, "the lock file does not name its holder");
+    }
+}
+
+/// The pid a lock's holder wrote into it, if it wrote one that reads as a pid.
+fn read_holder(path: &Path) -> Option<u32> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.trim().parse().ok()
 }
 
 #[derive(Debug)]

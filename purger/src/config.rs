@@ -91,10 +91,7 @@ impl PurgeConfig {
     /// `Config` naming the field for bad YAML, an unknown field in the block, a wrong type or
     /// a bad duration.
     pub fn from_yaml(text: &str) -> Result<Self> {
-        let file: File = serde_yaml_ng::from_str(text).map_err(|e| Error::Config {
-            field: "soft_delete_purge".to_owned(),
-            reason: e.to_string(),
-        })?;
+        let file: File = serde_yaml_ng::from_str(text).map_err(|e| yaml_error(&e))?;
         let Some(block) = file.soft_delete_purge else {
             return Ok(Self::default());
         };
@@ -301,9 +298,28 @@ fn clamp(nanos: Option<i128>, default: Duration, min: Duration) -> Duration {
     }
 }
 
+/// A YAML error as a config error: the field is the path the parser names at the start of its
+/// message (`soft_delete_purge.enable: invalid type …`), so it is said once.
+fn yaml_error(e: &serde_yaml_ng::Error) -> Error {
+    let text = e.to_string();
+    match text.split_once(": ") {
+        Some((path, reason)) if path.starts_with("soft_delete_purge") && !path.contains(' ') => {
+            Error::Config {
+                field: path.to_owned(),
+                reason: reason.to_owned(),
+            }
+        }
+        _ => Error::Config {
+            field: "soft_delete_purge".to_owned(),
+            reason: text,
+        },
+    }
+}
+
 /// Parses a Go duration (`time.ParseDuration`): an optional sign, then one or more decimal
-/// numbers (a fraction allowed) each with a unit of `ns`, `us` (`µs`), `ms`, `s`, `m` or `h`;
-/// or a bare `0`. Returns nanoseconds.
+/// numbers (a fraction allowed) each with a unit of `ns`, `us` (`µs`), `ms`, `s`, `m` or `h`
+/// (and `d`, 24 hours, which Go lacks but the command line takes); or a bare `0`. Returns
+/// nanoseconds.
 pub(crate) fn parse_go_duration(text: &str) -> std::result::Result<i128, String> {
     let bad = |why: &str| format!("bad duration {text:?}: {why}");
     let (negative, mut rest) = match text.strip_prefix('-') {
@@ -333,6 +349,7 @@ pub(crate) fn parse_go_duration(text: &str) -> std::result::Result<i128, String>
             "s" => 1_000_000_000,
             "m" => 60_000_000_000,
             "h" => 3_600_000_000_000,
+            "d" => 86_400_000_000_000,
             "" => return Err(bad("missing unit")),
             other => return Err(bad(&format!("unknown unit {other:?}"))),
         };
@@ -390,6 +407,9 @@ mod tests {
             ("3µs", 3_000),
             ("7ns", 7),
             ("0s", 0),
+            // Days, as the command line takes them (issue 32): Go has none.
+            ("7d", 7 * 86_400_000_000_000),
+            ("1d12h", 36 * 3_600_000_000_000),
         ];
         for &(text, nanos) in cases {
             assert_eq!(parse_go_duration(text), Ok(nanos), "{text}");
@@ -397,7 +417,7 @@ mod tests {
         for bad in [
             "",
             "-",
-            "7d",
+            "7w",
             "10",
             "h",
             "1.2.3s",
@@ -406,6 +426,27 @@ mod tests {
             ".",
         ] {
             assert!(parse_go_duration(bad).is_err(), "{bad:?} parsed");
+        }
+    }
+
+    #[test]
+    fn a_yaml_error_names_its_field_once() {
+        for (text, field) in [
+            ("soft_delete_purge:\n  bogus: 1\n", "config: soft_delete_purge: unknown field"),
+            (
+                "soft_delete_purge:\n  enable: yes please\n",
+                "config: soft_delete_purge.enable: invalid type",
+            ),
+        ] {
+            let message = PurgeConfig::from_yaml(text)
+                .expect_err("refused")
+                .to_string();
+            assert!(message.starts_with(field), "{message}");
+            assert_eq!(
+                message.matches("soft_delete_purge").count(),
+                1,
+                "{message}"
+            );
         }
     }
 }

@@ -891,7 +891,7 @@ impl Harness {
     }
 
     fn show_progress(&self) {
-        let bar = indicatif::ProgressBar::new_spinner();
+        let bar = crate::progress::show(indicatif::ProgressBar::new_spinner());
         bar.set_style(
             indicatif::ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}")
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),

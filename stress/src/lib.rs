@@ -35,6 +35,7 @@ mod harness;
 mod held_model;
 mod held_readers;
 mod interrupt;
+pub mod progress;
 mod replay;
 mod report;
 mod run;

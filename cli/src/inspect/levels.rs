@@ -18,8 +18,10 @@ struct LevelRow {
     #[serde(flatten)]
     sums: LevelSums,
     /// When its oldest tombstone was written.
+    oldest_tombstone_ms: Option<u64>,
     oldest_tombstone: Option<String>,
-    /// How long ago, on the database's clock.
+    /// How long ago, on the system clock (none on the stress harness's manual clock).
+    oldest_tombstone_age_ms: Option<u64>,
     oldest_tombstone_age: Option<String>,
 }
 
@@ -28,7 +30,8 @@ pub fn run(dir: &Path, plot: Option<&Path>, json: bool) -> i32 {
         Ok(db) => db,
         Err(code) => return code,
     };
-    let rows = match level_rows(&db) {
+    let now = output::age_clock(dir, db.now_ms());
+    let rows = match level_rows(&db, now) {
         Ok(rows) => rows,
         Err(e) => return output::engine_failed("inspect levels", &e),
     };
@@ -57,8 +60,7 @@ pub fn run(dir: &Path, plot: Option<&Path>, json: bool) -> i32 {
 }
 
 /// Every column family's levels that hold a table, in family and level order.
-fn level_rows(db: &cairn::Db) -> cairn::Result<Vec<LevelRow>> {
-    let now = db.now_ms();
+fn level_rows(db: &cairn::Db, now: Option<u64>) -> cairn::Result<Vec<LevelRow>> {
     let mut rows = Vec::new();
     let mut names = db.list_column_families();
     names.sort();
@@ -81,7 +83,9 @@ fn level_rows(db: &cairn::Db) -> cairn::Result<Vec<LevelRow>> {
                     point_tombstones: on.iter().map(|t| t.point_tombstones).sum(),
                     range_tombstones: on.iter().map(|t| t.range_tombstones).sum(),
                 },
+                oldest_tombstone_ms: oldest,
                 oldest_tombstone: oldest.map(time_text),
+                oldest_tombstone_age_ms: oldest.and_then(|t| output::age_ms(now, t)),
                 oldest_tombstone_age: oldest.map(|t| age_text(now, t)),
             });
         }

@@ -57,6 +57,9 @@ struct ManifestReport {
 }
 
 pub fn run(dir: &Path, json: bool) -> i32 {
+    if let Err(code) = crate::db_arg::check_database(dir, "") {
+        return code;
+    }
     let dump = match cairn::read_manifest(dir) {
         Ok(d) => d,
         Err(e) => return output::failed("inspect manifest", &e),
@@ -109,7 +112,7 @@ fn edit_row(e: cairn::ManifestEdit) -> EditRow {
 }
 
 fn print_manifest(r: &ManifestReport) {
-    println!("{} ({} edits)", r.manifest, r.edits.len());
+    println!("{} ({})", r.manifest, output::count(r.edits.len(), "edit"));
     for e in &r.edits {
         let fields: Vec<String> = [
             ("log", e.log_number),

@@ -14,6 +14,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
+use crate::db_arg::DbArg;
+
 #[derive(Debug, Args)]
 pub struct InspectArgs {
     #[command(subcommand)]
@@ -35,16 +37,16 @@ enum What {
     },
     /// The version edits of the MANIFEST that CURRENT names, in order (takes no lock).
     Manifest {
-        /// The database directory.
-        dir: PathBuf,
+        #[command(flatten)]
+        db: DbArg,
         /// Print JSON.
         #[arg(long)]
         json: bool,
     },
     /// Per column family and level: files, bytes, entries, tombstones, oldest tombstone age.
     Levels {
-        /// The database directory (opened read-only).
-        dir: PathBuf,
+        #[command(flatten)]
+        db: DbArg,
         /// Also draw bytes per level and the tombstone share into this PNG.
         #[arg(long, value_name = "FILE.png")]
         plot: Option<PathBuf>,
@@ -62,7 +64,7 @@ pub fn run(args: &InspectArgs) -> i32 {
             entries,
             json,
         } => sst::run(file, *entries, *json),
-        What::Manifest { dir, json } => manifest::run(dir, *json),
-        What::Levels { dir, plot, json } => levels::run(dir, plot.as_deref(), *json),
+        What::Manifest { db, json } => manifest::run(db.path(), *json),
+        What::Levels { db, plot, json } => levels::run(db.path(), plot.as_deref(), *json),
     }
 }

@@ -1,0 +1,159 @@
+//! How every command names its database, and what it says when it cannot use the one named.
+//!
+//! The database is `DB`, a positional argument, in every command (as `ldb` has one form, its
+//! `--db`). `--db DB` and `--dir DB`, the flags some commands took before, stay as hidden
+//! aliases where `DB` is the command's only positional argument (`purge`, `ttl`, `stress`,
+//! `crashtest`, `stats`, `verify`, …); a command with more positional arguments (`get DB KEY`)
+//! takes `DB` by position only.
+//!
+//! A directory that cannot hold the database gets one wording whatever the command, and the
+//! exit codes tell the conditions apart: 4 not found (no such directory, a file where the
+//! directory should be, a directory with no database), 5 locked by another process (named by
+//! its pid when the lock file knows it), 2 anything else the engine reports (damage, I/O).
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+
+/// The directory, the file or the database is not there.
+pub const NOT_FOUND: i32 = 4;
+/// Another process has the database open for writing.
+pub const LOCKED: i32 = 5;
+
+/// `DB`, required, with the hidden `--db`/`--dir` aliases.
+#[derive(Debug, Clone, Args)]
+pub struct DbArg {
+    /// The database directory.
+    #[arg(value_name = "DB", required_unless_present = "db_flag")]
+    db: Option<PathBuf>,
+    /// The database directory, as the older `--db DB`/`--dir DB` (give it first instead).
+    #[arg(
+        long = "db",
+        alias = "dir",
+        value_name = "DB",
+        hide = true,
+        conflicts_with = "db"
+    )]
+    db_flag: Option<PathBuf>,
+}
+
+impl DbArg {
+    /// The directory named.
+    pub fn path(&self) -> &Path {
+        self.db
+            .as_deref()
+            .or(self.db_flag.as_deref())
+            .unwrap_or(Path::new("."))
+    }
+}
+
+/// `DB` by position only: for commands with more positional arguments after it.
+#[derive(Debug, Clone, Args)]
+pub struct DbPos {
+    /// The database directory.
+    #[arg(value_name = "DB")]
+    db: PathBuf,
+}
+
+impl DbPos {
+    /// The directory named.
+    pub fn path(&self) -> &Path {
+        &self.db
+    }
+}
+
+/// `[DB]`, optional, with the hidden `--db`/`--dir` aliases: the harness's commands (a
+/// temporary directory when absent) and `purge` (or a server's URL). Each says what its absence
+/// means with `mut_arg("db", …)`.
+#[derive(Debug, Clone, Args)]
+pub struct OptDbArg {
+    /// The database directory.
+    #[arg(value_name = "DB")]
+    db: Option<PathBuf>,
+    /// The database directory, as the older `--db DB`/`--dir DB` (give it first instead).
+    #[arg(
+        long = "db",
+        alias = "dir",
+        value_name = "DB",
+        hide = true,
+        conflicts_with = "db"
+    )]
+    db_flag: Option<PathBuf>,
+}
+
+impl OptDbArg {
+    /// The directory named, if one was.
+    pub fn path(&self) -> Option<&Path> {
+        self.db.as_deref().or(self.db_flag.as_deref())
+    }
+}
+
+/// Checks that `dir` can hold an existing database before anything opens it: a directory with
+/// a `CURRENT` file. `hint` follows the "no database" message (`--create` makes one, say).
+///
+/// # Errors
+/// [`NOT_FOUND`], once the reason is printed.
+pub fn check_database(dir: &Path, hint: &str) -> Result<(), i32> {
+    check_directory(dir)?;
+    if !dir.join("CURRENT").is_file() {
+        eprintln!(
+            "cairn: {}: not a Cairn database (no CURRENT file){hint}",
+            dir.display()
+        );
+        return Err(NOT_FOUND);
+    }
+    Ok(())
+}
+
+/// Checks that `dir` exists and is a directory.
+///
+/// # Errors
+/// [`NOT_FOUND`], once the reason is printed.
+pub fn check_directory(dir: &Path) -> Result<(), i32> {
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => {
+            eprintln!(
+                "cairn: {}: not a directory (a database is a directory)",
+                dir.display()
+            );
+            Err(NOT_FOUND)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("cairn: {}: no such directory", dir.display());
+            Err(NOT_FOUND)
+        }
+        Err(e) => {
+            eprintln!("cairn: {}: cannot read: {e}", dir.display());
+            Err(crate::output::FAILED)
+        }
+    }
+}
+
+/// The message and exit code for an engine error met opening `dir`: [`LOCKED`] naming the
+/// holder, [`NOT_FOUND`] for files gone, 2 otherwise.
+pub fn cannot_open(dir: &Path, e: &cairn::Error) -> i32 {
+    match e {
+        cairn::Error::Io(cairn_fs::Error::Locked { holder, .. }) => {
+            let by = holder.map_or_else(
+                || "another process".to_owned(),
+                |pid| format!("process {pid}"),
+            );
+            eprintln!(
+                "cairn: {}: locked: {by} has the database open for writing. Stop it to write; \
+                 the commands that only read (get, scan, stats, inspect, explain, audit, verify, \
+                 dump) work beside it",
+                dir.display()
+            );
+            LOCKED
+        }
+        cairn::Error::Io(io) if io.is_not_found() => {
+            eprintln!("cairn: {}: {e}", dir.display());
+            NOT_FOUND
+        }
+        _ => {
+            eprintln!("cairn: {}: cannot open: {e}", dir.display());
+            crate::output::FAILED
+        }
+    }
+}
