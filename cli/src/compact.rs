@@ -74,11 +74,17 @@ pub fn compact(args: &CompactArgs) -> i32 {
         Ok(n) => n,
         Err(code) => return code,
     };
-    run(args.db.path(), &found, args.json, "compact", |db, name, bar| {
-        bar.set_message(format!("compacting {name}"));
-        db.column_family(name)?
-            .compact_range::<Vec<u8>>(range.clone())
-    })
+    run(
+        args.db.path(),
+        &found,
+        args.json,
+        "compact",
+        |db, name, bar| {
+            bar.set_message(format!("compacting {name}"));
+            db.column_family(name)?
+                .compact_range::<Vec<u8>>(range.clone())
+        },
+    )
 }
 
 pub fn flush(args: &FlushArgs) -> i32 {

@@ -15,9 +15,7 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::db_arg::{DbArg, DbPos};
-use crate::output::{
-    self, NO, age_text, bytes_text, key_range, kind_name, print_json, time_text,
-};
+use crate::output::{self, NO, age_text, bytes_text, key_range, kind_name, print_json, time_text};
 
 #[derive(Debug, Args)]
 pub struct ExplainArgs {

@@ -334,13 +334,14 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
     {
         return code;
     }
-    let (dir, _guard) = match cairn_stress::work_dir(args.db.path().map(std::path::Path::to_path_buf)) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("cairn crashtest: {e}");
-            return 2;
-        }
-    };
+    let (dir, _guard) =
+        match cairn_stress::work_dir(args.db.path().map(std::path::Path::to_path_buf)) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("cairn crashtest: {e}");
+                return 2;
+            }
+        };
     // Without a time limit, 5 cycles; with one, as many as fit, unless --cycles ends it first.
     let cycles = match (args.cycles, args.duration.is_zero()) {
         (Some(n), _) => n,
@@ -541,10 +542,7 @@ fn write_json<T: serde::Serialize>(path: &PathBuf, value: &T) -> Result<(), ()> 
         .map_err(std::io::Error::other)
         .and_then(|json| std::fs::write(path, json));
     written.map_err(|e| {
-        eprintln!(
-            "cairn: cannot write the report to {}: {e}",
-            path.display()
-        );
+        eprintln!("cairn: cannot write the report to {}: {e}", path.display());
     })
 }
 

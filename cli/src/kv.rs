@@ -368,7 +368,10 @@ pub fn scan(args: &ScanArgs) -> i32 {
         );
     }
     match &view.error {
-        Some(e) => output::failed(&format!("scan (after {})", output::count(view.rows.len(), "row")), e),
+        Some(e) => output::failed(
+            &format!("scan (after {})", output::count(view.rows.len(), "row")),
+            e,
+        ),
         None => 0,
     }
 }
@@ -422,7 +425,8 @@ pub fn stats(args: &StatsArgs) -> i32 {
         tombstones_droppable: s.tombstones_droppable,
         oldest_droppable_tombstone_age_ms: oldest
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-        oldest_droppable_tombstone_age: oldest.map(|d| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()),
+        oldest_droppable_tombstone_age: oldest
+            .map(|d| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()),
         memtable_entries: s.memtable_entries,
         memtable_bytes: s.memtable_bytes,
         space_amp: s.space_amp,

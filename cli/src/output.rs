@@ -49,7 +49,11 @@ pub fn open_read_only_with(dir: &Path, options: Options) -> Result<Db, i32> {
 /// # Errors
 /// The exit code, once the reason is printed (see [`crate::db_arg`]).
 pub fn open_for_writing(dir: &Path) -> Result<Db, i32> {
-    open_or_create(dir, false, Options::default().disable_auto_compactions(true))
+    open_or_create(
+        dir,
+        false,
+        Options::default().disable_auto_compactions(true),
+    )
 }
 
 /// Opens `dir` for writing with `options`, creating a database there only if `create` (`put`
@@ -462,7 +466,14 @@ mod tests {
         assert_eq!(parse_size("1mib"), Ok(1 << 20));
         assert_eq!(parse_size("2M"), Ok(2 << 20));
         assert_eq!(parse_size("1MB"), Ok(1_000_000));
-        for bad in ["", "MiB", "1 parsec", "-1", "1.5MiB", "99999999999999999999GiB"] {
+        for bad in [
+            "",
+            "MiB",
+            "1 parsec",
+            "-1",
+            "1.5MiB",
+            "99999999999999999999GiB",
+        ] {
             assert!(parse_size(bad).is_err(), "{bad:?}");
         }
         assert_eq!(parse_threads("1"), Ok(1));

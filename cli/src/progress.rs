@@ -107,9 +107,8 @@ mod tests {
     fn a_log_line_is_written_with_the_bar_cleared_and_the_bar_comes_back_after_it() {
         let events = Arc::new(Mutex::new(Vec::new()));
         let term = Recorder(events.clone());
-        let area = MultiProgress::with_draw_target(ProgressDrawTarget::term_like(Box::new(
-            term.clone(),
-        )));
+        let area =
+            MultiProgress::with_draw_target(ProgressDrawTarget::term_like(Box::new(term.clone())));
         let bar = area.add(ProgressBar::new(10));
         bar.set_message("working");
         bar.inc(1);

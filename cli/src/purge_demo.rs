@@ -117,7 +117,12 @@ impl Demo {
     /// Creates the tables and fills each with `rows` rows, 3 in 4 soft-deleted 0 to 13 days
     /// ago.
     fn fill(&self, rows: u64) -> Result<Audited> {
-        let progress = Progress::new(self.progress, rows * self.names.len() as u64, "filling", self.json);
+        let progress = Progress::new(
+            self.progress,
+            rows * self.names.len() as u64,
+            "filling",
+            self.json,
+        );
         let mut audited = None;
         for name in &self.names {
             let table = self.tables.create_table(

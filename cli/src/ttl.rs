@@ -24,7 +24,7 @@ use cairn_purger::{
 };
 use clap::{Args, ValueEnum};
 
-use crate::db_arg::DbArg;
+use crate::db_arg::{self, DbArg};
 
 #[derive(Debug, Args)]
 pub struct TtlArgs {
@@ -44,6 +44,10 @@ pub struct TtlArgs {
     /// No progress line on stderr.
     #[arg(long)]
     no_progress: bool,
+    /// Create the table layer (the `cairn.tables` column family) the task tables live in, in a
+    /// database that has none; without it such a database is refused and nothing is written.
+    #[arg(long)]
+    init: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -64,14 +68,30 @@ enum Action {
     History,
 }
 
-/// Exit codes: 0 done, 1 the command was refused (`CMD_NOT_ALLOWED`, `NO_TASK_RUNNING`) or a
-/// tablet task failed (its `RET_CODE` says why), 2 the database or the engine failed, 3 bad
-/// arguments.
+/// Exit codes: 0 done, 1 the command was refused (`CMD_NOT_ALLOWED`, `NO_TASK_RUNNING`, a
+/// database without the table layer and no `--init`) or a tablet task failed (its `RET_CODE`
+/// says why), 2 the database or the engine failed, 3 bad arguments, 4 no database, 5 locked.
 pub fn run(args: &TtlArgs) -> i32 {
     // The same logs with or without the progress line: they are written above it, never on it.
     crate::init_logging_with("cairn=error,info");
+    if let Err(code) = db_arg::check_database(args.db.path(), "") {
+        return code;
+    }
     let result = match args.action {
         Action::Status | Action::History => show(args),
+        // The others find no task there and refuse before writing.
+        Action::Trigger => match has_table_layer(args) {
+            Ok(false) if !args.init => {
+                eprintln!(
+                    "cairn ttl: {}: no table layer (no column family {TABLES_COLUMN_FAMILY}), so \
+                     no TTL tasks; `--init` creates it, and nothing was written",
+                    args.db.path().display()
+                );
+                return 1;
+            }
+            Ok(_) => command(args),
+            Err(e) => Err(e),
+        },
         _ => command(args),
     };
     match result {
@@ -84,6 +104,9 @@ pub fn run(args: &TtlArgs) -> i32 {
             eprintln!("cairn ttl: {e}");
             1
         }
+        Err(TtlError::Tables(cairn_purger::Error::Engine(
+            e @ cairn::Error::Io(cairn_fs::Error::Locked { .. }),
+        ))) => db_arg::cannot_open(args.db.path(), &e),
         Err(e) => {
             eprintln!("cairn ttl: {}: {e}", args.db.path().display());
             2
@@ -159,6 +182,15 @@ fn command(args: &TtlArgs) -> Result<bool, TtlError> {
     };
     print_rows(&rows, args.json);
     Ok(rows.iter().all(|r| !r.ret_code.starts_with("ERROR")))
+}
+
+/// Whether the database has the table layer the task tables live in (read-only).
+fn has_table_layer(args: &TtlArgs) -> Result<bool, TtlError> {
+    let db = Db::open_read_only(args.db.path(), Options::default())?;
+    Ok(db
+        .list_column_families()
+        .iter()
+        .any(|n| n == TABLES_COLUMN_FAMILY))
 }
 
 /// The current tasks and the history, from a read-only open that migrates and creates nothing:

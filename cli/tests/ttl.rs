@@ -91,7 +91,10 @@ fn trigger_runs_a_task_to_history_and_the_views_show_it() {
     assert_eq!(refused.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("NO_TASK_RUNNING"));
 
-    let rows = json(&cairn(&["trigger", "--json", "--no-progress"], dir.path()));
+    let rows = json(&cairn(
+        &["trigger", "--init", "--json", "--no-progress"],
+        dir.path(),
+    ));
     assert_eq!(field(&rows, true, "status"), ["FINISHED"]);
     assert_eq!(field(&rows, true, "trigger_type"), ["USER"]);
     assert_eq!(sum(&rows, "max_version_del_cnt"), 1000);
@@ -117,7 +120,10 @@ fn trigger_runs_a_task_to_history_and_the_views_show_it() {
 fn a_task_left_for_the_service_refuses_a_second_trigger_and_can_be_canceled() {
     let dir = tempfile::tempdir().expect("tempdir");
     build(dir.path());
-    let rows = json(&cairn(&["trigger", "--no-wait", "--json"], dir.path()));
+    let rows = json(&cairn(
+        &["trigger", "--init", "--no-wait", "--json"],
+        dir.path(),
+    ));
     assert_eq!(field(&rows, true, "status"), ["RS_TRIGGERING"]);
     assert_eq!(field(&rows, false, "status"), ["PREPARED"]);
     let again = cairn(&["trigger", "--no-wait"], dir.path());
@@ -142,12 +148,12 @@ fn a_database_in_use_or_missing_is_an_engine_failure() {
         let _serial = serial();
         Db::open(dir.path(), Options::default()).expect("open")
     };
-    let busy = cairn(&["trigger"], dir.path());
-    assert_eq!(busy.status.code(), Some(2));
+    let busy = cairn(&["trigger", "--init"], dir.path());
+    assert_eq!(busy.status.code(), Some(5), "locked");
     assert!(!busy.stderr.is_empty());
     drop(db);
     let missing = cairn(&["trigger"], &dir.path().join("nope"));
-    assert_eq!(missing.status.code(), Some(2));
+    assert_eq!(missing.status.code(), Some(4), "not found");
     let bad = Command::new(env!("CARGO_BIN_EXE_cairn"))
         .args(["ttl", "explode", "--db", "x"])
         .output()
@@ -176,10 +182,39 @@ fn run_finishes_a_task_left_behind_and_a_refusal_on_a_bare_database_writes_nothi
         Some(1),
         "no task to run"
     );
-    json(&cairn(&["trigger", "--no-wait", "--json"], dir.path()));
+    json(&cairn(
+        &["trigger", "--init", "--no-wait", "--json"],
+        dir.path(),
+    ));
     let rows = json(&cairn(&["run", "--json", "--no-progress"], dir.path()));
     assert_eq!(field(&rows, true, "status"), ["FINISHED"]);
     assert_eq!(sum(&rows, "max_version_del_cnt"), 1000);
+}
+
+#[test]
+fn a_command_on_a_database_without_the_table_layer_needs_init_and_writes_nothing_without_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    build(dir.path());
+    let before = contents(dir.path());
+    for (action, why) in [
+        ("trigger", "--init"),
+        ("run", "NO_TASK_RUNNING"),
+        ("resume", "NO_TASK_RUNNING"),
+    ] {
+        let out = cairn(&[action, "--no-progress"], dir.path());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{action}: {stderr}");
+        assert!(stderr.contains(why), "{action}: {stderr}");
+    }
+    assert_eq!(
+        changed(&before, &contents(dir.path())),
+        Vec::<String>::new()
+    );
+    let rows = json(&cairn(
+        &["trigger", "--init", "--json", "--no-progress"],
+        dir.path(),
+    ));
+    assert_eq!(field(&rows, true, "status"), ["FINISHED"]);
 }
 
 /// Gives the database of `build` a table the purger's `deleted_at` index migration has not
@@ -272,7 +307,10 @@ fn views_and_refused_commands_leave_every_file_of_the_database_byte_identical() 
             "no task tables yet"
         );
 
-        let triggered = json(&cairn(&["trigger", "--no-wait", "--json"], dir.path()));
+        let triggered = json(&cairn(
+            &["trigger", "--init", "--no-wait", "--json"],
+            dir.path(),
+        ));
         let (status, _) = look_and_be_refused(
             dir.path(),
             &[("trigger", NOT_ALLOWED), ("resume", NOT_ALLOWED)],

@@ -432,7 +432,10 @@ mod tests {
     #[test]
     fn a_yaml_error_names_its_field_once() {
         for (text, field) in [
-            ("soft_delete_purge:\n  bogus: 1\n", "config: soft_delete_purge: unknown field"),
+            (
+                "soft_delete_purge:\n  bogus: 1\n",
+                "config: soft_delete_purge: unknown field",
+            ),
             (
                 "soft_delete_purge:\n  enable: yes please\n",
                 "config: soft_delete_purge.enable: invalid type",
@@ -442,11 +445,7 @@ mod tests {
                 .expect_err("refused")
                 .to_string();
             assert!(message.starts_with(field), "{message}");
-            assert_eq!(
-                message.matches("soft_delete_purge").count(),
-                1,
-                "{message}"
-            );
+            assert_eq!(message.matches("soft_delete_purge").count(), 1, "{message}");
         }
     }
 }
