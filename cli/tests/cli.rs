@@ -226,7 +226,7 @@ fn purge_once_purges_and_reports_json() {
     );
 
     for (yaml, extra) in [
-        ("soft_delete_purge:\n  retention: 7d\n", &[][..]),
+        ("soft_delete_purge:\n  retention: 7 days\n", &[][..]),
         (
             "soft_delete_purge:\n  enable: true\n",
             &["--lock", "other"][..],
@@ -240,7 +240,7 @@ fn purge_once_purges_and_reports_json() {
         .arg(&config)
         .output()
         .expect("run cairn");
-    assert_eq!(missing.status.code(), Some(3), "--db is required");
+    assert_eq!(missing.status.code(), Some(3), "DB is required");
 }
 
 /// Logs written to a file or a pipe carry no colour codes (the walk found them in files), and

@@ -26,6 +26,9 @@ struct LevelRow {
 }
 
 pub fn run(dir: &Path, plot: Option<&Path>, json: bool) -> i32 {
+    if let Some(Err(code)) = plot.map(|p| output::check_output_path("--plot", p)) {
+        return code;
+    }
     let db = match output::open_read_only(dir) {
         Ok(db) => db,
         Err(code) => return code,
