@@ -392,6 +392,12 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
             }
         }
     }
+    crash_outcome(args, &reports, worst)
+}
+
+/// Prints how the crash test ended (text or JSON), writes the report, and gives the exit code.
+fn crash_outcome(args: &CrashArgs, reports: &[cairn_stress::CrashReport], worst: i32) -> i32 {
+    let mut worst = worst;
     let interrupted = cairn_stress::stop_requested();
     // Fail closed: an interrupt before the first cycle's check leaves nothing to pass.
     let exercised_nothing = worst == 0 && reports.iter().all(|r| r.cycles == 0);
@@ -417,7 +423,7 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
         }
         println!("{}", if worst == 0 { "PASS" } else { "FAIL" });
     }
-    if let Some(Err(())) = args.report.as_ref().map(|path| write_json(path, &reports)) {
+    if let Some(Err(())) = args.report.as_ref().map(|path| write_json(path, reports)) {
         worst = worst.max(2);
     }
     worst
@@ -537,7 +543,7 @@ fn run_mode(
 }
 
 /// Writes `value` as JSON to `path`; says on stderr why not when it cannot.
-fn write_json<T: serde::Serialize>(path: &PathBuf, value: &T) -> Result<(), ()> {
+fn write_json<T: serde::Serialize + ?Sized>(path: &PathBuf, value: &T) -> Result<(), ()> {
     let written = serde_json::to_string_pretty(value)
         .map_err(std::io::Error::other)
         .and_then(|json| std::fs::write(path, json));

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 use plotters::style::FontStyle;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 const FONT: &str = "sans-serif";
 const WIDTH: u32 = 1000;
@@ -24,85 +25,183 @@ pub struct LevelBar {
     pub tombstone_share: f64,
 }
 
-/// Draws `bars` into the PNG at `path`.
+/// Draws `bars` into the PNG at `path`, under `title` (the database and the time).
 ///
 /// # Errors
 /// A message: no font found, no level to draw, or the drawing or file failed.
-pub fn levels(bars_of: &[LevelBar], path: &Path) -> Result<(), String> {
+pub fn levels(bars_of: &[LevelBar], title: &str, path: &Path) -> Result<(), String> {
     if bars_of.is_empty() {
         return Err("no level holds a table: nothing to draw".to_owned());
     }
     load_font()?;
     let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let root = root.titled(title, (FONT, 18)).map_err(|e| e.to_string())?;
     let (top, bottom) = root.split_vertically(HEIGHT * 11 / 20);
     let labels: Vec<String> = bars_of.iter().map(|b| b.label.clone()).collect();
     #[allow(clippy::cast_precision_loss, reason = "bar heights for people to read")]
-    let mib: Vec<f64> = bars_of
-        .iter()
-        .map(|b| b.bytes as f64 / 1_048_576.0)
-        .collect();
+    let bytes: Vec<f64> = bars_of.iter().map(|b| b.bytes as f64).collect();
     let share: Vec<f64> = bars_of.iter().map(|b| b.tombstone_share * 100.0).collect();
-    bars(&top, "Bytes per level (MiB)", &labels, &mib, BLUE.mix(0.7))?;
-    bars(
+    let scale = Scale::for_values(&bytes);
+    let bytes_title = match scale {
+        Scale::Linear => "Bytes per level",
+        Scale::Log { .. } => {
+            "Bytes per level (log scale: the levels differ by orders of magnitude)"
+        }
+    };
+    let chart = Chart {
+        labels: &labels,
+        color: BLUE.mix(0.7),
+    };
+    chart.draw(&top, bytes_title, &bytes, scale, human_bytes)?;
+    let chart = Chart {
+        labels: &labels,
+        color: RED.mix(0.7),
+    };
+    chart.draw(
         &bottom,
         "Tombstone share of entries (%)",
-        &labels,
         &share,
-        RED.mix(0.7),
+        Scale::Linear,
+        |v| format!("{v:.1}%"),
     )?;
     root.present().map_err(|e| e.to_string())
 }
 
-fn bars<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
-    title: &str,
-    labels: &[String],
-    values: &[f64],
+/// Bytes in the unit that suits them: `512 B`, `1.3 KiB`, `786.2 KiB`, `4.0 MiB`.
+fn human_bytes(v: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = v;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    let name = UNITS.get(unit).copied().unwrap_or("B");
+    if unit == 0 {
+        format!("{value:.0} {name}")
+    } else {
+        format!("{value:.1} {name}")
+    }
+}
+
+/// How bar heights map to the axis: as they are, or as their logarithm when the largest is more
+/// than 100 times the smallest non-zero one (a small level would otherwise be invisible).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Scale {
+    Linear,
+    /// log10 heights; `floor` is the axis's bottom (a decade below the smallest value).
+    Log {
+        floor: f64,
+    },
+}
+
+impl Scale {
+    fn for_values(values: &[f64]) -> Self {
+        let positive = values.iter().copied().filter(|v| *v > 0.0);
+        let smallest = positive.clone().fold(f64::INFINITY, f64::min);
+        let largest = positive.fold(0.0_f64, f64::max);
+        if smallest.is_finite() && largest / smallest > 100.0 {
+            Self::Log {
+                floor: smallest.log10().floor() - 1.0,
+            }
+        } else {
+            Self::Linear
+        }
+    }
+
+    /// A value's height on the axis.
+    fn height(self, v: f64) -> f64 {
+        match self {
+            Self::Linear => v,
+            Self::Log { floor } if v > 0.0 => v.log10() - floor,
+            Self::Log { .. } => 0.0,
+        }
+    }
+
+    /// The value at a height, for the axis labels.
+    fn value(self, h: f64) -> f64 {
+        match self {
+            Self::Linear => h,
+            Self::Log { floor } => 10_f64.powf(h + floor),
+        }
+    }
+}
+
+/// One bar chart: a bar per label, in one colour.
+struct Chart<'a> {
+    labels: &'a [String],
     color: RGBAColor,
-) -> Result<(), String>
-where
-    DB::ErrorType: 'static,
-{
-    let n = u32::try_from(labels.len()).map_err(|e| e.to_string())?;
-    let top = values.iter().copied().fold(0.0_f64, f64::max).max(1.0) * 1.15;
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, (FONT, 22))
-        .margin(12)
-        .x_label_area_size(36)
-        .y_label_area_size(64)
-        .build_cartesian_2d((0..n.saturating_sub(1)).into_segmented(), 0.0..top)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(labels.len())
-        .x_label_formatter(&|x| match x {
-            SegmentValue::CenterOf(i) => usize::try_from(*i)
-                .ok()
-                .and_then(|i| labels.get(i))
-                .cloned()
-                .unwrap_or_default(),
-            _ => String::new(),
-        })
-        .y_label_formatter(&|y| format!("{y:.1}"))
-        .label_style((FONT, 14))
-        .draw()
-        .map_err(|e| e.to_string())?;
-    chart
-        .draw_series(values.iter().zip(0..n).map(|(&v, i)| {
-            let mut bar = Rectangle::new(
-                [
-                    (SegmentValue::Exact(i), 0.0),
-                    (SegmentValue::Exact(i + 1), v),
-                ],
-                color.filled(),
-            );
-            bar.set_margin(0, 0, 8, 8);
-            bar
-        }))
-        .map_err(|e| e.to_string())?;
-    Ok(())
+}
+
+impl Chart<'_> {
+    /// Draws `values` on `area` under `title`, each bar labelled with `text(value)`.
+    fn draw<DB: DrawingBackend>(
+        &self,
+        area: &DrawingArea<DB, plotters::coord::Shift>,
+        title: &str,
+        values: &[f64],
+        scale: Scale,
+        text: fn(f64) -> String,
+    ) -> Result<(), String>
+    where
+        DB::ErrorType: 'static,
+    {
+        let n = u32::try_from(self.labels.len()).map_err(|e| e.to_string())?;
+        let heights: Vec<f64> = values.iter().map(|v| scale.height(*v)).collect();
+        let top = heights.iter().copied().fold(0.0_f64, f64::max).max(1.0) * 1.15;
+        let mut chart = ChartBuilder::on(area)
+            .caption(title, (FONT, 20))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(72)
+            .build_cartesian_2d((0..n.saturating_sub(1)).into_segmented(), 0.0..top)
+            .map_err(|e| e.to_string())?;
+        let labels = self.labels;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(labels.len())
+            .x_label_formatter(&|x| match x {
+                SegmentValue::CenterOf(i) => usize::try_from(*i)
+                    .ok()
+                    .and_then(|i| labels.get(i))
+                    .cloned()
+                    .unwrap_or_default(),
+                _ => String::new(),
+            })
+            .y_label_formatter(&|h| text(scale.value(*h)))
+            .label_style((FONT, 14))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        let color = self.color;
+        chart
+            .draw_series(heights.iter().zip(0..n).map(|(&h, i)| {
+                let mut bar = Rectangle::new(
+                    [
+                        (SegmentValue::Exact(i), 0.0),
+                        (SegmentValue::Exact(i + 1), h),
+                    ],
+                    color.filled(),
+                );
+                bar.set_margin(0, 0, 8, 8);
+                bar
+            }))
+            .map_err(|e| e.to_string())?;
+        chart
+            .draw_series(heights.iter().zip(values).zip(0..n).map(|((&h, &v), i)| {
+                Text::new(
+                    text(v),
+                    (SegmentValue::CenterOf(i), h + top * 0.02),
+                    (FONT, 13)
+                        .into_font()
+                        .color(&BLACK)
+                        .pos(Pos::new(HPos::Center, VPos::Bottom)),
+                )
+            }))
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
 }
 
 /// Registers the first TrueType font found as `sans-serif`.
@@ -155,4 +254,24 @@ fn find_ttf(dir: &Path, depth: u32) -> Option<PathBuf> {
                 })
                 .flatten()
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_orders_of_magnitude_apart_get_a_log_scale_that_keeps_every_bar_visible() {
+        assert_eq!(Scale::for_values(&[10.0, 900.0, 0.0]), Scale::Linear);
+        let scale = Scale::for_values(&[1_300.0, 800_000.0, 0.0]);
+        assert!(matches!(scale, Scale::Log { .. }), "{scale:?}");
+        let small = scale.height(1_300.0);
+        let large = scale.height(800_000.0);
+        assert!(small > 0.0 && large > small, "{small} {large}");
+        assert!((scale.value(small) - 1_300.0).abs() < 1e-6);
+        assert!(scale.height(0.0).abs() < f64::EPSILON);
+        assert_eq!(human_bytes(512.0), "512 B");
+        assert_eq!(human_bytes(1_331.2), "1.3 KiB");
+        assert_eq!(human_bytes(4.0 * 1_048_576.0), "4.0 MiB");
+    }
 }

@@ -27,6 +27,10 @@ use clap::{Args, ValueEnum};
 use crate::db_arg::{self, DbArg};
 
 #[derive(Debug, Args)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "independent command-line switches"
+)]
 pub struct TtlArgs {
     /// What to do.
     action: Action,

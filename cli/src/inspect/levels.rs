@@ -47,7 +47,20 @@ pub fn run(dir: &Path, plot: Option<&Path>, json: bool) -> i32 {
                 tombstone_share: r.sums.tombstone_share(),
             })
             .collect();
-        if let Err(e) = crate::plot::levels(&bars, path) {
+        let title = format!(
+            "{} at {}",
+            dir.display(),
+            time_text(
+                u64::try_from(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap_or_default()
+                        .as_millis()
+                )
+                .unwrap_or(u64::MAX)
+            )
+        );
+        if let Err(e) = crate::plot::levels(&bars, &title, path) {
             eprintln!("cairn inspect levels: cannot draw {}: {e}", path.display());
             return FAILED;
         }

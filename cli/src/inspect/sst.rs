@@ -195,13 +195,14 @@ fn print_sst(r: &SstReport) {
         (
             "blocks",
             format!(
-                "{} data blocks (largest {} bytes), index {} bytes, filter {} bytes ({} bits/key), dictionary {} bytes",
+                "{} data blocks, index {} bytes, filter {} bytes ({} bits/key), dictionary {} bytes; \
+                 no block (data, index or tombstones) over {} bytes uncompressed",
                 r.data_blocks,
-                r.max_block_bytes,
                 r.index_bytes,
                 r.filter_bytes,
                 r.bloom_bits_per_key,
-                r.zstd_dictionary_bytes
+                r.zstd_dictionary_bytes,
+                r.max_block_bytes
             ),
         ),
         (
