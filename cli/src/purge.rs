@@ -1,4 +1,4 @@
-//! `cairn purge`: the soft-delete tombstone purger over a Cairn database's tables (`--db DIR`)
+//! `cairn purge`: the soft-delete tombstone purger over a Cairn database's tables (`DB`)
 //! or a MySQL/MariaDB or PostgreSQL database (`--database-url URL`), and `cairn purge demo`,
 //! which shows the whole lifecycle on a temporary database and a fast clock.
 

@@ -133,12 +133,8 @@ pub fn blackbox(
         let mut child = Command::new(program)
             .args(args)
             .arg("stress")
-            .args([
-                "--db",
-                &db_dir.to_string_lossy(),
-                "--expected-journal",
-                &journal.to_string_lossy(),
-            ])
+            .arg(&db_dir)
+            .args(["--expected-journal", &journal.to_string_lossy()])
             // The loop owns the directory: the child writes into what earlier cycles left.
             .args(["--duration", "3600", "--no-progress", "--quiet", "--reuse"])
             .args([

@@ -7,7 +7,7 @@ use crate::config::StressConfig;
 use crate::harness::{Harness, StressError};
 use crate::report::StressReport;
 
-/// The file the harness leaves in a database it created, so that a later `--db` run knows the
+/// The file the harness leaves in a database it created, so that a later run on it knows the
 /// directory is its own to write into. The engine ignores files that are not its own in a
 /// directory with a `CURRENT`.
 pub const STRESS_MARKER: &str = "CAIRN-STRESS";
