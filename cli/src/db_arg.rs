@@ -23,7 +23,7 @@ pub const LOCKED: i32 = 5;
 /// `DB`, required, with the hidden `--db`/`--dir` aliases.
 #[derive(Debug, Clone, Args)]
 pub struct DbArg {
-    /// The database directory.
+    /// The database directory (required).
     #[arg(value_name = "DB", required_unless_present = "db_flag")]
     db: Option<PathBuf>,
     /// The database directory, as the older `--db DB`/`--dir DB` (give it first instead).

@@ -30,6 +30,7 @@ pub struct Target {
 }
 
 #[derive(Debug, Args)]
+#[command(mut_arg("hex", |a| a.help("KEY is hex")))]
 pub struct GetArgs {
     #[command(flatten)]
     target: Target,
@@ -44,6 +45,7 @@ pub struct GetArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(mut_arg("hex", |a| a.help("KEY and VALUE are hex (a --value-file is read as it is)")))]
 pub struct PutArgs {
     #[command(flatten)]
     target: Target,
@@ -64,6 +66,7 @@ pub struct PutArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(mut_arg("hex", |a| a.help("KEY is hex")))]
 pub struct DeleteArgs {
     #[command(flatten)]
     target: Target,
@@ -72,6 +75,7 @@ pub struct DeleteArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(mut_arg("hex", |a| a.help("START and END are hex")))]
 pub struct DeleteRangeArgs {
     #[command(flatten)]
     target: Target,
@@ -82,6 +86,7 @@ pub struct DeleteRangeArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(mut_arg("hex", |a| a.help("--from, --to and --prefix are hex")))]
 pub struct ScanArgs {
     #[command(flatten)]
     target: Target,

@@ -59,8 +59,7 @@ pub struct PurgeArgs {
     tables: Vec<String>,
     /// The zone the application writes zoneless `deleted_at` values in (MySQL `DATETIME`,
     /// PostgreSQL `timestamp`): an IANA name (`America/New_York`) or an offset (`-05:00`).
-    /// Overrides the config's `soft_delete_purge.time_zone`: the zone a zoneless `deleted_at`
-    /// is written in, an IANA name (`America/New_York`) or an offset (`-05:00`).
+    /// Overrides the config's `soft_delete_purge.time_zone`.
     #[arg(long, value_name = "ZONE", allow_hyphen_values = true)]
     time_zone: Option<String>,
     /// Stop the loop after this many passes, skipped ones included (default: run until

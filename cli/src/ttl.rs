@@ -39,7 +39,7 @@ pub struct TtlArgs {
     /// Print the rows as JSON instead of a table.
     #[arg(long)]
     json: bool,
-    /// Worker threads running tablet tasks (`ttl_thread_score`).
+    /// Worker threads running tablet tasks (`ttl_thread_score`; 1 to 64).
     #[arg(long, default_value_t = 2, value_parser = crate::output::parse_threads)]
     threads: usize,
     /// With `trigger` or `resume`: record the change and exit; the service runs the task.
