@@ -130,6 +130,29 @@ pub fn check_directory(dir: &Path) -> Result<(), i32> {
     }
 }
 
+/// Checks that `file`, the file a command reads alone (`dump-log FILE`, `inspect sst FILE`),
+/// exists and is a file.
+///
+/// # Errors
+/// [`NOT_FOUND`], once the reason is printed.
+pub fn check_file(file: &Path) -> Result<(), i32> {
+    match std::fs::metadata(file) {
+        Ok(meta) if meta.is_file() => Ok(()),
+        Ok(_) => {
+            eprintln!("cairn: {}: not a file", file.display());
+            Err(NOT_FOUND)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("cairn: {}: no such file", file.display());
+            Err(NOT_FOUND)
+        }
+        Err(e) => {
+            eprintln!("cairn: {}: cannot read: {e}", file.display());
+            Err(crate::output::FAILED)
+        }
+    }
+}
+
 /// The message and exit code for an engine error met opening `dir`: [`LOCKED`] naming the
 /// holder, [`NOT_FOUND`] for files gone, 2 otherwise.
 pub fn cannot_open(dir: &Path, e: &cairn::Error) -> i32 {

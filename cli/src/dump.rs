@@ -234,9 +234,8 @@ struct OpView {
 /// Exit 2 when the log is damaged (after every readable record is printed).
 pub fn dump_log(args: &DumpLogArgs) -> i32 {
     crate::init_logging(false);
-    if !args.file.is_file() {
-        eprintln!("cairn dump-log: {} is not a file", args.file.display());
-        return output::FAILED;
+    if let Err(code) = crate::db_arg::check_file(&args.file) {
+        return code;
     }
     let (batches, damage) = match cairn::read_log(&args.file) {
         Ok(read) => read,

@@ -197,6 +197,28 @@ fn a_directory_that_holds_no_database_gets_one_wording_and_exit_4_from_every_com
 }
 
 #[test]
+fn a_file_a_command_reads_alone_that_is_not_there_is_not_found_too() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("000001.log");
+    for command in ["dump-log", "inspect sst"] {
+        for (path, says) in [
+            (&missing, "no such file"),
+            (&dir.path().to_path_buf(), "not a file"),
+        ] {
+            let mut args: Vec<&str> = command.split(' ').collect();
+            args.push(s(path));
+            let out = cairn(&args);
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(4), "{args:?}: {stderr}");
+            assert!(
+                stderr.starts_with(&format!("cairn: {}: {says}", path.display())),
+                "{args:?}: {stderr}"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_database_open_elsewhere_is_locked_exit_5_naming_the_holder() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db_dir = dir.path().join("db");

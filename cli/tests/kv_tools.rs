@@ -475,7 +475,7 @@ fn dump_log_lists_each_record_with_seqno_ops_and_keys() {
         changed(&before, &contents(dir.path())),
         Vec::<String>::new()
     );
-    assert_eq!(code(&["dump-log", s(&dir.path().join("nope.log"))]).0, 2);
+    assert_eq!(code(&["dump-log", s(&dir.path().join("nope.log"))]).0, 4);
 }
 
 #[test]

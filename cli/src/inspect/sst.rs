@@ -57,6 +57,9 @@ struct EntryRow {
 }
 
 pub fn run(file: &Path, with_entries: bool, json: bool) -> i32 {
+    if let Err(code) = crate::db_arg::check_file(file) {
+        return code;
+    }
     let table = match Table::open(&cairn_fs::RealFs, file, 0, None) {
         Ok(t) => t,
         Err(e) => return output::failed("inspect sst", &e),
