@@ -82,7 +82,18 @@ fn second_lock_on_the_same_file_fails_until_the_first_is_dropped() -> cairn_fs::
     let fs = RealFs::new();
     let path = dir.path().join("LOCK");
     let first = fs.lock(&path)?;
-    assert!(matches!(fs.lock(&path), Err(Error::Locked { .. })));
+    let pid = std::process::id();
+    match fs.lock(&path) {
+        Err(Error::Locked { holder, .. }) => {
+            assert_eq!(holder, Some(pid), "the refusal names the holder's pid");
+        }
+        other => panic!("a second lock: {other:?}"),
+    }
+    assert!(
+        fs.lock(&path)
+            .err()
+            .is_some_and(|e| e.to_string().contains(&format!("process {pid}")))
+    );
     drop(first);
     let _second = fs.lock(&path)?;
     Ok(())
