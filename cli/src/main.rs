@@ -3,7 +3,8 @@
 //!
 //! Exit codes: 0 pass (or done), 1 a verification failed (for `purge`, a table failed; for
 //! `get`, no value; for `audit`, traces remain), 2 the engine failed or the database could not
-//! be opened, 3 bad arguments or configuration.
+//! be read (damage, I/O), 3 bad arguments or configuration, 4 not found (no such directory or
+//! file, not a database), 5 locked by another process.
 
 use std::process::ExitCode;
 
@@ -30,9 +31,11 @@ mod verify;
     name = "cairn",
     version,
     about = "Stress and crash-test Cairn, an LSM engine where deletion is done right, and look inside its databases",
-    after_help = "Exit codes: 0 done, 1 a check failed or the answer is no (get: no value, audit: traces remain), \
-                  2 the engine failed or the database could not be opened, 3 bad arguments. \
-                  Durations read as 20s, 10m, 1h or 500ms."
+    after_help = "The database is named first: cairn COMMAND DB …\n\
+                  Exit codes: 0 done, 1 a check failed or the answer is no (get: no value, audit: traces remain), \
+                  2 the engine failed or the database could not be read, 3 bad arguments, 4 not found \
+                  (no such directory, not a database), 5 locked by another process. \
+                  Durations read as 20s, 10m, 1h, 1d or 500ms; sizes as 4096, 64KiB or 1MiB."
 )]
 struct Cli {
     #[command(subcommand)]

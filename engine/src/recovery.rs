@@ -149,6 +149,18 @@ fn prepare_directory(fs: &dyn FileSystem, dir: &Path, options: &Options) -> Resu
         other => Error::Io(other),
     })?;
     let has_current = names.iter().any(|n| n == "CURRENT");
+    if !has_current && let Some(data) = data_without_current(fs, dir, &names)? {
+        // A database that lost its CURRENT, not an empty directory: making a new database here
+        // would delete its tables and logs as obsolete.
+        return Err(Error::corruption(
+            filename::current_path(dir),
+            0,
+            format!(
+                "missing, yet the directory holds the database's data ({data}): the database is \
+                 damaged, not absent, and is not replaced"
+            ),
+        ));
+    }
     if let Some(foreign) = names.iter().find(|n| filename::parse(n).is_none()) {
         if !has_current {
             return Err(Error::invalid(format!(
@@ -159,6 +171,27 @@ fn prepare_directory(fs: &dyn FileSystem, dir: &Path, options: &Options) -> Resu
         tracing::debug!(file = %foreign, "ignoring a file that is not the engine's");
     }
     Ok(())
+}
+
+/// The first file among `names` that holds data (a table, or a log with bytes in it), if any:
+/// what a directory without `CURRENT` must not have for a new database to be made there. A
+/// MANIFEST or an empty log alone is what a creation cut short leaves, and holds no data.
+fn data_without_current(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    names: &[String],
+) -> Result<Option<String>> {
+    for name in names {
+        let holds_data = match filename::parse(name) {
+            Some(FileKind::Table(_)) => true,
+            Some(FileKind::Log(_)) => fs.file_size(&dir.join(name))? > 0,
+            _ => false,
+        };
+        if holds_data {
+            return Ok(Some(name.clone()));
+        }
+    }
+    Ok(None)
 }
 
 fn file_number(name: &str) -> Option<u64> {

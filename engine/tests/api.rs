@@ -185,6 +185,37 @@ fn a_directory_that_is_not_a_cairn_database_is_refused_untouched() -> cairn::Res
 }
 
 #[test]
+fn a_database_that_lost_its_current_file_is_corruption_and_never_replaced() -> cairn::Result<()> {
+    let dir = tempdir()?;
+    let db = open(&dir)?;
+    db.put("kept", "value")?;
+    db.flush()?;
+    db.put("in the log", "value")?;
+    db.close()?;
+    std::fs::remove_file(dir.path().join("CURRENT")).map_err(|e| Error::Io(e.into()))?;
+    let listing = |dir: &tempfile::TempDir| -> Vec<(std::ffi::OsString, u64)> {
+        let mut names: Vec<_> = std::fs::read_dir(dir.path())
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .map(|e| (e.file_name(), e.metadata().map_or(0, |m| m.len())))
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing(&dir);
+    // create_if_missing is the default: it must not take the directory for an empty one.
+    let result = Db::open(dir.path(), Options::default());
+    let Err(Error::Corruption { file, reason, .. }) = result else {
+        panic!("a database without CURRENT was opened: {result:?}");
+    };
+    assert!(file.ends_with("CURRENT"), "{file:?}");
+    assert!(reason.contains("damaged"), "{reason}");
+    assert_eq!(listing(&dir), before, "the refused open changed the directory");
+    Ok(())
+}
+
+#[test]
 fn a_damaged_current_file_is_corruption() -> cairn::Result<()> {
     let dir = tempdir()?;
     open(&dir)?.close()?;
