@@ -8,8 +8,9 @@
 //!
 //! A directory that cannot hold the database gets one wording whatever the command, and the
 //! exit codes tell the conditions apart: 4 not found (no such directory, a file where the
-//! directory should be, a directory with no database), 5 locked by another process (named by
-//! its pid when the lock file knows it), 2 anything else the engine reports (damage, I/O).
+//! directory should be, a directory with no database in it at all), 5 locked by another process
+//! (named by its pid when the system says who holds the lock), 2 anything else: damage (a
+//! database that lost its `CURRENT` or its MANIFEST), a directory that cannot be read, I/O.
 
 use std::path::{Path, PathBuf};
 
@@ -95,14 +96,47 @@ impl OptDbArg {
 /// [`NOT_FOUND`], once the reason is printed.
 pub fn check_database(dir: &Path, hint: &str) -> Result<(), i32> {
     check_directory(dir)?;
-    if !dir.join("CURRENT").is_file() {
-        eprintln!(
-            "cairn: {}: not a Cairn database (no CURRENT file){hint}",
-            dir.display()
-        );
-        return Err(NOT_FOUND);
+    let current = dir.join("CURRENT");
+    match std::fs::metadata(&current) {
+        Ok(meta) if meta.is_file() => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(data) = data_files(dir) {
+                eprintln!(
+                    "cairn: {}: damaged: no CURRENT file, yet it holds the database's data \
+                     ({data}); `cairn verify` says more, and nothing will replace it",
+                    dir.display()
+                );
+                return Err(crate::output::FAILED);
+            }
+            eprintln!(
+                "cairn: {}: not a Cairn database (no CURRENT file){hint}",
+                dir.display()
+            );
+            Err(NOT_FOUND)
+        }
+        Ok(_) => {
+            eprintln!("cairn: {}: damaged: CURRENT is not a file", dir.display());
+            Err(crate::output::FAILED)
+        }
+        Err(e) => {
+            eprintln!("cairn: {}: cannot read: {e}", current.display());
+            Err(crate::output::FAILED)
+        }
     }
-    Ok(())
+}
+
+/// The first table (`.sst`) or non-empty log in `dir`: data a directory without `CURRENT`
+/// should not hold (the engine refuses to make a database over it).
+fn data_files(dir: &Path) -> Option<String> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    entries.filter_map(Result::ok).find_map(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        // The engine's own names, lower case as it writes them.
+        let extension = Path::new(&name).extension().and_then(|x| x.to_str());
+        let is_table = extension == Some("sst");
+        let is_log = extension == Some("log") && e.metadata().is_ok_and(|m| m.len() > 0);
+        (is_table || is_log).then_some(name)
+    })
 }
 
 /// Checks that `dir` exists and is a directory.
@@ -130,6 +164,17 @@ pub fn check_directory(dir: &Path) -> Result<(), i32> {
     }
 }
 
+/// [`check_directory`] for a directory a command may create: fine when missing.
+///
+/// # Errors
+/// [`NOT_FOUND`] for a file where the directory should be, once the reason is printed.
+pub fn check_directory_if_present(dir: &Path) -> Result<(), i32> {
+    if std::fs::symlink_metadata(dir).is_err() {
+        return Ok(());
+    }
+    check_directory(dir)
+}
+
 /// Checks that `file`, the file a command reads alone (`dump-log FILE`, `inspect sst FILE`),
 /// exists and is a file.
 ///
@@ -154,7 +199,8 @@ pub fn check_file(file: &Path) -> Result<(), i32> {
 }
 
 /// The message and exit code for an engine error met opening `dir`: [`LOCKED`] naming the
-/// holder, [`NOT_FOUND`] for files gone, 2 otherwise.
+/// holder, [`NOT_FOUND`] when the directory itself is gone, 2 otherwise (a MANIFEST or table
+/// missing from a database is damage).
 pub fn cannot_open(dir: &Path, e: &cairn::Error) -> i32 {
     match e {
         cairn::Error::Io(cairn_fs::Error::Locked { holder, .. }) => {
@@ -162,6 +208,7 @@ pub fn cannot_open(dir: &Path, e: &cairn::Error) -> i32 {
                 || "another process".to_owned(),
                 |pid| format!("process {pid}"),
             );
+            // `holder` comes from the system's lock table (Linux), not from the file.
             eprintln!(
                 "cairn: {}: locked: {by} has the database open for writing. Stop it to write; \
                  the commands that only read (get, scan, stats, inspect, explain, audit, verify, \
@@ -170,7 +217,7 @@ pub fn cannot_open(dir: &Path, e: &cairn::Error) -> i32 {
             );
             LOCKED
         }
-        cairn::Error::Io(io) if io.is_not_found() => {
+        cairn::Error::Io(io) if io.is_not_found() && !dir.exists() => {
             eprintln!("cairn: {}: {e}", dir.display());
             NOT_FOUND
         }

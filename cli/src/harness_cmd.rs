@@ -13,7 +13,7 @@ use cairn_stress::CrashConfig;
 use cairn_stress::{Limit, OpWeights, StressConfig, StressError};
 use clap::{Args, Subcommand};
 
-use crate::db_arg::OptDbArg;
+use crate::db_arg::{self, OptDbArg};
 use crate::{bad_args, init_logging, init_logging_with, output};
 
 #[derive(Debug, Args)]
@@ -21,6 +21,7 @@ use crate::{bad_args, init_logging, init_logging_with, output};
     clippy::struct_excessive_bools,
     reason = "independent command-line switches"
 )]
+#[command(args_conflicts_with_subcommands = true)]
 #[command(mut_arg("db", |a| a.help("The database directory (default: a temporary one, deleted \
     afterwards); a non-empty directory a stress did not create is refused unless --reuse is given")))]
 pub struct StressArgs {
@@ -196,6 +197,9 @@ pub fn stress(args: StressArgs) -> i32 {
         json,
     }) = args.replay
     {
+        if let Some(Err(code)) = db.path().map(db_arg::check_directory_if_present) {
+            return code;
+        }
         let temp = tempfile_dir(db.path().is_none());
         let path = db
             .path()
@@ -207,6 +211,9 @@ pub fn stress(args: StressArgs) -> i32 {
             max_value_size,
         };
         return finish(cairn_stress::replay(&log, &path, given), None, json);
+    }
+    if let Some(Err(code)) = args.db.path().map(db_arg::check_directory_if_present) {
+        return code;
     }
     let weights = match OpWeights::parse(&args.mix) {
         Ok(w) => w,
@@ -282,13 +289,14 @@ fn finish(
 ) -> i32 {
     match result {
         Ok(report) => {
+            // The report file first, so what is printed is the whole outcome.
+            let written = report_path.map_or(Ok(()), |path| write_json(path, &report));
             if json {
                 output::print_json(&report);
             } else {
                 println!("{}", report.summary());
             }
-            let written = report_path.map_or(Ok(()), |path| write_json(path, &report));
-            written.map_or(2, |()| report.exit_code())
+            outcome_code(report.exit_code(), written)
         }
         Err(e) => {
             eprintln!("cairn stress: {e}");
@@ -334,6 +342,9 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
     {
         return code;
     }
+    if let Some(Err(code)) = args.db.path().map(db_arg::check_directory_if_present) {
+        return code;
+    }
     let (dir, _guard) =
         match cairn_stress::work_dir(args.db.path().map(std::path::Path::to_path_buf)) {
             Ok(d) => d,
@@ -357,6 +368,7 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
         describe_limit(args.cycles, cycles, args.duration)
     );
     let mut reports = Vec::new();
+    let mut errors = Vec::new();
     let mut worst = 0;
     for mode in modes {
         if cairn_stress::stop_requested() {
@@ -388,15 +400,30 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
             }
             Err(e) => {
                 eprintln!("cairn crashtest ({mode}): {e}");
+                errors.push(format!("{mode}: {e}"));
                 worst = worst.max(e.exit_code());
             }
         }
     }
-    crash_outcome(args, &reports, worst)
+    crash_outcome(args, &reports, &errors, worst)
 }
 
-/// Prints how the crash test ended (text or JSON), writes the report, and gives the exit code.
-fn crash_outcome(args: &CrashArgs, reports: &[cairn_stress::CrashReport], worst: i32) -> i32 {
+/// A run's exit code once its report file was (or was not) written: a failed write makes a
+/// passing run 2 (engine or I/O failure) and leaves a failing run's own code.
+fn outcome_code(run: i32, written: Result<(), ()>) -> i32 {
+    match written {
+        Err(()) if run == 0 => 2,
+        _ => run,
+    }
+}
+
+/// Writes the report, prints how the crash test ended (text or JSON), and gives the exit code.
+fn crash_outcome(
+    args: &CrashArgs,
+    reports: &[cairn_stress::CrashReport],
+    errors: &[String],
+    worst: i32,
+) -> i32 {
     let mut worst = worst;
     let interrupted = cairn_stress::stop_requested();
     // Fail closed: an interrupt before the first cycle's check leaves nothing to pass.
@@ -404,11 +431,18 @@ fn crash_outcome(args: &CrashArgs, reports: &[cairn_stress::CrashReport], worst:
     if exercised_nothing {
         worst = 1;
     }
+    let written = args
+        .report
+        .as_ref()
+        .map_or(Ok(()), |path| write_json(path, reports));
+    worst = outcome_code(worst, written);
     if args.json {
         output::print_json(&serde_json::json!({
             "modes": reports,
+            "errors": errors,
             "interrupted": interrupted,
             "exercised_nothing": exercised_nothing,
+            "report_written": args.report.is_none() || written.is_ok(),
             "passed": worst == 0,
         }));
     } else {
@@ -422,9 +456,6 @@ fn crash_outcome(args: &CrashArgs, reports: &[cairn_stress::CrashReport], worst:
             println!("exercised nothing: no crash cycle ran to its check");
         }
         println!("{}", if worst == 0 { "PASS" } else { "FAIL" });
-    }
-    if let Some(Err(())) = args.report.as_ref().map(|path| write_json(path, reports)) {
-        worst = worst.max(2);
     }
     worst
 }
@@ -444,9 +475,9 @@ fn describe_limit(asked: Option<usize>, cycles: usize, duration: Duration) -> St
 fn print_mode(report: &cairn_stress::CrashReport) {
     let f = &report.failures;
     println!(
-        "{}: {} cycles survived in {:.1}s ({} with a disk fault, {} recoveries), {} writes, {} keys verified; lost writes {}, resurrected deletes {}, holes {}, wrong values {}, expiry violations {}, unrecovered {}",
+        "{}: {} survived in {:.1}s ({} with a disk fault, {} recoveries), {} writes, {} keys verified; lost writes {}, resurrected deletes {}, holes {}, wrong values {}, expiry violations {}, unrecovered {}",
         report.mode,
-        report.cycles,
+        output::count(report.cycles, "cycle"),
         report.seconds,
         report.faults,
         report.recoveries,

@@ -284,8 +284,10 @@ pub fn parse_threads(text: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("{text:?}: give 1 to {MAX_THREADS} threads"))
 }
 
-/// Checks, before a run starts, that a file it will write at the end can be written: not a
-/// directory, and in a directory that exists. `flag` names the option in the message.
+/// Checks, before a run starts, that a file it will write at the end can be written: an
+/// existing regular file opened for writing (not truncated), or a new one created and removed
+/// again. Anything else (a directory, a FIFO, a device, a directory that is missing or refuses
+/// new files) is refused. `flag` names the option in the message.
 ///
 /// # Errors
 /// [`BAD_ARGS`], once the reason is printed.
@@ -294,23 +296,26 @@ pub fn check_output_path(flag: &str, path: &Path) -> Result<(), i32> {
         eprintln!("cairn: bad arguments: {flag} {}: {why}", path.display());
         Err(BAD_ARGS)
     };
-    if path.is_dir() {
-        return fail("is a directory");
-    }
-    if path.exists() {
-        if std::fs::OpenOptions::new().append(true).open(path).is_err() {
-            return fail("cannot be written");
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => fail("is a directory"),
+        Ok(meta) if !meta.is_file() => fail("is not a regular file"),
+        Ok(_) => match std::fs::OpenOptions::new().append(true).open(path) {
+            Ok(_) => Ok(()),
+            Err(e) => fail(&format!("cannot be written: {e}")),
+        },
+        Err(_) => {
+            let probe = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path);
+            match probe {
+                Ok(_) => {
+                    std::fs::remove_file(path).or_else(|e| fail(&format!("cannot be written: {e}")))
+                }
+                Err(e) => fail(&format!("cannot be created: {e}")),
+            }
         }
-        return Ok(());
     }
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    if !parent.is_dir() {
-        return fail(&format!("no directory {}", parent.display()));
-    }
-    Ok(())
 }
 
 /// A kind as the tools print it.
@@ -325,9 +330,12 @@ pub fn kind_name(kind: cairn::Kind) -> &'static str {
 
 /// `n` and `noun`, plural unless `n` is 1: `1 trace`, `3 traces`, `0 entries`.
 pub fn count(n: usize, noun: &str) -> String {
+    let consonant_y = noun
+        .strip_suffix('y')
+        .filter(|stem| !stem.ends_with(['a', 'e', 'i', 'o', 'u']));
     if n == 1 {
         format!("1 {noun}")
-    } else if let Some(stem) = noun.strip_suffix('y') {
+    } else if let Some(stem) = consonant_y {
         format!("{n} {stem}ies")
     } else {
         format!("{n} {noun}s")
@@ -476,6 +484,10 @@ mod tests {
         ] {
             assert!(parse_size(bad).is_err(), "{bad:?}");
         }
+        assert_eq!(count(1, "key"), "1 key");
+        assert_eq!(count(2, "key"), "2 keys");
+        assert_eq!(count(0, "entry"), "0 entries");
+        assert_eq!(count(3, "trace"), "3 traces");
         assert_eq!(parse_threads("1"), Ok(1));
         assert_eq!(parse_threads("64"), Ok(64));
         assert!(parse_threads("0").is_err());

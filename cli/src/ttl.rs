@@ -78,6 +78,9 @@ enum Action {
 pub fn run(args: &TtlArgs) -> i32 {
     // The same logs with or without the progress line: they are written above it, never on it.
     crate::init_logging_with("cairn=error,info");
+    if args.init && args.action != Action::Trigger {
+        return crate::bad_args("--init goes with `trigger`, the one command that creates tables");
+    }
     if let Err(code) = db_arg::check_database(args.db.path(), "") {
         return code;
     }

@@ -99,7 +99,7 @@ pub fn run(args: &VerifyArgs) -> i32 {
             if view.clean {
                 "clean".to_owned()
             } else {
-                format!("{} damaged places", view.damage.len())
+                format!("{} damaged", output::count(view.damage.len(), "place"))
             }
         );
     }

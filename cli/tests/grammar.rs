@@ -250,6 +250,81 @@ fn a_database_open_elsewhere_is_locked_exit_5_naming_the_holder() {
 }
 
 #[test]
+fn a_database_that_lost_its_current_file_is_damaged_and_never_replaced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    database(&db);
+    expect(&["flush", s(&db)], 0);
+    std::fs::remove_file(db.join("CURRENT")).expect("remove CURRENT");
+    let before = std::fs::read_dir(&db).expect("list").count();
+    for args in [
+        vec!["put", "--create", s(&db), "k2", "v2"],
+        vec!["get", s(&db), "a"],
+        vec!["stats", s(&db)],
+    ] {
+        let out = cairn(&args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("damaged"), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("--create` makes one"),
+            "{args:?}: {stderr}"
+        );
+    }
+    assert_eq!(std::fs::read_dir(&db).expect("list").count(), before);
+    let tables = std::fs::read_dir(&db)
+        .expect("list")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".sst"))
+        .count();
+    assert!(tables > 0, "the data is still there");
+}
+
+#[test]
+fn a_database_missing_its_manifest_is_damage_not_absence() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    database(&db);
+    for entry in std::fs::read_dir(&db).expect("list").filter_map(Result::ok) {
+        if entry.file_name().to_string_lossy().starts_with("MANIFEST-") {
+            std::fs::remove_file(entry.path()).expect("remove MANIFEST");
+        }
+    }
+    for args in [vec!["get", s(&db), "a"], vec!["put", s(&db), "b", "2"]] {
+        let out = cairn(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn the_harness_refuses_a_file_as_its_directory_and_a_database_with_replay() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "x").expect("write");
+    let f = s(&file);
+    for args in [
+        vec!["stress", f, "--ops", "10"],
+        vec!["crashtest", f, "--cycles", "1"],
+        vec!["stress", "replay", "--log", f, f],
+    ] {
+        let out = cairn(&args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(4), "{args:?}: {stderr}");
+        assert!(stderr.contains("not a directory"), "{args:?}: {stderr}");
+    }
+    // `stress DB replay`: the DB would be ignored (the replay names its own).
+    let out = cairn(&["stress", s(dir.path()), "replay", "--log", f]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let out = cairn(&["ttl", "status", s(dir.path()), "--init"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+}
+
+#[test]
 fn an_over_long_key_is_refused_and_never_echoed_whole() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("db");
@@ -319,6 +394,34 @@ fn output_paths_are_checked_before_a_run_starts() {
             started.elapsed() < std::time::Duration::from_secs(60),
             "{args:?} ran first"
         );
+    }
+    // A directory that refuses new files, and a FIFO (writing it would block at the end).
+    let fifo = dir.path().join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    for path in ["/proc/cairn-report.json", s(&fifo)] {
+        let out = cairn(&["stress", "--ops", "100000000", "--report", path]);
+        assert_eq!(out.status.code(), Some(3), "{path}: {}", text(&out.stderr));
+    }
+    // A file in the current directory, and an existing file, are fine (and the probe leaves
+    // nothing behind).
+    let existing = dir.path().join("old.json");
+    std::fs::write(&existing, "{}").expect("write");
+    let fresh = dir.path().join("new.json");
+    for path in [&existing, &fresh] {
+        expect(
+            &[
+                "stress",
+                "--ops",
+                "200",
+                "--no-ttl",
+                "--report",
+                s(path),
+                "--quiet",
+            ],
+            0,
+        );
+        assert!(path.exists(), "the report was written");
     }
     let db = dir.path().join("db");
     database(&db);

@@ -211,7 +211,11 @@ fn a_database_that_lost_its_current_file_is_corruption_and_never_replaced() -> c
     };
     assert!(file.ends_with("CURRENT"), "{file:?}");
     assert!(reason.contains("damaged"), "{reason}");
-    assert_eq!(listing(&dir), before, "the refused open changed the directory");
+    assert_eq!(
+        listing(&dir),
+        before,
+        "the refused open changed the directory"
+    );
     Ok(())
 }
 

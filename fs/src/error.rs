@@ -21,6 +21,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// Another process (or another handle in this one) holds the lock file.
+    #[non_exhaustive]
     #[error("{} is locked by {}", path.display(), holder.map_or_else(|| "another process or handle".to_owned(), |pid| format!("process {pid}")))]
     Locked {
         /// The lock file.

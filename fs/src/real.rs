@@ -123,10 +123,7 @@ impl FileSystem for RealFs {
             .open(path)
             .map_err(|e| Error::io("lock", path, e))?;
         match file.try_lock() {
-            Ok(()) => {
-                write_holder(&file);
-                Ok(FileLock::new(path.to_path_buf(), file))
-            }
+            Ok(()) => Ok(FileLock::new(path.to_path_buf(), file)),
             Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked {
                 path: path.to_path_buf(),
                 holder: read_holder(path),
@@ -152,22 +149,27 @@ impl FileSystem for RealFs {
     }
 }
 
-/// Writes this process's pid into the lock file it now holds, so a process refused the lock
-/// can name the holder. Best effort: the lock is what excludes, the pid only informs.
-fn write_holder(file: &File) {
-    let pid = format!("{}\n", std::process::id());
-    let written = file
-        .set_len(0)
-        .and_then(|()| file.write_all_at(pid.as_bytes(), 0));
-    if let Err(e) = written {
-        tracing::debug!(error = %e, "the lock file does not name its holder");
-    }
-}
-
-/// The pid a lock's holder wrote into it, if it wrote one that reads as a pid.
+/// The pid of the process holding a `flock` on `path`, as the system's lock table says
+/// (`/proc/locks` on Linux, matched by the file's device and inode): the kernel's word, so it is
+/// never a stale note. None where there is no such table, or no entry (a holder in a pid
+/// namespace this process cannot see shows as pid 0, and is none too).
 fn read_holder(path: &Path) -> Option<u32> {
-    let text = std::fs::read_to_string(path).ok()?;
-    text.trim().parse().ok()
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    let dev = meta.dev();
+    // glibc's `major`/`minor` of a 64-bit dev_t.
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    let file = format!("{major:02x}:{minor:02x}:{}", meta.ino());
+    let table = std::fs::read_to_string("/proc/locks").ok()?;
+    table.lines().find_map(|line| {
+        // `1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF`; waiters have `->` after the number.
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.get(1) != Some(&"FLOCK") || fields.get(5) != Some(&file.as_str()) {
+            return None;
+        }
+        fields.get(4)?.parse().ok().filter(|pid| *pid != 0)
+    })
 }
 
 #[derive(Debug)]

@@ -81,6 +81,12 @@ fn second_lock_on_the_same_file_fails_until_the_first_is_dropped() -> cairn_fs::
     let dir = tempfile::tempdir()?;
     let fs = RealFs::new();
     let path = dir.path().join("LOCK");
+    // A note left in the file by anyone (an older holder, say) is never taken for the holder.
+    std::fs::write(&path, "999999\n").map_err(|e| cairn_fs::Error::Io {
+        op: "write",
+        path: path.clone(),
+        source: e,
+    })?;
     let first = fs.lock(&path)?;
     let pid = std::process::id();
     match fs.lock(&path) {

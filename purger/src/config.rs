@@ -276,6 +276,14 @@ fn parse_field(value: Option<GoDuration>, name: &str) -> Result<Option<i128>> {
             reason: format!("bad duration {n}: missing unit (write 10s, 5m or 1h)"),
         }),
         Some(GoDuration::Text(text)) => {
+            if text.contains('d') {
+                tracing::warn!(
+                    field = %field(),
+                    value = %text,
+                    "Go's time.ParseDuration has no `d`: a Go service reading this file too \
+                     (CubeMaster's replicas) will refuse it; write hours (`168h`) in a shared file"
+                );
+            }
             parse_go_duration(&text)
                 .map(Some)
                 .map_err(|reason| Error::Config {
