@@ -197,8 +197,15 @@ pub fn stress(args: StressArgs) -> i32 {
         json,
     }) = args.replay
     {
-        if let Some(Err(code)) = db.path().map(db_arg::check_directory_if_present) {
-            return code;
+        if let Some(dir) = db.path() {
+            if let Err(code) = db_arg::check_directory_if_present(dir) {
+                return code;
+            }
+            // A replay writes a fresh database: never into a user's.
+            if let Err(e) = cairn_stress::claim(dir, false) {
+                eprintln!("cairn stress replay: {e}");
+                return e.exit_code();
+            }
         }
         let temp = tempfile_dir(db.path().is_none());
         let path = db
@@ -210,7 +217,12 @@ pub fn stress(args: StressArgs) -> i32 {
             keys,
             max_value_size,
         };
-        return finish(cairn_stress::replay(&log, &path, given), None, json);
+        return finish(
+            cairn_stress::replay(&log, &path, given),
+            db.path(),
+            None,
+            json,
+        );
     }
     if let Some(Err(code)) = args.db.path().map(db_arg::check_directory_if_present) {
         return code;
@@ -262,6 +274,15 @@ pub fn stress(args: StressArgs) -> i32 {
              leave the flag out for a run without faults",
         );
     }
+    // Refused before the banner, so the reason is the first thing said.
+    if let Some(Err(e)) = config
+        .db
+        .as_deref()
+        .map(|d| cairn_stress::claim(d, config.reuse))
+    {
+        eprintln!("cairn stress: {e}");
+        return e.exit_code();
+    }
     stop_on_signals();
     if !args.quiet {
         let limit = match config.limit {
@@ -277,13 +298,14 @@ pub fn stress(args: StressArgs) -> i32 {
         Some(one_in) => cairn_stress::run_with_faults(config, one_in),
         None => cairn_stress::run_stress(config),
     };
-    finish(result, args.report.as_ref(), args.json)
+    finish(result, args.db.path(), args.report.as_ref(), args.json)
 }
 
 /// Prints the report (its summary, or JSON), writes it to `report_path`, and gives the exit
 /// code: the run's, or 2 if the report could not be written.
 fn finish(
     result: Result<cairn_stress::StressReport, StressError>,
+    db: Option<&std::path::Path>,
     report_path: Option<&PathBuf>,
     json: bool,
 ) -> i32 {
@@ -297,6 +319,9 @@ fn finish(
                 println!("{}", report.summary());
             }
             outcome_code(report.exit_code(), written)
+        }
+        Err(StressError::Engine(e @ cairn::Error::Io(cairn_fs::Error::Locked { .. }))) => {
+            db_arg::cannot_open(db.unwrap_or(std::path::Path::new(".")), &e)
         }
         Err(e) => {
             eprintln!("cairn stress: {e}");
@@ -350,7 +375,7 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
             Ok(d) => d,
             Err(e) => {
                 eprintln!("cairn crashtest: {e}");
-                return 2;
+                return e.exit_code();
             }
         };
     // Without a time limit, 5 cycles; with one, as many as fit, unless --cycles ends it first.

@@ -564,9 +564,14 @@ fn level0_counts(t: &Target) -> Result<Vec<(String, usize)>, i32> {
         .collect()
 }
 
+/// A table below this size is merged with what an ad hoc write flushed next to it, so writes
+/// one at a time leave one table, not one each (a thousand of which exhaust descriptors).
+const MERGE_NEIGHBOUR_BYTES: u64 = 16 << 20;
+
 /// Flushes the memtables, then compacts level 0 of each family where it now holds more tables
 /// than `before` says it did (the open's replay of the log and this write each flush a table),
-/// over the key span of its level-0 tables.
+/// over the key span of its level-0 tables widened to take in the nearest small table below
+/// level 0, so what the write flushed joins it rather than sitting beside it.
 fn drain_level0(db: &Db, before: &[(String, usize)]) -> cairn::Result<()> {
     db.flush()?;
     for name in db.list_column_families() {
@@ -582,10 +587,34 @@ fn drain_level0(db: &Db, before: &[(String, usize)]) -> cairn::Result<()> {
         let smallest = level0.iter().map(|t| t.smallest.clone()).min();
         let largest = level0.iter().map(|t| t.largest.clone()).max();
         if let (Some(from), Some(to)) = (smallest, largest) {
-            cf.compact_range(from.to_vec()..=to.to_vec())?;
+            let tables = cf.tables()?;
+            let (from, to) = with_neighbour(&tables, from.to_vec(), to.to_vec());
+            cf.compact_range(from..=to)?;
         }
     }
     Ok(())
+}
+
+/// `[from, to]` widened to cover the small table below level 0 nearest to it (the one that
+/// overlaps it, else the one just before it, else the one just after), if there is one.
+fn with_neighbour(tables: &[cairn::TableInfo], from: Vec<u8>, to: Vec<u8>) -> (Vec<u8>, Vec<u8>) {
+    let small = || {
+        tables
+            .iter()
+            .filter(|t| t.level > 0 && t.bytes < MERGE_NEIGHBOUR_BYTES)
+    };
+    let overlapping = small()
+        .find(|t| t.smallest.as_ref() <= to.as_slice() && t.largest.as_ref() >= from.as_slice());
+    let before = small()
+        .filter(|t| t.largest.as_ref() < from.as_slice())
+        .max_by(|a, b| a.largest.cmp(&b.largest));
+    let after = small()
+        .filter(|t| t.smallest.as_ref() > to.as_slice())
+        .min_by(|a, b| a.smallest.cmp(&b.smallest));
+    match overlapping.or(before).or(after) {
+        Some(t) => (from.min(t.smallest.to_vec()), to.max(t.largest.to_vec())),
+        None => (from, to),
+    }
 }
 
 fn fail(what: &str, e: &cairn::Error) -> i32 {

@@ -720,10 +720,18 @@ fn consistent_prefix(
 /// A directory for a crash loop: `dir` if given, else a temporary one (kept alive by the guard).
 ///
 /// # Errors
-/// If the temporary directory cannot be created.
-pub fn work_dir(dir: Option<PathBuf>) -> std::io::Result<(PathBuf, Option<tempfile::TempDir>)> {
+/// `Config` for a directory that is not empty and not a crash test's; `Io` if a directory
+/// cannot be created.
+pub fn work_dir(
+    dir: Option<PathBuf>,
+) -> Result<(PathBuf, Option<tempfile::TempDir>), crate::StressError> {
     if let Some(d) = dir {
+        // Never a user's directory: empty, new, or one a crash test made.
+        let fresh = crate::run::claim(&d, false)?;
         std::fs::create_dir_all(&d)?;
+        if fresh {
+            crate::run::mark(&d)?;
+        }
         return Ok((d, None));
     }
     let t = tempfile::tempdir()?;

@@ -50,4 +50,6 @@ pub use harness::{Harness, MIN_FAULT_CYCLES, STRESS_CF, StressError};
 pub use interrupt::{request_stop, stop_requested};
 pub use replay::{OpLogHeader, ReplaySettings, replay};
 pub use report::{Failure, Failures, HeldCounts, StressReport, TtlCounts};
-pub use run::{FaultPlan, STRESS_MARKER, run_stress, run_with_fault_plan, run_with_faults};
+pub use run::{
+    FaultPlan, STRESS_MARKER, claim, mark, run_stress, run_with_fault_plan, run_with_faults,
+};

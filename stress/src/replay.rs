@@ -175,6 +175,8 @@ pub fn replay(log: &Path, db: &Path, given: ReplaySettings) -> Result<StressRepo
         )));
     }
     let harness = Harness::open(config, db, Arc::new(cairn_fs::RealFs::new()), None)?;
+    let started = std::time::Instant::now();
+    let mut ops: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
     for (n, line) in lines {
         let line = line?;
         let logged: Logged = serde_json::from_str(&line)
@@ -188,9 +190,17 @@ pub fn replay(log: &Path, db: &Path, given: ReplaySettings) -> Result<StressRepo
             )));
         }
         harness.replay_write(&logged.op, &targets, max_value_size)?;
+        *ops.entry(logged.op.clone()).or_default() += 1;
     }
     harness.verify_all("after replay");
-    let report = harness.report();
+    let mut report = harness.report();
+    // The replay's own count: its writes go around the workers that count a run's operations.
+    let seconds = started.elapsed().as_secs_f64();
+    #[allow(clippy::cast_precision_loss, reason = "a rate for people to read")]
+    let total = ops.values().sum::<u64>() as f64;
+    report.ops = ops;
+    report.seconds = seconds;
+    report.ops_per_sec = if seconds > 0.0 { total / seconds } else { 0.0 };
     harness.close()?;
     Ok(report)
 }

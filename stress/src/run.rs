@@ -40,10 +40,7 @@ pub fn run_stress(config: StressConfig) -> Result<StressReport, StressError> {
         .unwrap_or_default();
     let harness = Harness::open(config, &path, Arc::new(cairn_fs::RealFs::new()), None)?;
     if fresh {
-        std::fs::write(
-            path.join(STRESS_MARKER),
-            "A `cairn stress` database: later stresses may write into it.\n",
-        )?;
+        mark(&path)?;
     }
     let report = harness.run()?;
     if report.fatal.is_none() {
@@ -53,8 +50,13 @@ pub fn run_stress(config: StressConfig) -> Result<StressReport, StressError> {
 }
 
 /// Whether the stress may write into `dir`: true if it is new to the harness (missing or
-/// empty), false if a stress made it or `reuse` allows it; an error for anything else.
-fn claim(dir: &Path, reuse: bool) -> Result<bool, StressError> {
+/// empty), false if a stress made it or `reuse` allows it; an error (`Config`) for anything
+/// else: a user's database, or any directory with files a stress did not leave. `stress
+/// replay` and `crashtest` ask the same before they write.
+///
+/// # Errors
+/// `Config` naming the directory, or `Io` if it cannot be listed.
+pub fn claim(dir: &Path, reuse: bool) -> Result<bool, StressError> {
     let mut entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
@@ -74,9 +76,22 @@ fn claim(dir: &Path, reuse: bool) -> Result<bool, StressError> {
     }
     Err(StressError::Config(format!(
         "{} is not empty and no stress created it: a stress would add its column families \
-         (stress, ttl_one, ttl_three, held) and write into them; --reuse allows it",
+         (stress, ttl_one, ttl_three, held) and write into them; `cairn stress --reuse` allows \
+         it, a replay or a crash test needs an empty or new directory",
         dir.display()
     )))
+}
+
+/// Leaves [`STRESS_MARKER`] in `dir`, a directory the harness made its own.
+///
+/// # Errors
+/// `Io` if the file cannot be written.
+pub fn mark(dir: &Path) -> Result<(), StressError> {
+    std::fs::write(
+        dir.join(STRESS_MARKER),
+        "A `cairn stress` database: later stresses may write into it.\n",
+    )?;
+    Ok(())
 }
 
 /// Runs a stress with I/O errors injected one operation in `one_in` of every kind: appends fail
