@@ -34,7 +34,7 @@ enum CfCommand {
         db: DbPos,
         /// The new family's name.
         name: String,
-        /// Every value expires this long after it is written (`30d`, `1h`; more than zero).
+        /// Every value expires this long after it is written (`30d`, `1h`; at least 1s).
         #[arg(long, value_parser = output::parse_duration)]
         ttl: Option<Duration>,
         /// Versions of a key reads may see (at least 1).
@@ -78,9 +78,10 @@ pub fn run(args: &CfArgs) -> i32 {
             max_versions,
             grace,
         } => {
-            if ttl.is_some_and(|t| t.is_zero()) {
+            if ttl.is_some_and(|t| t < crate::kv::MIN_TTL) {
                 return crate::bad_args(
-                    "a TTL of zero expires every value at once: give --ttl more than zero",
+                    "a TTL under 1s expires every value before anyone can read it: give --ttl \
+                     1s or more",
                 );
             }
             if *max_versions == Some(0) {

@@ -164,6 +164,45 @@ pub fn check_directory(dir: &Path) -> Result<(), i32> {
     }
 }
 
+/// Checks that a database may be created in `dir` (`put --create`, `load --create`): a
+/// database already (it is opened), a new or empty directory, or one holding only what a
+/// creation cut short leaves. A directory of other files is not a database ([`NOT_FOUND`]); one
+/// that lost its `CURRENT` but holds data is damaged (2): neither is ever made into a new one.
+///
+/// # Errors
+/// The exit code, once the reason is printed.
+pub fn check_creatable(dir: &Path) -> Result<(), i32> {
+    check_directory_if_present(dir)?;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    let names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    if names.iter().any(|n| n == "CURRENT") {
+        return Ok(());
+    }
+    if data_files(dir).is_some() {
+        return check_database(dir, "");
+    }
+    let engine_file = |n: &str| {
+        let extension = Path::new(n).extension().and_then(|x| x.to_str());
+        n == "LOCK"
+            || n.starts_with("MANIFEST-")
+            || matches!(extension, Some("log" | "sst" | "tmp"))
+    };
+    if let Some(foreign) = names.iter().find(|n| !engine_file(n)) {
+        eprintln!(
+            "cairn: {}: not a Cairn database (it holds {foreign:?} and no CURRENT); `--create` \
+             makes one only in an empty or new directory",
+            dir.display()
+        );
+        return Err(NOT_FOUND);
+    }
+    Ok(())
+}
+
 /// [`check_directory`] for a directory a command may create: fine when missing.
 ///
 /// # Errors

@@ -1,5 +1,6 @@
 //! `cairn dump DIR [--cf]` and `cairn load DIR [--cf]`: a family's keys and values as JSON
-//! Lines, `{"key": …, "value": …}`, one per line, for bulk work; and `cairn dump-log FILE` (ldb
+//! Lines, `{"key": …, "value": …}`, one per line, for bulk work, with `"expires_at_ms"` on a value
+//! that expires (its TTL, or its family's), so a copy expires when the original does; and `cairn dump-log FILE` (ldb
 //! `dump_wal`): each record of a write-ahead log.
 //!
 //! A key or value is written as its text when it is UTF-8 and does not start with `0x`, else as
@@ -53,6 +54,9 @@ pub struct DumpLogArgs {
 struct Line {
     key: String,
     value: String,
+    /// When the value expires (ms since the epoch), if it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    expires_at_ms: Option<u64>,
 }
 
 /// Bytes as a line holds them: text when UTF-8 and not starting with `0x`, else `0x` and hex.
@@ -80,8 +84,11 @@ pub fn dump(args: &DumpArgs) -> i32 {
         Ok(db) => db,
         Err(code) => return code,
     };
-    let iter = match db.column_family(&args.cf).and_then(|cf| cf.iter()) {
-        Ok(iter) => iter,
+    let (cf, iter) = match db
+        .column_family(&args.cf)
+        .and_then(|cf| cf.iter().map(|iter| (cf, iter)))
+    {
+        Ok(open) => open,
         Err(e) => return output::engine_failed("dump", &e),
     };
     let stdout = std::io::stdout();
@@ -90,9 +97,17 @@ pub fn dump(args: &DumpArgs) -> i32 {
     for item in iter {
         match item {
             Ok((k, v)) => {
+                let expires_at_ms = match cf.get_versions(&k, 1) {
+                    Ok(versions) => versions.first().and_then(|version| version.expires_at),
+                    Err(e) => {
+                        let _ = out.flush();
+                        return output::failed(&format!("dump (after {rows} rows)"), &e);
+                    }
+                };
                 let line = Line {
                     key: line_text(&k),
                     value: line_text(&v),
+                    expires_at_ms,
                 };
                 let written = serde_json::to_string(&line)
                     .map_err(std::io::Error::other)
@@ -147,8 +162,16 @@ pub fn load(args: &LoadArgs) -> i32 {
     let written = (|| {
         let cf = db.column_family(&args.cf)?;
         let mut batch = WriteBatch::new();
-        for (k, v) in &pairs {
-            batch.put_cf(&cf, k, v);
+        let now = db.now_ms();
+        for (k, v, expires) in &pairs {
+            match expires {
+                // Expired since the dump: the original reads as nothing now, and so does the copy.
+                Some(at) if *at <= now => continue,
+                Some(at) => {
+                    batch.put_with_ttl_cf(&cf, k, v, std::time::Duration::from_millis(at - now));
+                }
+                None => batch.put_cf(&cf, k, v),
+            }
             if batch.size_bytes() >= 1 << 20 {
                 db.write(std::mem::replace(&mut batch, WriteBatch::new()))?;
             }
@@ -172,8 +195,8 @@ pub fn load(args: &LoadArgs) -> i32 {
     }
 }
 
-/// A key and its value.
-type Pair = (Vec<u8>, Vec<u8>);
+/// A key, its value, and when it expires.
+type Pair = (Vec<u8>, Vec<u8>, Option<u64>);
 
 fn read_lines(input: &std::path::Path) -> Result<Vec<Pair>, String> {
     let reader: Box<dyn std::io::BufRead> = if input == std::path::Path::new("-") {
@@ -202,7 +225,7 @@ fn read_lines(input: &std::path::Path) -> Result<Vec<Pair>, String> {
                 cairn::MAX_KEY_LEN
             ));
         }
-        pairs.push((key, value));
+        pairs.push((key, value, parsed.expires_at_ms));
     }
     Ok(pairs)
 }

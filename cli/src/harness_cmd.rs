@@ -16,6 +16,9 @@ use clap::{Args, Subcommand};
 use crate::db_arg::{self, OptDbArg};
 use crate::{bad_args, init_logging, init_logging_with, output};
 
+/// The smallest `--memtable-size` a stress takes.
+const MIN_MEMTABLE: usize = 4 << 10;
+
 #[derive(Debug, Args)]
 #[expect(
     clippy::struct_excessive_bools,
@@ -257,6 +260,9 @@ pub fn stress(args: StressArgs) -> i32 {
     };
     if let Err(e) = config.validate() {
         return bad_args(&e);
+    }
+    if config.memtable_size < MIN_MEMTABLE {
+        return bad_args("--memtable-size must be at least 4KiB (a memtable holds whole entries)");
     }
     let outputs = [
         ("--report", args.report.as_deref()),

@@ -57,7 +57,8 @@ pub struct PutArgs {
     /// Read the value, byte for byte, from this file (`-`: standard input).
     #[arg(long)]
     value_file: Option<PathBuf>,
-    /// The cell's time to live (`20s`, `10m`, `1h`; more than zero: a TTL of zero expires at once).
+    /// The cell's time to live (`20s`, `10m`, `1h`; at least 1s: a shorter one expires before
+    /// anyone can read the value).
     #[arg(long, value_parser = output::parse_duration)]
     ttl: Option<Duration>,
     /// Create the database if the directory holds none.
@@ -85,11 +86,17 @@ pub struct DeleteRangeArgs {
     end: String,
 }
 
+/// `scan DB`: DB is its only positional argument, so the `--db` alias works here too.
 #[derive(Debug, Args)]
-#[command(mut_arg("hex", |a| a.help("--from, --to and --prefix are hex")))]
 pub struct ScanArgs {
     #[command(flatten)]
-    target: Target,
+    db: DbArg,
+    /// The column family.
+    #[arg(long, default_value = "default")]
+    cf: String,
+    /// `--from`, `--to` and `--prefix` are hex.
+    #[arg(long)]
+    hex: bool,
     /// From this key on.
     #[arg(long)]
     from: Option<String>,
@@ -157,7 +164,7 @@ pub fn get(args: &GetArgs) -> i32 {
         Ok(k) => k,
         Err(e) => return crate::bad_args(&e),
     };
-    let (db, cf) = match read_only(t) {
+    let (db, cf) = match read_only(t.db.path(), &t.cf, "get") {
         Ok(open) => open,
         Err(code) => return code,
     };
@@ -196,6 +203,9 @@ pub fn get(args: &GetArgs) -> i32 {
     if view.value.is_some() { 0 } else { NO }
 }
 
+/// The shortest `--ttl` taken: anything shorter expires before a reader could see the value.
+pub const MIN_TTL: Duration = Duration::from_secs(1);
+
 /// A span of milliseconds in human units, its two largest only (`3years 2months`, `1h 30m`,
 /// `20s`), so a huge TTL reads at a glance.
 pub fn human_ms(ms: u64) -> String {
@@ -205,10 +215,10 @@ pub fn human_ms(ms: u64) -> String {
 
 pub fn put(args: &PutArgs) -> i32 {
     let t = &args.target;
-    if args.ttl.is_some_and(|ttl| ttl.is_zero()) {
+    if args.ttl.is_some_and(|ttl| ttl < MIN_TTL) {
         return crate::bad_args(
-            "a TTL of zero expires at once (the value would never be readable): give --ttl \
-             more than zero, or `cairn delete` the key",
+            "a TTL under 1s expires before anyone can read the value (and the write replaces \
+             what the key held): give --ttl 1s or more, or `cairn delete` the key",
         );
     }
     let key = match arg_bytes(&args.key, t.hex) {
@@ -293,21 +303,20 @@ struct ScanView {
 
 pub fn scan(args: &ScanArgs) -> i32 {
     crate::init_logging(false);
-    let t = &args.target;
-    let range = match key_range(args.from.as_deref(), args.to.as_deref(), t.hex) {
+    let range = match key_range(args.from.as_deref(), args.to.as_deref(), args.hex) {
         Ok(range) => range,
         Err(e) => return crate::bad_args(&e),
     };
     let prefix = match args
         .prefix
         .as_deref()
-        .map(|p| output::key_arg(p, t.hex))
+        .map(|p| output::key_arg(p, args.hex))
         .transpose()
     {
         Ok(p) => p,
         Err(e) => return crate::bad_args(&e),
     };
-    let (_db, cf) = match read_only(t) {
+    let (_db, cf) = match read_only(args.db.path(), &args.cf, "scan") {
         Ok(open) => open,
         Err(code) => return code,
     };
@@ -467,9 +476,10 @@ fn print_stats(v: &StatsView) {
     print_table(&LEVEL_HEADER, &rows);
 }
 
-fn read_only(t: &Target) -> Result<(Db, ColumnFamily), i32> {
-    let db = output::open_read_only(t.db.path())?;
-    let cf = db.column_family(&t.cf).map_err(|e| fail("--cf", &e))?;
+/// Opens `dir` read-only and the family `cf`; `what` is the command, for messages.
+fn read_only(dir: &std::path::Path, cf: &str, what: &str) -> Result<(Db, ColumnFamily), i32> {
+    let db = output::open_read_only(dir)?;
+    let cf = db.column_family(cf).map_err(|e| fail(what, &e))?;
     Ok((db, cf))
 }
 

@@ -62,10 +62,10 @@ pub fn open_for_writing(dir: &Path) -> Result<Db, i32> {
 /// # Errors
 /// The exit code, once the reason is printed (see [`crate::db_arg`]).
 pub fn open_or_create(dir: &Path, create: bool, options: Options) -> Result<Db, i32> {
-    if !create {
+    if create {
+        db_arg::check_creatable(dir)?;
+    } else {
         db_arg::check_database(dir, "; `--create` makes one")?;
-    } else if dir.exists() {
-        db_arg::check_directory(dir)?;
     }
     Db::open(dir, options).map_err(|e| db_arg::cannot_open(dir, &e))
 }

@@ -72,8 +72,10 @@ pub struct PurgeArgs {
     /// dry run, or a config whose `enable` is not true, never migrates: it changes nothing.
     #[arg(long)]
     no_migrate: bool,
-    /// Create the purger's tables (the `cairn.tables` column family) in a database that has
-    /// none; without it such a database is refused and nothing is written into it.
+    /// Create the table layer (the `cairn.tables` column family) in a database that has none;
+    /// without it such a database is refused and nothing is written into it. The application's
+    /// tables are the application's to create: one the lock names that does not exist yet fails
+    /// its purge, and the pass exits 1.
     #[arg(long)]
     init: bool,
     /// Print JSON lines: with --once the pass's report, in the loop one per table and pass.

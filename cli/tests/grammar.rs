@@ -521,3 +521,91 @@ fn the_harness_commands_and_the_demo_print_json_when_asked() {
     assert_eq!(demo["passed"], true, "{demo}");
     assert_eq!(demo["audited"]["traces_after_grace_and_deadline"], 0);
 }
+
+/// Every file's name and bytes under `dir`, for "nothing changed" checks.
+fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .expect("list")
+        .filter_map(Result::ok)
+        .filter(|e| e.path().is_file())
+        .map(|e| {
+            let bytes = std::fs::read(e.path()).expect("read");
+            (e.file_name().to_string_lossy().into_owned(), bytes)
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn the_newcomers_mistakes_are_refused_and_change_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    database(&db);
+    let d = s(&db);
+    let op_log = dir.path().join("ops.jsonl");
+    expect(
+        &[
+            "stress",
+            "--ops",
+            "200",
+            "--no-ttl",
+            "--op-log",
+            s(&op_log),
+            "--quiet",
+        ],
+        0,
+    );
+    let before = snapshot(&db);
+    for args in [
+        // A TTL that expires before anyone can read the value.
+        vec!["put", d, "a", "gone", "--ttl", "1ms"],
+        // A replay and a crash test write fresh databases, never into a user's.
+        vec!["stress", "replay", d, "--log", s(&op_log)],
+        vec!["crashtest", d, "--cycles", "1", "--mode", "power-loss"],
+        // A chart that is not a PNG, a memtable that holds nothing.
+        vec!["inspect", "levels", d, "--plot", "/tmp/levels.txt"],
+        vec!["stress", "--memtable-size", "0", "--ops", "10"],
+    ] {
+        let out = cairn(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(3),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    assert_eq!(
+        snapshot(&db),
+        before,
+        "a refused command changed the database"
+    );
+    assert_eq!(text(&expect(&["get", d, "a"], 0).stdout).trim(), "1");
+
+    // `put --create` into a directory of other files: not a database, nothing written.
+    let notes = dir.path().join("notes");
+    std::fs::create_dir(&notes).expect("mkdir");
+    std::fs::write(notes.join("todo.txt"), "mine").expect("write");
+    let out = cairn(&["put", "--create", s(&notes), "k", "v"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_dir(&notes).expect("list").count(), 1);
+
+    // `scan` has DB as its only argument: the old `--db` works there too.
+    expect(&["scan", "--db", d], 0);
+}
+
+#[test]
+fn a_stress_on_a_directory_another_process_holds_is_locked_exit_5() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    expect(
+        &["stress", s(&db), "--ops", "100", "--no-ttl", "--quiet"],
+        0,
+    );
+    let held = cairn::Db::open(&db, cairn::Options::default()).expect("open");
+    let out = cairn(&["stress", s(&db), "--ops", "100", "--no-ttl", "--quiet"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{stderr}");
+    assert!(stderr.contains("locked: process"), "{stderr}");
+    drop(held);
+}

@@ -179,7 +179,7 @@ fn a_ttl_of_zero_is_refused_and_huge_ttls_print_in_human_units() {
     let d = s(dir.path());
     let (got, _, stderr) = code(&["put", "--create", d, "k", "v", "--ttl", "0s"]);
     assert_eq!(got, 3);
-    assert!(stderr.contains("a TTL of zero expires at once"), "{stderr}");
+    assert!(stderr.contains("a TTL under 1s expires"), "{stderr}");
     let (got, _, stderr) = code(&["put", "--create", d, "k", "v", "--ttl", "20000years"]);
     assert_eq!(got, 0, "{stderr}");
     assert!(stderr.contains("expires in 20000years"), "{stderr}");
@@ -551,4 +551,32 @@ fn cf_create_list_and_drop() {
     assert_eq!(code(&["cf", "drop", d, "users"]).0, 0);
     let list = json(&["cf", "list", d, "--json"], 0);
     assert_eq!(list.as_array().map(Vec::len), Some(1));
+}
+
+#[test]
+fn dump_and_load_keep_when_each_value_expires() {
+    let from = tempfile::tempdir().expect("tempdir");
+    let to = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (s(from.path()), s(to.path()));
+    assert_eq!(
+        code(&["put", "--create", a, "short", "v", "--ttl", "1h"]).0,
+        0
+    );
+    assert_eq!(code(&["put", a, "forever", "v"]).0, 0);
+    let out = cairn(&["dump", a]);
+    assert_eq!(out.status.code(), Some(0));
+    let loaded = cairn_with_input(&["load", "--create", b], &out.stdout);
+    assert_eq!(
+        loaded.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&loaded.stderr)
+    );
+    let meta = |db: &str, key: &str| json(&["get", db, key, "--meta", "--json"], 0);
+    let original = meta(a, "short")["expires_at_ms"].as_u64().expect("expires");
+    let copy = meta(b, "short")["expires_at_ms"]
+        .as_u64()
+        .expect("the copy expires too");
+    assert!(copy.abs_diff(original) < 60_000, "{original} vs {copy}");
+    assert!(meta(b, "forever")["expires_at_ms"].is_null());
 }

@@ -26,6 +26,13 @@ struct LevelRow {
 }
 
 pub fn run(dir: &Path, plot: Option<&Path>, json: bool) -> i32 {
+    let png = |p: &Path| p.extension().is_some_and(|x| x.eq_ignore_ascii_case("png"));
+    if let Some(p) = plot.filter(|p| !png(p)) {
+        return crate::bad_args(&format!(
+            "--plot {}: the chart is a PNG: give a file ending in .png",
+            p.display()
+        ));
+    }
     if let Some(Err(code)) = plot.map(|p| output::check_output_path("--plot", p)) {
         return code;
     }
