@@ -84,6 +84,12 @@ pub fn run(args: &CfArgs) -> i32 {
                      1s or more",
                 );
             }
+            if name.starts_with("cairn.") {
+                return crate::bad_args(&format!(
+                    "{name:?}: names starting with `cairn.` are Cairn's own (the purger's and the \
+                     TTL tasks' tables: `cairn purge --init` or `cairn ttl trigger --init` make them)"
+                ));
+            }
             if *max_versions == Some(0) {
                 return crate::bad_args("--max-versions must be at least 1");
             }

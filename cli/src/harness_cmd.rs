@@ -200,32 +200,11 @@ pub fn stress(args: StressArgs) -> i32 {
         json,
     }) = args.replay
     {
-        if let Some(dir) = db.path() {
-            if let Err(code) = db_arg::check_directory_if_present(dir) {
-                return code;
-            }
-            // A replay writes a fresh database: never into a user's.
-            if let Err(e) = cairn_stress::claim(dir, false) {
-                eprintln!("cairn stress replay: {e}");
-                return e.exit_code();
-            }
-        }
-        let temp = tempfile_dir(db.path().is_none());
-        let path = db
-            .path()
-            .map(std::path::Path::to_path_buf)
-            .or_else(|| temp.as_ref().map(|t| t.path().to_path_buf()))
-            .unwrap_or_default();
         let given = cairn_stress::ReplaySettings {
             keys,
             max_value_size,
         };
-        return finish(
-            cairn_stress::replay(&log, &path, given),
-            db.path(),
-            None,
-            json,
-        );
+        return replay(&log, &db, given, json);
     }
     if let Some(Err(code)) = args.db.path().map(db_arg::check_directory_if_present) {
         return code;
@@ -620,4 +599,35 @@ fn tempfile_dir(needed: bool) -> Option<tempfile::TempDir> {
     } else {
         None
     }
+}
+
+/// `stress replay`: the op log's writes on a fresh database (never a user's), then the check.
+fn replay(
+    log: &std::path::Path,
+    db: &OptDbArg,
+    given: cairn_stress::ReplaySettings,
+    json: bool,
+) -> i32 {
+    if let Some(dir) = db.path() {
+        if let Err(code) = db_arg::check_directory_if_present(dir) {
+            return code;
+        }
+        // A replay writes a fresh database: never into a user's.
+        if let Err(e) = cairn_stress::claim(dir, false) {
+            eprintln!("cairn stress replay: {e}");
+            return e.exit_code();
+        }
+    }
+    let temp = tempfile_dir(db.path().is_none());
+    let path = db
+        .path()
+        .map(std::path::Path::to_path_buf)
+        .or_else(|| temp.as_ref().map(|t| t.path().to_path_buf()))
+        .unwrap_or_default();
+    finish(
+        cairn_stress::replay(log, &path, given),
+        db.path(),
+        None,
+        json,
+    )
 }

@@ -88,6 +88,10 @@ pub struct DeleteRangeArgs {
 
 /// `scan DB`: DB is its only positional argument, so the `--db` alias works here too.
 #[derive(Debug, Args)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "independent command-line switches"
+)]
 pub struct ScanArgs {
     #[command(flatten)]
     db: DbArg,

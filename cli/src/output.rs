@@ -89,8 +89,9 @@ pub fn failed(what: &str, e: &dyn std::fmt::Display) -> i32 {
 pub fn engine_failed(what: &str, e: &cairn::Error) -> i32 {
     match e {
         cairn::Error::InvalidArgument(_) | cairn::Error::ColumnFamilyNotFound(_) => {
-            eprintln!("cairn {what}: bad arguments: {e}");
-            BAD_ARGS
+            // One wording for what the caller named wrong, whatever the command.
+            let _ = what;
+            crate::bad_args(&e.to_string())
         }
         _ => failed(what, e),
     }
