@@ -1,0 +1,72 @@
+//! Cairn as the storage of an [openraft](https://docs.rs/openraft/0.9) node: the Raft log
+//! ([`LogStore`]), a replicated key-value state machine ([`StateMachine`]) and its snapshots,
+//! implementing openraft 0.9's storage traits (`RaftLogStorage`, `RaftLogReader`,
+//! `RaftStateMachine`, `RaftSnapshotBuilder`) on one Cairn database.
+//!
+//! The log is a queue (appended at the tail, purged at the head once applied), the workload
+//! Cairn's range tombstones and compaction serve: a purged prefix is one range delete, and
+//! tables wholly under it are dropped. Appends are synced before openraft is told they are
+//! durable; the state machine writes each applied batch's data with `last_applied` atomically;
+//! a snapshot is built from one Cairn snapshot and installed in one batch.
+//!
+//! What this crate does not do: the network between nodes, the client API and membership
+//! commands (the replicated service is built on top of it).
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let (log, state_machine) = cairn_raft::open("/var/lib/node-1")?;
+//! // Hand both to `openraft::Raft::new(id, config, network, log, state_machine)`.
+//! # let _ = (log, state_machine);
+//! # Ok(())
+//! # }
+//! ```
+
+#![allow(
+    clippy::result_large_err,
+    reason = "openraft's traits return its StorageError (224 bytes); the helpers return what they hand on"
+)]
+
+mod error;
+mod log_store;
+mod snapshot_data;
+mod state_machine;
+mod types;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use cairn::{CfOptions, ColumnFamily, Db, Options};
+
+pub use error::StorageResult;
+pub use log_store::{LOG_FAMILY, LogStore, META_FAMILY};
+pub use state_machine::{DATA_FAMILY, STATE_FAMILY, StateMachine};
+pub use types::{NodeId, Request, Response, TypeConfig};
+
+/// Opens (or creates) the Cairn database at `dir` with default options, and the log and state
+/// machine in it.
+///
+/// # Errors
+/// The engine's, as a storage error.
+pub fn open(dir: impl AsRef<Path>) -> StorageResult<(LogStore, StateMachine)> {
+    let db = Db::open(dir.as_ref(), Options::default())
+        .map_err(|e| openraft::StorageError::from(openraft::StorageIOError::read_logs(&e)))?;
+    open_db(Arc::new(db))
+}
+
+/// The log and the state machine in `db`, their families created if missing.
+///
+/// # Errors
+/// The engine's, as a storage error.
+pub fn open_db(db: Arc<Db>) -> StorageResult<(LogStore, StateMachine)> {
+    Ok((LogStore::open(Arc::clone(&db))?, StateMachine::open(db)?))
+}
+
+/// The family `name` of `db`, created with default options if missing.
+pub(crate) fn family(db: &Db, name: &str) -> cairn::Result<ColumnFamily> {
+    match db.column_family(name) {
+        Err(cairn::Error::ColumnFamilyNotFound(_)) => {
+            db.create_column_family(name, CfOptions::default())
+        }
+        found => found,
+    }
+}

@@ -1,0 +1,229 @@
+//! The Raft log on Cairn: entries in the `raft.log` family keyed by their index in big-endian
+//! bytes (so key order is log order), the vote, the committed log id and the last purged log
+//! id in `raft.meta`.
+//!
+//! An append is one synced write batch, acknowledged through openraft's callback only once the
+//! engine's log is on disk (the engine group-commits concurrent syncs). `truncate` and `purge`
+//! are each one range tombstone: a purged prefix is the queue workload Cairn is built for, whose
+//! tables compaction drops whole once the tombstone covers them. `purge` records the last purged
+//! id in the same batch as its range delete, so the two never disagree after a crash.
+
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+
+use cairn::{ColumnFamily, Db, WriteBatch, WriteOptions};
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{Entry, LogId, OptionalSend, RaftLogReader, Vote};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::{self, Malformed, StorageResult};
+use crate::types::{NodeId, TypeConfig};
+
+/// The family of the log's entries.
+pub const LOG_FAMILY: &str = "raft.log";
+/// The family of the vote, the committed id and the last purged id.
+pub const META_FAMILY: &str = "raft.meta";
+
+const VOTE: &[u8] = b"vote";
+const COMMITTED: &[u8] = b"committed";
+const LAST_PURGED: &[u8] = b"last_purged";
+
+/// The Raft log of one node, on a Cairn database. Cloning shares it (the clone is the log
+/// reader openraft asks for).
+#[derive(Debug, Clone)]
+pub struct LogStore {
+    db: Arc<Db>,
+    log: ColumnFamily,
+    meta: ColumnFamily,
+}
+
+const SYNC: WriteOptions = WriteOptions { sync: true };
+
+/// A log index as the key it is stored under: big-endian, so keys sort as indexes do.
+fn index_key(index: u64) -> [u8; 8] {
+    index.to_be_bytes()
+}
+
+impl LogStore {
+    /// The log in `db`, its families created if missing.
+    ///
+    /// # Errors
+    /// The engine's, as a storage error.
+    pub fn open(db: Arc<Db>) -> StorageResult<Self> {
+        let log = crate::family(&db, LOG_FAMILY).map_err(|e| error::read_logs(&e))?;
+        let meta = crate::family(&db, META_FAMILY).map_err(|e| error::read_logs(&e))?;
+        Ok(Self { db, log, meta })
+    }
+
+    /// The database the log lives in.
+    pub fn db(&self) -> &Arc<Db> {
+        &self.db
+    }
+
+    fn read_meta<T: DeserializeOwned>(
+        &self,
+        key: &[u8],
+    ) -> Result<Option<T>, Box<dyn std::error::Error>> {
+        match self.meta.get(key)? {
+            None => Ok(None),
+            Some(bytes) => Ok(Some(serde_json::from_slice(&bytes)?)),
+        }
+    }
+
+    fn write_meta<T: Serialize>(
+        &self,
+        key: &[u8],
+        value: &T,
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let mut batch = WriteBatch::new();
+        batch.put_cf(&self.meta, key, serde_json::to_vec(value)?);
+        self.db.write_opt(batch, &SYNC)?;
+        Ok(())
+    }
+
+    /// The entry with the highest index, if any.
+    fn last_entry(&self) -> StorageResult<Option<Entry<TypeConfig>>> {
+        let mut iter = self.log.iter().map_err(|e| error::read_logs(&e))?;
+        match iter.next_back() {
+            None => Ok(None),
+            Some(item) => {
+                let (_, bytes) = item.map_err(|e| error::read_logs(&e))?;
+                decode(&bytes).map(Some)
+            }
+        }
+    }
+}
+
+fn decode(bytes: &[u8]) -> StorageResult<Entry<TypeConfig>> {
+    serde_json::from_slice(bytes).map_err(|e| error::read_logs(&e))
+}
+
+fn boxed(e: &dyn std::error::Error) -> Malformed {
+    Malformed(e.to_string())
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> StorageResult<Vec<Entry<TypeConfig>>> {
+        let start = match range.start_bound() {
+            Bound::Included(&i) => Bound::Included(index_key(i).to_vec()),
+            Bound::Excluded(&i) => Bound::Excluded(index_key(i).to_vec()),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&i) => Bound::Included(index_key(i).to_vec()),
+            Bound::Excluded(&i) => Bound::Excluded(index_key(i).to_vec()),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        let iter = self
+            .log
+            .range::<Vec<u8>>((start, end))
+            .map_err(|e| error::read_logs(&e))?;
+        let mut entries = Vec::new();
+        for item in iter {
+            let (key, bytes) = item.map_err(|e| error::read_logs(&e))?;
+            let entry = decode(&bytes)?;
+            if key.as_ref() != index_key(entry.log_id.index) {
+                return Err(error::read_logs(&Malformed(format!(
+                    "the entry under key {key:?} has index {}",
+                    entry.log_id.index
+                ))));
+            }
+            entries.push(entry);
+        }
+        Ok(entries)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> StorageResult<LogState<TypeConfig>> {
+        let last_purged_log_id: Option<LogId<NodeId>> = self
+            .read_meta(LAST_PURGED)
+            .map_err(|e| error::read_logs(&boxed(e.as_ref())))?;
+        let last_log_id = self.last_entry()?.map(|e| e.log_id).or(last_purged_log_id);
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> StorageResult<()> {
+        self.write_meta(VOTE, vote)
+            .map_err(|e| error::write_vote(&boxed(e.as_ref())))
+    }
+
+    async fn read_vote(&mut self) -> StorageResult<Option<Vote<NodeId>>> {
+        self.read_meta(VOTE)
+            .map_err(|e| error::read_vote(&boxed(e.as_ref())))
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> StorageResult<()> {
+        self.write_meta(COMMITTED, &committed)
+            .map_err(|e| error::write_logs(&boxed(e.as_ref())))
+    }
+
+    async fn read_committed(&mut self) -> StorageResult<Option<LogId<NodeId>>> {
+        let committed: Option<Option<LogId<NodeId>>> = self
+            .read_meta(COMMITTED)
+            .map_err(|e| error::read_logs(&boxed(e.as_ref())))?;
+        Ok(committed.flatten())
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> StorageResult<()>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut batch = WriteBatch::new();
+        for entry in entries {
+            let bytes = serde_json::to_vec(&entry).map_err(|e| error::write_logs(&e))?;
+            batch.put_cf(&self.log, index_key(entry.log_id.index), bytes);
+        }
+        // Synced before the callback: an acknowledged entry survives power loss. On an error
+        // the callback is dropped unanswered and openraft stops the node.
+        self.db
+            .write_opt(batch, &SYNC)
+            .map_err(|e| error::write_logs(&e))?;
+        callback.log_io_completed(Ok(()));
+        Ok(())
+    }
+
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
+        let mut batch = WriteBatch::new();
+        batch.delete_range_cf(&self.log, index_key(log_id.index), index_key(u64::MAX));
+        // The last index itself: the range's end is exclusive.
+        batch.delete_cf(&self.log, index_key(u64::MAX));
+        self.db
+            .write_opt(batch, &SYNC)
+            .map_err(|e| error::write_logs(&e))?;
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
+        let mut batch = WriteBatch::new();
+        let recorded = serde_json::to_vec(&log_id).map_err(|e| error::write_logs(&e))?;
+        batch.put_cf(&self.meta, LAST_PURGED, recorded);
+        batch.delete_range_cf(
+            &self.log,
+            index_key(0),
+            index_key(log_id.index.saturating_add(1)),
+        );
+        if log_id.index == u64::MAX {
+            batch.delete_cf(&self.log, index_key(u64::MAX));
+        }
+        self.db
+            .write_opt(batch, &SYNC)
+            .map_err(|e| error::write_logs(&e))?;
+        Ok(())
+    }
+}
