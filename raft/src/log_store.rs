@@ -97,7 +97,7 @@ impl LogStore {
 }
 
 fn decode(bytes: &[u8]) -> StorageResult<Entry<TypeConfig>> {
-    serde_json::from_slice(bytes).map_err(|e| error::read_logs(&e))
+    crate::codec::decode(bytes).map_err(|e| error::read_logs(&e))
 }
 
 fn boxed(e: &dyn std::error::Error) -> Malformed {
@@ -186,7 +186,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let mut batch = WriteBatch::new();
         for entry in entries {
-            let bytes = serde_json::to_vec(&entry).map_err(|e| error::write_logs(&e))?;
+            let bytes = crate::codec::encode(&entry).map_err(|e| error::write_logs(&e))?;
             batch.put_cf(&self.log, index_key(entry.log_id.index), bytes);
         }
         // Synced before the callback: an acknowledged entry survives power loss. On an error
