@@ -31,7 +31,7 @@ fn bytes(out: &mut Vec<u8>, part: &[u8]) {
 ///
 /// # Errors
 /// A membership that does not encode as JSON.
-pub(crate) fn encode(entry: &Entry<TypeConfig>) -> Result<Vec<u8>, serde_json::Error> {
+pub fn encode(entry: &Entry<TypeConfig>) -> Result<Vec<u8>, serde_json::Error> {
     let mut out = Vec::with_capacity(64);
     out.extend_from_slice(&entry.log_id.leader_id.term.to_be_bytes());
     out.extend_from_slice(&entry.log_id.leader_id.node_id.to_be_bytes());
@@ -123,8 +123,12 @@ impl<'a> Reader<'a> {
 /// The entry in `bytes`.
 ///
 /// # Errors
-/// `Malformed` for bytes [`encode`] did not write.
-pub(crate) fn decode(bytes: &[u8]) -> Result<Entry<TypeConfig>, Malformed> {
+/// An error naming what is wrong, for bytes [`encode`] did not write.
+pub fn decode(bytes: &[u8]) -> Result<Entry<TypeConfig>, Box<dyn std::error::Error + Send + Sync>> {
+    decode_entry(bytes).map_err(Into::into)
+}
+
+pub(crate) fn decode_entry(bytes: &[u8]) -> Result<Entry<TypeConfig>, Malformed> {
     let mut r = Reader(bytes);
     let term = r.u64()?;
     let node_id = r.u64()?;

@@ -26,7 +26,7 @@
     reason = "openraft's traits return its StorageError (224 bytes); the helpers return what they hand on"
 )]
 
-mod codec;
+pub mod codec;
 mod error;
 mod log_store;
 mod snapshot_data;

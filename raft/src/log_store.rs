@@ -97,7 +97,7 @@ impl LogStore {
 }
 
 fn decode(bytes: &[u8]) -> StorageResult<Entry<TypeConfig>> {
-    crate::codec::decode(bytes).map_err(|e| error::read_logs(&e))
+    crate::codec::decode_entry(bytes).map_err(|e| error::read_logs(&e))
 }
 
 fn boxed(e: &dyn std::error::Error) -> Malformed {
