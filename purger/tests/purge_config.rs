@@ -102,9 +102,10 @@ fn the_zone_of_zoneless_times_is_an_iana_name_or_an_offset() {
 fn errors_name_the_field() {
     for (text, field, needle) in [
         (
-            "soft_delete_purge:\n  retention: 7d\n",
+            // Days are taken (`7d`, unlike Go); weeks are not.
+            "soft_delete_purge:\n  retention: 7w\n",
             "soft_delete_purge.retention",
-            "7d",
+            "7w",
         ),
         (
             "soft_delete_purge:\n  interval: soon\n",
@@ -118,8 +119,8 @@ fn errors_name_the_field() {
         ),
         (
             "soft_delete_purge:\n  enable: maybe\n",
-            "soft_delete_purge",
-            "enable",
+            "soft_delete_purge.enable",
+            "invalid type",
         ),
         (
             "soft_delete_purge:\n  retension: 1h\n",
