@@ -168,8 +168,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> StorageResult<()> {
-        self.write_meta(COMMITTED, &committed)
-            .map_err(|e| error::write_logs(&boxed(e.as_ref())))
+        // Not synced: openraft may lose it (it is recomputed), and the next synced append or
+        // vote makes it durable with every write before it in the engine's one log.
+        let mut batch = WriteBatch::new();
+        let bytes = serde_json::to_vec(&committed).map_err(|e| error::write_logs(&e))?;
+        batch.put_cf(&self.meta, COMMITTED, bytes);
+        self.db.write(batch).map_err(|e| error::write_logs(&e))?;
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> StorageResult<Option<LogId<NodeId>>> {
@@ -210,6 +215,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
+        // Never backwards: a purge below the last one changes nothing.
+        let last: Option<LogId<NodeId>> = self
+            .read_meta(LAST_PURGED)
+            .map_err(|e| error::read_logs(&boxed(e.as_ref())))?;
+        if last.is_some_and(|last| last.index >= log_id.index) {
+            return Ok(());
+        }
         let mut batch = WriteBatch::new();
         let recorded = serde_json::to_vec(&log_id).map_err(|e| error::write_logs(&e))?;
         batch.put_cf(&self.meta, LAST_PURGED, recorded);

@@ -45,6 +45,9 @@ pub struct StateMachine {
     db: Arc<Db>,
     data: ColumnFamily,
     state: ColumnFamily,
+    /// Held while the current snapshot is recorded: a build running beside an install never
+    /// replaces the newer snapshot the install recorded.
+    recording: Arc<std::sync::Mutex<()>>,
 }
 
 type Membership = StoredMembership<NodeId, BasicNode>;
@@ -57,7 +60,12 @@ impl StateMachine {
     pub fn open(db: Arc<Db>) -> StorageResult<Self> {
         let data = crate::family(&db, DATA_FAMILY).map_err(|e| error::read_state(&e))?;
         let state = crate::family(&db, STATE_FAMILY).map_err(|e| error::read_state(&e))?;
-        Ok(Self { db, data, state })
+        Ok(Self {
+            db,
+            data,
+            state,
+            recording: Arc::default(),
+        })
     }
 
     /// The value of `key`, unless it is absent or expired.
@@ -160,15 +168,22 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut last = None;
         let mut membership = None;
         for entry in entries {
+            let mut refused = None;
             match &entry.payload {
                 EntryPayload::Blank => {}
-                EntryPayload::Normal(request) => self.stage(&mut batch, request, now),
+                // A request the engine would refuse changes nothing, on every replica alike;
+                // failing would stop every node, again after each restart.
+                EntryPayload::Normal(request) => match request.validate() {
+                    Ok(()) => self.stage(&mut batch, request, now),
+                    Err(why) => refused = Some(why),
+                },
                 EntryPayload::Membership(m) => {
                     membership = Some(StoredMembership::new(Some(entry.log_id), m.clone()));
                 }
             }
             responses.push(Response {
                 index: entry.log_id.index,
+                refused,
             });
             last = Some(entry.log_id);
         }
@@ -224,6 +239,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         batch.put_cf(&self.state, MEMBERSHIP, json(&meta.last_membership)?);
         batch.put_cf(&self.state, SNAPSHOT_META, json(meta)?);
         batch.put_cf(&self.state, SNAPSHOT_DATA, &bytes);
+        let _recording = self
+            .recording
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.db
             .write_opt(batch, &WriteOptions { sync: true })
             .map_err(|e| fail(&e))?;
@@ -253,15 +272,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 }
 
 impl StateMachine {
-    /// Adds to `batch` the deletion of every key the data family holds now.
+    /// Adds to `batch` the deletion of every key the data family holds now, from the empty key
+    /// on (expired values a read no longer shows included) to the last key there is.
     fn clear_data(&self, batch: &mut WriteBatch) -> cairn::Result<()> {
         let mut iter = self.data.iter()?;
-        let first = iter.next().transpose()?;
-        let last = iter.next_back().transpose()?;
-        if let Some((first, _)) = &first {
-            let last = last.as_ref().map_or(first, |(k, _)| k);
-            batch.delete_range_cf(&self.data, first, last);
-            batch.delete_cf(&self.data, last);
+        if let Some((last, _)) = iter.next_back().transpose()? {
+            batch.delete_range_cf(&self.data, b"", &last);
+            batch.delete_cf(&self.data, &last);
         }
         Ok(())
     }
@@ -285,7 +302,13 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         };
         let pairs = self.pairs_at(&view)?;
         let data = encode_pairs(&pairs);
-        let snapshot_id = format!("{}-{}", last_applied.map_or(0, |id| id.index), view.seqno());
+        // Unique across nodes too: a transfer matches its chunks by this id.
+        let snapshot_id = format!(
+            "{}-{}-{}",
+            last_applied.map_or(0, |id| id.leader_id.node_id),
+            last_applied.map_or(0, |id| id.index),
+            view.seqno()
+        );
         let meta = SnapshotMeta {
             last_log_id: last_applied,
             last_membership: membership,
@@ -297,9 +320,21 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             serde_json::to_vec(&meta).map_err(|e| error::write_snapshot(signature.clone(), &e))?;
         batch.put_cf(&self.state, SNAPSHOT_META, meta_json);
         batch.put_cf(&self.state, SNAPSHOT_DATA, &data);
-        self.db
-            .write(batch)
-            .map_err(|e| error::write_snapshot(signature, &e))?;
+        {
+            // Recorded only if newer than what is recorded: an install may have run meanwhile.
+            let _recording = self
+                .recording
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let recorded: Option<SnapshotMeta<NodeId, BasicNode>> =
+                self.read_state(SNAPSHOT_META)?;
+            let newer = recorded.is_none_or(|r| r.last_log_id <= meta.last_log_id);
+            if newer {
+                self.db
+                    .write(batch)
+                    .map_err(|e| error::write_snapshot(signature, &e))?;
+            }
+        }
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(data)),

@@ -52,9 +52,65 @@ pub enum Request {
     },
 }
 
-/// What applying an entry answers: the index it was applied at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+impl Request {
+    /// Why the engine would refuse this request, if it would: a key over
+    /// [`cairn::MAX_KEY_LEN`], a value over [`cairn::MAX_VALUE_LEN`], a range whose start is
+    /// after its end. A service checks before it proposes; a request committed anyway is
+    /// applied as nothing, with this reason in its [`Response`], the same on every replica.
+    ///
+    /// # Errors
+    /// The reason, in words.
+    pub fn validate(&self) -> Result<(), String> {
+        let key = |k: &[u8]| {
+            if k.len() > cairn::MAX_KEY_LEN {
+                Err(format!(
+                    "a key of {} bytes is over the limit of {}",
+                    k.len(),
+                    cairn::MAX_KEY_LEN
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        let value = |v: &[u8]| {
+            // The stored value carries its 8-byte expiry in front.
+            if v.len() + 8 > cairn::MAX_VALUE_LEN {
+                Err(format!(
+                    "a value of {} bytes is over the limit of {}",
+                    v.len(),
+                    cairn::MAX_VALUE_LEN - 8
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        match self {
+            Self::Put { key: k, value: v }
+            | Self::PutWithTtl {
+                key: k, value: v, ..
+            } => {
+                key(k)?;
+                value(v)
+            }
+            Self::Delete { key: k } => key(k),
+            Self::DeleteRange { start, end } => {
+                key(start)?;
+                key(end)?;
+                if start > end {
+                    return Err("a range whose start is after its end".to_owned());
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// What applying an entry answers: the index it was applied at, and why it was applied as
+/// nothing if it was (a request the engine refuses, see [`Request::validate`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Response {
     /// The log index of the entry.
     pub index: u64,
+    /// Why the request changed nothing, if it did not.
+    pub refused: Option<String>,
 }
