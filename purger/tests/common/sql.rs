@@ -160,6 +160,22 @@ impl SqlClient {
         }
     }
 
+    /// Whether session `id` is waiting for a row lock (InnoDB's `LOCK WAIT`, PostgreSQL's
+    /// `Lock` wait event): a purge blocked behind [`Self::lock_row`].
+    pub fn waits_for_a_lock(&self, id: i64) -> bool {
+        let count = match self.dialect() {
+            Dialect::MySql => self.int(&format!(
+                "SELECT COUNT(*) FROM information_schema.INNODB_TRX \
+                 WHERE trx_mysql_thread_id = {id} AND trx_state = 'LOCK WAIT'"
+            )),
+            Dialect::Postgres => self.int(&format!(
+                "SELECT COUNT(*)::bigint FROM pg_stat_activity \
+                 WHERE pid = {id} AND wait_event_type = 'Lock'"
+            )),
+        };
+        count > 0
+    }
+
     /// Ends session `id` on the server (as an operator's `KILL` or `pg_terminate_backend`).
     pub fn kill(&self, id: i64) {
         match self.dialect() {
