@@ -160,7 +160,7 @@ impl SqlClient {
         }
     }
 
-    /// Whether session `id` is waiting for a row lock (InnoDB's `LOCK WAIT`, PostgreSQL's
+    /// Whether session `id` is waiting for a row lock (`InnoDB`'s `LOCK WAIT`, PostgreSQL's
     /// `Lock` wait event): a purge blocked behind [`Self::lock_row`].
     pub fn waits_for_a_lock(&self, id: i64) -> bool {
         let count = match self.dialect() {
