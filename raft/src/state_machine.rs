@@ -190,10 +190,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let Some(last) = last else {
             return Ok(responses);
         };
-        let encode = |v: &dyn erased::Json| v.json().map_err(|e| error::write_state(&e));
-        batch.put_cf(&self.state, LAST_APPLIED, encode(&Some(last))?);
+        let applied = serde_json::to_vec(&Some(last)).map_err(|e| error::write_state(&e))?;
+        batch.put_cf(&self.state, LAST_APPLIED, applied);
         if let Some(m) = &membership {
-            batch.put_cf(&self.state, MEMBERSHIP, encode(m)?);
+            let m = serde_json::to_vec(m).map_err(|e| error::write_state(&e))?;
+            batch.put_cf(&self.state, MEMBERSHIP, m);
         }
         self.db.write(batch).map_err(|e| error::write_state(&e))?;
         Ok(responses)
@@ -234,10 +235,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 }
             }
         }
-        let json = |v: &dyn erased::Json| v.json().map_err(|e| fail(&e));
-        batch.put_cf(&self.state, LAST_APPLIED, json(&meta.last_log_id)?);
-        batch.put_cf(&self.state, MEMBERSHIP, json(&meta.last_membership)?);
-        batch.put_cf(&self.state, SNAPSHOT_META, json(meta)?);
+        let json = |r: serde_json::Result<Vec<u8>>| r.map_err(|e| fail(&e));
+        batch.put_cf(
+            &self.state,
+            LAST_APPLIED,
+            json(serde_json::to_vec(&meta.last_log_id))?,
+        );
+        batch.put_cf(
+            &self.state,
+            MEMBERSHIP,
+            json(serde_json::to_vec(&meta.last_membership))?,
+        );
+        batch.put_cf(&self.state, SNAPSHOT_META, json(serde_json::to_vec(meta))?);
         batch.put_cf(&self.state, SNAPSHOT_DATA, &bytes);
         let _recording = self
             .recording
@@ -339,18 +348,5 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             meta,
             snapshot: Box::new(Cursor::new(data)),
         })
-    }
-}
-
-/// JSON encoding behind a trait object, so one closure serves every value type staged.
-mod erased {
-    pub(crate) trait Json {
-        fn json(&self) -> Result<Vec<u8>, serde_json::Error>;
-    }
-
-    impl<T: serde::Serialize> Json for T {
-        fn json(&self) -> Result<Vec<u8>, serde_json::Error> {
-            serde_json::to_vec(self)
-        }
     }
 }
