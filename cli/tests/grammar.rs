@@ -13,6 +13,9 @@
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
+#[allow(dead_code, reason = "this file shares only the lock holder's wording")]
+mod common;
+
 fn cairn(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cairn"))
         .args(args)
@@ -226,7 +229,10 @@ fn a_database_open_elsewhere_is_locked_exit_5_naming_the_holder() {
     let config = purge_config(dir.path(), true);
     let d = s(&db_dir);
     let held = cairn::Db::open(&db_dir, cairn::Options::default()).expect("open");
-    let holder = format!("process {} has the database open", std::process::id());
+    let holder = format!(
+        "{} has the database open",
+        common::this_process_as_holder(&db_dir)
+    );
     for args in [
         vec!["put", d, "k", "v"],
         vec!["delete", d, "a"],

@@ -26,7 +26,7 @@ pub enum Error {
     Locked {
         /// The lock file.
         path: PathBuf,
-        /// The pid the holder wrote into the lock file, when it wrote one.
+        /// The holder's pid, as the system's lock table shows it (Linux `/proc/locks`), when it shows one.
         holder: Option<u32>,
     },
 }

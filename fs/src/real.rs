@@ -150,9 +150,11 @@ impl FileSystem for RealFs {
 }
 
 /// The pid of the process holding a `flock` on `path`, as the system's lock table says
-/// (`/proc/locks` on Linux, matched by the file's device and inode): the kernel's word, so it is
-/// never a stale note. None where there is no such table, or no entry (a holder in a pid
-/// namespace this process cannot see shows as pid 0, and is none too).
+/// (`/proc/locks` on Linux): the kernel's word, so it is never a stale note. The entry is matched
+/// by the file's device and inode; failing that (an overlay file system reports its own device to
+/// `stat` and the lower one to the table), by the inode alone when exactly one lock has it. None
+/// where there is no such table, where `/proc` belongs to another pid namespace, or where there is
+/// no entry (a holder in a pid namespace this process cannot see shows as pid 0, and is none too).
 fn read_holder(path: &Path) -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(path).ok()?;
@@ -160,16 +162,34 @@ fn read_holder(path: &Path) -> Option<u32> {
     // glibc's `major`/`minor` of a 64-bit dev_t.
     let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
     let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
-    let file = format!("{major:02x}:{minor:02x}:{}", meta.ino());
+    let device = format!("{major:02x}:{minor:02x}");
+    let inode = meta.ino().to_string();
+    // A `/proc` of another pid namespace numbers processes as this one cannot see them.
+    let proc_self = std::fs::read_link("/proc/self").ok()?;
+    if proc_self.to_str()?.parse::<u32>().ok()? != std::process::id() {
+        return None;
+    }
     let table = std::fs::read_to_string("/proc/locks").ok()?;
-    table.lines().find_map(|line| {
-        // `1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF`; waiters have `->` after the number.
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.get(1) != Some(&"FLOCK") || fields.get(5) != Some(&file.as_str()) {
-            return None;
-        }
-        fields.get(4)?.parse().ok().filter(|pid| *pid != 0)
-    })
+    // `1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF`; waiters have `->` after the number.
+    let flocks: Vec<(u32, &str, &str)> = table
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.get(1) != Some(&"FLOCK") {
+                return None;
+            }
+            let pid = fields.get(4)?.parse().ok()?;
+            let (file_dev, file_ino) = fields.get(5)?.rsplit_once(':')?;
+            Some((pid, file_dev, file_ino))
+        })
+        .collect();
+    let on_inode = || flocks.iter().filter(|(_, _, ino)| *ino == inode);
+    let pid = match on_inode().find(|(_, dev, _)| *dev == device) {
+        Some(&(pid, _, _)) => pid,
+        None if on_inode().count() == 1 => on_inode().next()?.0,
+        None => return None,
+    };
+    Some(pid).filter(|pid| *pid != 0)
 }
 
 #[derive(Debug)]
