@@ -7,7 +7,8 @@
 //! Cairn's range tombstones and compaction serve: a purged prefix is one range delete, and
 //! tables wholly under it are dropped. Appends are synced before openraft is told they are
 //! durable; the state machine writes each applied batch's data with `last_applied` atomically;
-//! a snapshot is built from one Cairn snapshot and installed in one batch.
+//! a snapshot is built from one Cairn snapshot, kept in the database as chunks and streamed a
+//! chunk at a time, and installed so that a crash leaves the old state or the new.
 //!
 //! What this crate does not do: the network between nodes, the client API and membership
 //! commands (the replicated service is built on top of it).
@@ -29,7 +30,9 @@
 pub mod codec;
 mod error;
 mod log_store;
+mod snapshot;
 mod snapshot_data;
+mod snapshot_format;
 mod state_machine;
 mod types;
 
@@ -40,6 +43,7 @@ use cairn::{CfOptions, ColumnFamily, Db, Options};
 
 pub use error::StorageResult;
 pub use log_store::{LOG_FAMILY, LogStore, META_FAMILY};
+pub use snapshot_data::{SNAPSHOT_FAMILY, SnapshotData};
 pub use state_machine::{DATA_FAMILY, STATE_FAMILY, StateMachine};
 pub use types::{NodeId, Request, Response, TypeConfig};
 

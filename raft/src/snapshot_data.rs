@@ -1,83 +1,330 @@
-//! A state machine snapshot's bytes: every key and stored value (expiry in front) of the data
-//! family, in key order. `CRS1`, the pair count (u64), then for each pair the key's and the
-//! value's length (u32, big-endian) and bytes. Decoding checks every length against what is
-//! left, so a damaged or cut snapshot is an error, never a partial state.
+//! Snapshot bytes kept in Cairn, and [`SnapshotData`], openraft's handle on them.
+//!
+//! Each snapshot is a *set* of chunks in the `raft.snap` family, keyed by the set's number and
+//! the chunk's (both big-endian u64), [`CHUNK`] bytes each but the last: a snapshot is streamed
+//! in and out a chunk at a time and never has to fit in memory, and it is as durable as
+//! anything else in the database (power loss included, under `FaultyFs`). A set is removed
+//! with one range delete.
+//!
+//! A reading handle reads through a Cairn snapshot taken when it was made, so a set deleted
+//! while the handle is being sent to a follower stays readable to it. A receiving handle keeps
+//! only the chunk being filled in memory; a receiving handle dropped without being installed
+//! deletes what it wrote.
 
-use crate::error::Malformed;
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
-/// A key and its stored value.
-pub(crate) type Pair = (Vec<u8>, Vec<u8>);
+use bytes::Bytes;
+use cairn::{ColumnFamily, Db, WriteBatch};
 
-const MAGIC: &[u8; 4] = b"CRS1";
+/// The family of snapshot chunks.
+pub const SNAPSHOT_FAMILY: &str = "raft.snap";
 
-pub(crate) fn encode_pairs(pairs: &[Pair]) -> Vec<u8> {
-    let size: usize = pairs.iter().map(|(k, v)| 8 + k.len() + v.len()).sum();
-    let mut out = Vec::with_capacity(12 + size);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&(pairs.len() as u64).to_be_bytes());
-    for (key, value) in pairs {
-        for part in [key, value] {
-            let len = u32::try_from(part.len()).unwrap_or(u32::MAX);
-            out.extend_from_slice(&len.to_be_bytes());
-            out.extend_from_slice(part);
-        }
-    }
-    out
+/// The size of a chunk.
+pub(crate) const CHUNK: u64 = 1 << 20;
+
+fn chunk_key(set: u64, chunk: u64) -> [u8; 16] {
+    let mut key = [0; 16];
+    key[..8].copy_from_slice(&set.to_be_bytes());
+    key[8..].copy_from_slice(&chunk.to_be_bytes());
+    key
 }
 
-pub(crate) fn decode_pairs(bytes: &[u8]) -> Result<Vec<Pair>, Malformed> {
-    let bad = |why: &str| Malformed(format!("snapshot data: {why}"));
-    let rest = bytes
-        .strip_prefix(MAGIC)
-        .ok_or_else(|| bad("no CRS1 header"))?;
-    let (count, mut rest) = rest
-        .split_first_chunk::<8>()
-        .ok_or_else(|| bad("cut short in its header"))?;
-    let count = u64::from_be_bytes(*count);
-    let mut pairs = Vec::new();
-    for n in 0..count {
-        let mut take = || -> Result<Vec<u8>, Malformed> {
-            let (len, after) = rest
-                .split_first_chunk::<4>()
-                .ok_or_else(|| bad(&format!("cut short at pair {n}")))?;
-            let len = usize::try_from(u32::from_be_bytes(*len)).map_err(|_| bad("length"))?;
-            let part = after
-                .get(..len)
-                .ok_or_else(|| bad(&format!("pair {n} runs past the end")))?;
-            rest = after.get(len..).unwrap_or_default();
-            Ok(part.to_vec())
+/// Adds to `batch` the deletion of every chunk of `set`.
+pub(crate) fn delete_set(batch: &mut WriteBatch, family: &ColumnFamily, set: u64) {
+    match set.checked_add(1) {
+        Some(next) => batch.delete_range_cf(family, chunk_key(set, 0), chunk_key(next, 0)),
+        None => batch.delete_range_cf(family, chunk_key(set, 0), [0xff; 17]),
+    }
+}
+
+/// Adds to `batch` the deletion of every chunk of every set but `keep`.
+pub(crate) fn delete_sets_but(batch: &mut WriteBatch, family: &ColumnFamily, keep: Option<u64>) {
+    match keep {
+        None => batch.delete_range_cf(family, b"", [0xff; 17]),
+        Some(set) => {
+            batch.delete_range_cf(family, b"", chunk_key(set, 0));
+            if let Some(next) = set.checked_add(1) {
+                batch.delete_range_cf(family, chunk_key(next, 0), [0xff; 17]);
+            }
+        }
+    }
+}
+
+/// The bytes of one snapshot, as openraft reads, writes and seeks them.
+#[derive(Debug)]
+pub struct SnapshotData {
+    db: Arc<Db>,
+    family: ColumnFamily,
+    set: u64,
+    len: u64,
+    pos: u64,
+    /// Reading: the view the chunks are read at. Receiving: none, chunks are read as they are.
+    view: Option<cairn::Snapshot>,
+    /// The last chunk read.
+    cached: Option<(u64, Bytes)>,
+    /// Chunks written and not yet stored.
+    dirty: BTreeMap<u64, Vec<u8>>,
+    /// Deleted on drop: a receiving handle openraft dropped without installing it.
+    discard_on_drop: bool,
+}
+
+impl SnapshotData {
+    /// A handle reading set `set` of `len` bytes at `view`.
+    pub(crate) fn reader(
+        db: Arc<Db>,
+        family: ColumnFamily,
+        view: cairn::Snapshot,
+        set: u64,
+        len: u64,
+    ) -> Self {
+        Self {
+            db,
+            family,
+            set,
+            len,
+            pos: 0,
+            view: Some(view),
+            cached: None,
+            dirty: BTreeMap::new(),
+            discard_on_drop: false,
+        }
+    }
+
+    /// A handle writing the new set `set`.
+    pub(crate) fn receiver(db: Arc<Db>, family: ColumnFamily, set: u64) -> Self {
+        Self {
+            db,
+            family,
+            set,
+            len: 0,
+            pos: 0,
+            view: None,
+            cached: None,
+            dirty: BTreeMap::new(),
+            discard_on_drop: true,
+        }
+    }
+
+    /// The set's number.
+    pub(crate) fn set(&self) -> u64 {
+        self.set
+    }
+
+    /// The snapshot's length in bytes.
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True when this handle's chunks are in `db`.
+    pub(crate) fn is_in(&self, db: &Arc<Db>) -> bool {
+        Arc::ptr_eq(&self.db, db)
+    }
+
+    /// Stores every chunk written, and keeps the set when the handle is dropped.
+    ///
+    /// # Errors
+    /// The engine's.
+    pub(crate) fn keep(&mut self) -> cairn::Result<()> {
+        self.store(|_| true)?;
+        self.discard_on_drop = false;
+        Ok(())
+    }
+
+    fn load(&self, chunk: u64) -> cairn::Result<Option<Bytes>> {
+        let key = chunk_key(self.set, chunk);
+        match &self.view {
+            Some(view) => view.get_cf(&self.family, key),
+            None => self.family.get(key),
+        }
+    }
+
+    /// Writes the dirty chunks `which` picks, in one batch.
+    fn store(&mut self, which: impl Fn(&Vec<u8>) -> bool) -> cairn::Result<()> {
+        let chosen: Vec<u64> = self
+            .dirty
+            .iter()
+            .filter(|(_, bytes)| which(bytes))
+            .map(|(n, _)| *n)
+            .collect();
+        if chosen.is_empty() {
+            return Ok(());
+        }
+        let mut batch = WriteBatch::new();
+        for n in &chosen {
+            if let Some(bytes) = self.dirty.get(n) {
+                batch.put_cf(&self.family, chunk_key(self.set, *n), bytes);
+            }
+        }
+        self.db.write(batch)?;
+        for n in chosen {
+            self.dirty.remove(&n);
+        }
+        Ok(())
+    }
+
+    /// Chunk `n`, from the dirty ones, the cache or the database.
+    fn chunk(&mut self, n: u64) -> std::io::Result<Bytes> {
+        if let Some(bytes) = self.dirty.get(&n) {
+            return Ok(Bytes::copy_from_slice(bytes));
+        }
+        if let Some((cached, bytes)) = &self.cached
+            && *cached == n
+        {
+            return Ok(bytes.clone());
+        }
+        let bytes = self
+            .load(n)
+            .map_err(std::io::Error::other)?
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("snapshot set {}: chunk {n} is missing", self.set),
+                )
+            })?;
+        self.cached = Some((n, bytes.clone()));
+        Ok(bytes)
+    }
+}
+
+impl Read for SnapshotData {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.pos >= self.len || buf.is_empty() {
+            return Ok(0);
+        }
+        let (n, offset) = (self.pos / CHUNK, self.pos % CHUNK);
+        let chunk = self.chunk(n)?;
+        let available = chunk
+            .get(usize::try_from(offset).unwrap_or(usize::MAX)..)
+            .filter(|rest| !rest.is_empty())
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("snapshot set {}: chunk {n} is cut short", self.set),
+                )
+            })?;
+        let left = usize::try_from(self.len - self.pos).unwrap_or(usize::MAX);
+        let take = available.len().min(left);
+        let n = buf
+            .iter_mut()
+            .zip(available.iter().take(take))
+            .map(|(to, from)| *to = *from)
+            .count();
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Write for SnapshotData {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.view.is_some() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                "a snapshot being read is not written",
+            ));
+        }
+        let (n, offset) = (self.pos / CHUNK, self.pos % CHUNK);
+        if !self.dirty.contains_key(&n) {
+            let stored = self.load(n).map_err(std::io::Error::other)?;
+            self.dirty
+                .insert(n, stored.map(|b| b.to_vec()).unwrap_or_default());
+        }
+        let chunk = self.dirty.entry(n).or_default();
+        let offset = usize::try_from(offset).unwrap_or(usize::MAX);
+        let take = buf
+            .len()
+            .min(usize::try_from(CHUNK).unwrap_or(usize::MAX) - offset);
+        if chunk.len() < offset + take {
+            chunk.resize(offset + take, 0);
+        }
+        let to = chunk.iter_mut().skip(offset).take(take);
+        let take = to.zip(buf).map(|(to, from)| *to = *from).count();
+        self.cached = None;
+        self.pos += take as u64;
+        self.len = self.len.max(self.pos);
+        // Full chunks go to the database at once: memory holds one chunk at most.
+        self.store(|bytes| bytes.len() as u64 == CHUNK)
+            .map_err(std::io::Error::other)?;
+        Ok(take)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.store(|_| true).map_err(std::io::Error::other)
+    }
+}
+
+impl Seek for SnapshotData {
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        let pos = match to {
+            SeekFrom::Start(at) => Some(at),
+            SeekFrom::End(by) => self.len.checked_add_signed(by),
+            SeekFrom::Current(by) => self.pos.checked_add_signed(by),
         };
-        let key = take()?;
-        let value = take()?;
-        pairs.push((key, value));
+        self.pos = pos.ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a seek before the start of a snapshot",
+            )
+        })?;
+        Ok(self.pos)
     }
-    if !rest.is_empty() {
-        return Err(bad(&format!("{} bytes after the last pair", rest.len())));
-    }
-    Ok(pairs)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+// The engine's calls are short and synchronous, as in the rest of the store: each poll does
+// its work and is ready.
+impl tokio::io::AsyncRead for SnapshotData {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let n = this.read(buf.initialize_unfilled())?;
+        buf.advance(n);
+        Poll::Ready(Ok(()))
+    }
+}
 
-    #[test]
-    fn pairs_round_trip_and_damage_is_an_error() {
-        let pairs = vec![
-            (b"a".to_vec(), vec![0; 9]),
-            (Vec::new(), Vec::new()),
-            (vec![0xff; 300], b"v".to_vec()),
-        ];
-        let bytes = encode_pairs(&pairs);
-        assert_eq!(decode_pairs(&bytes).map_err(|e| e.0), Ok(pairs));
-        for cut in 0..bytes.len() {
-            assert!(
-                decode_pairs(bytes.get(..cut).unwrap_or_default()).is_err(),
-                "cut at {cut}"
-            );
+impl tokio::io::AsyncWrite for SnapshotData {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Poll::Ready(self.get_mut().write(buf))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(self.get_mut().flush())
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(self.get_mut().flush())
+    }
+}
+
+impl tokio::io::AsyncSeek for SnapshotData {
+    fn start_seek(self: Pin<&mut Self>, to: SeekFrom) -> std::io::Result<()> {
+        self.get_mut().seek(to).map(|_| ())
+    }
+
+    fn poll_complete(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<u64>> {
+        Poll::Ready(Ok(self.pos))
+    }
+}
+
+impl Drop for SnapshotData {
+    fn drop(&mut self) {
+        if self.discard_on_drop {
+            let mut batch = WriteBatch::new();
+            delete_set(&mut batch, &self.family, self.set);
+            // Best effort: what is left is deleted when the state machine next opens.
+            if let Err(e) = self.db.write(batch) {
+                tracing::warn!(set = self.set, error = %e, "could not delete an abandoned snapshot");
+            }
         }
-        let mut longer = bytes.clone();
-        longer.push(0);
-        assert!(decode_pairs(&longer).is_err());
     }
 }

@@ -1,5 +1,6 @@
 //! The replicated key-value state machine on Cairn: its data in the `raft.data` family, its
-//! `last_applied` log id, membership and current snapshot in `raft.sm`.
+//! `last_applied` log id, membership and snapshot records in `raft.sm`, snapshot bytes in
+//! `raft.snap` (the snapshots themselves are `snapshot.rs`).
 //!
 //! Every `apply` call writes its entries' data, `last_applied` and membership in one write
 //! batch, so a crash never leaves the data and `last_applied` apart: the batch is in the
@@ -9,63 +10,63 @@
 //! A value is stored with its expiry in front (8 bytes, big-endian ms since the epoch, 0 for
 //! none), so a snapshot carries it and a replica that applies a TTL write late expires the value
 //! at the same moment as the others; the engine's own TTL reclaims the bytes.
-//!
-//! A snapshot is built from a Cairn snapshot of the two families (one consistent view, taken
-//! while applies go on) and installed in one batch: the old data range-deleted, the new written,
-//! `last_applied`, membership and the snapshot itself recorded. A crash during an install
-//! leaves the old state or the new, never a mix.
 
-use std::io::Cursor;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use cairn::{ColumnFamily, Db, WriteBatch, WriteOptions};
+use cairn::{ColumnFamily, Db, WriteBatch};
 use openraft::BasicNode;
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{Entry, EntryPayload, LogId, RaftSnapshotBuilder, SnapshotMeta, StoredMembership};
 
 use crate::error::{self, Malformed, StorageResult};
-use crate::snapshot_data::{Pair, decode_pairs, encode_pairs};
+use crate::snapshot_data::{SNAPSHOT_FAMILY, SnapshotData};
 use crate::types::{NodeId, Request, Response, TypeConfig};
 
 /// The family of the state machine's keys and values.
 pub const DATA_FAMILY: &str = "raft.data";
-/// The family of `last_applied`, membership and the current snapshot.
+/// The family of `last_applied`, membership and the snapshot records.
 pub const STATE_FAMILY: &str = "raft.sm";
 
-const LAST_APPLIED: &[u8] = b"last_applied";
-const MEMBERSHIP: &[u8] = b"membership";
-const SNAPSHOT_META: &[u8] = b"snapshot.meta";
-const SNAPSHOT_DATA: &[u8] = b"snapshot.data";
+pub(crate) const LAST_APPLIED: &[u8] = b"last_applied";
+pub(crate) const MEMBERSHIP: &[u8] = b"membership";
 
 /// The state machine of one node, on a Cairn database. Cloning shares it (the clone is the
 /// snapshot builder openraft asks for).
 #[derive(Debug, Clone)]
 pub struct StateMachine {
-    db: Arc<Db>,
-    data: ColumnFamily,
-    state: ColumnFamily,
-    /// Held while the current snapshot is recorded: a build running beside an install never
-    /// replaces the newer snapshot the install recorded.
-    recording: Arc<std::sync::Mutex<()>>,
+    pub(crate) db: Arc<Db>,
+    pub(crate) data: ColumnFamily,
+    pub(crate) state: ColumnFamily,
+    pub(crate) snaps: ColumnFamily,
+    /// The number the next snapshot set gets.
+    pub(crate) next_set: Arc<AtomicU64>,
+    /// Held while an install writes and while a snapshot is recorded or a build takes its
+    /// view: a build never sees half an install, nor replaces the newer snapshot it recorded.
+    pub(crate) recording: Arc<std::sync::Mutex<()>>,
 }
 
-type Membership = StoredMembership<NodeId, BasicNode>;
+pub(crate) type Membership = StoredMembership<NodeId, BasicNode>;
 
 impl StateMachine {
-    /// The state machine in `db`, its families created if missing.
+    /// The state machine in `db`, its families created if missing. An install a crash
+    /// interrupted is finished first, and snapshot sets no record names are deleted.
     ///
     /// # Errors
     /// The engine's, as a storage error.
     pub fn open(db: Arc<Db>) -> StorageResult<Self> {
-        let data = crate::family(&db, DATA_FAMILY).map_err(|e| error::read_state(&e))?;
-        let state = crate::family(&db, STATE_FAMILY).map_err(|e| error::read_state(&e))?;
-        Ok(Self {
+        let family = |name| crate::family(&db, name).map_err(|e| error::read_state(&e));
+        let machine = Self {
+            data: family(DATA_FAMILY)?,
+            state: family(STATE_FAMILY)?,
+            snaps: family(SNAPSHOT_FAMILY)?,
             db,
-            data,
-            state,
+            next_set: Arc::default(),
             recording: Arc::default(),
-        })
+        };
+        machine.recover_snapshots()?;
+        Ok(machine)
     }
 
     /// The value of `key`, unless it is absent or expired.
@@ -89,8 +90,17 @@ impl StateMachine {
         Ok(Some(value.to_vec()))
     }
 
-    fn read_state<T: serde::de::DeserializeOwned>(&self, key: &[u8]) -> StorageResult<Option<T>> {
-        match self.state.get(key).map_err(|e| error::read_state(&e))? {
+    /// The record `key` of the state family, now or at `view`.
+    pub(crate) fn read_state<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &[u8],
+        view: Option<&cairn::Snapshot>,
+    ) -> StorageResult<Option<T>> {
+        let stored = match view {
+            Some(view) => view.get_cf(&self.state, key),
+            None => self.state.get(key),
+        };
+        match stored.map_err(|e| error::read_state(&e))? {
             None => Ok(None),
             Some(bytes) => serde_json::from_slice(&bytes)
                 .map(Some)
@@ -120,22 +130,10 @@ impl StateMachine {
             Request::DeleteRange { start, end } => batch.delete_range_cf(&self.data, start, end),
         }
     }
-
-    /// The data at `snapshot`, as pairs of key and stored value (expiry in front).
-    fn pairs_at(&self, snapshot: &cairn::Snapshot) -> StorageResult<Vec<Pair>> {
-        let iter = snapshot
-            .range_cf::<Vec<u8>>(&self.data, ..)
-            .map_err(|e| error::read_state(&e))?;
-        iter.map(|item| {
-            item.map(|(k, v)| (k.to_vec(), v.to_vec()))
-                .map_err(|e| error::read_state(&e))
-        })
-        .collect()
-    }
 }
 
 /// `value` with `expires_at` (0: never) in front.
-fn with_expiry(expires_at: u64, value: &[u8]) -> Vec<u8> {
+pub(crate) fn with_expiry(expires_at: u64, value: &[u8]) -> Vec<u8> {
     let mut stored = Vec::with_capacity(8 + value.len());
     stored.extend_from_slice(&expires_at.to_be_bytes());
     stored.extend_from_slice(value);
@@ -143,7 +141,7 @@ fn with_expiry(expires_at: u64, value: &[u8]) -> Vec<u8> {
 }
 
 /// A stored value's expiry and the value itself.
-fn split_expiry(stored: &[u8]) -> Option<(u64, &[u8])> {
+pub(crate) fn split_expiry(stored: &[u8]) -> Option<(u64, &[u8])> {
     let (head, value) = stored.split_first_chunk::<8>()?;
     Some((u64::from_be_bytes(*head), value))
 }
@@ -152,8 +150,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     type SnapshotBuilder = Self;
 
     async fn applied_state(&mut self) -> StorageResult<(Option<LogId<NodeId>>, Membership)> {
-        let applied: Option<LogId<NodeId>> = self.read_state(LAST_APPLIED)?;
-        let membership: Option<Membership> = self.read_state(MEMBERSHIP)?;
+        let applied: Option<LogId<NodeId>> = self.read_state(LAST_APPLIED, None)?;
+        let membership: Option<Membership> = self.read_state(MEMBERSHIP, None)?;
         Ok((applied, membership.unwrap_or_default()))
     }
 
@@ -204,149 +202,30 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.clone()
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> StorageResult<Box<Cursor<Vec<u8>>>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> StorageResult<Box<SnapshotData>> {
+        let set = self.next_set.fetch_add(1, Ordering::SeqCst);
+        Ok(Box::new(SnapshotData::receiver(
+            Arc::clone(&self.db),
+            self.snaps.clone(),
+            set,
+        )))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta<NodeId, BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<SnapshotData>,
     ) -> StorageResult<()> {
-        let signature = Some(meta.signature());
-        let bytes = snapshot.into_inner();
-        // Read whole first: a snapshot that does not decode changes nothing.
-        let pairs =
-            decode_pairs(&bytes).map_err(|e| error::read_snapshot(signature.clone(), &e))?;
-        let fail = |e: &dyn std::error::Error| {
-            error::write_snapshot(signature.clone(), &Malformed(e.to_string()))
-        };
-        let mut batch = WriteBatch::new();
-        self.clear_data(&mut batch).map_err(|e| fail(&e))?;
-        let now = self.db.now_ms();
-        for (key, stored) in &pairs {
-            let (expires_at, _) = split_expiry(stored)
-                .ok_or_else(|| fail(&Malformed("a value without its expiry".to_owned())))?;
-            match expires_at {
-                0 => batch.put_cf(&self.data, key, stored),
-                at if at <= now => {}
-                at => {
-                    batch.put_with_ttl_cf(&self.data, key, stored, Duration::from_millis(at - now));
-                }
-            }
-        }
-        let json = |r: serde_json::Result<Vec<u8>>| r.map_err(|e| fail(&e));
-        batch.put_cf(
-            &self.state,
-            LAST_APPLIED,
-            json(serde_json::to_vec(&meta.last_log_id))?,
-        );
-        batch.put_cf(
-            &self.state,
-            MEMBERSHIP,
-            json(serde_json::to_vec(&meta.last_membership))?,
-        );
-        batch.put_cf(&self.state, SNAPSHOT_META, json(serde_json::to_vec(meta))?);
-        batch.put_cf(&self.state, SNAPSHOT_DATA, &bytes);
-        let _recording = self
-            .recording
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.db
-            .write_opt(batch, &WriteOptions { sync: true })
-            .map_err(|e| fail(&e))?;
-        Ok(())
+        self.install(meta, snapshot)
     }
 
     async fn get_current_snapshot(&mut self) -> StorageResult<Option<Snapshot<TypeConfig>>> {
-        let meta: Option<SnapshotMeta<NodeId, BasicNode>> = self.read_state(SNAPSHOT_META)?;
-        let Some(meta) = meta else {
-            return Ok(None);
-        };
-        let data = self
-            .state
-            .get(SNAPSHOT_DATA)
-            .map_err(|e| error::read_snapshot(Some(meta.signature()), &e))?
-            .ok_or_else(|| {
-                error::read_snapshot(
-                    Some(meta.signature()),
-                    &Malformed("the snapshot's data is missing".to_owned()),
-                )
-            })?;
-        Ok(Some(Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data.to_vec())),
-        }))
-    }
-}
-
-impl StateMachine {
-    /// Adds to `batch` the deletion of every key the data family holds now, from the empty key
-    /// on (expired values a read no longer shows included) to the last key there is.
-    fn clear_data(&self, batch: &mut WriteBatch) -> cairn::Result<()> {
-        let mut iter = self.data.iter()?;
-        if let Some((last, _)) = iter.next_back().transpose()? {
-            batch.delete_range_cf(&self.data, b"", &last);
-            batch.delete_cf(&self.data, &last);
-        }
-        Ok(())
+        self.current_snapshot()
     }
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> StorageResult<Snapshot<TypeConfig>> {
-        // One view of data and state together, while applies go on.
-        let view = self.db.snapshot();
-        let read = |key: &[u8]| {
-            view.get_cf(&self.state, key)
-                .map_err(|e| error::read_state(&e))
-        };
-        let last_applied: Option<LogId<NodeId>> = match read(LAST_APPLIED)? {
-            Some(b) => serde_json::from_slice(&b).map_err(|e| error::read_state(&e))?,
-            None => None,
-        };
-        let membership: Membership = match read(MEMBERSHIP)? {
-            Some(b) => serde_json::from_slice(&b).map_err(|e| error::read_state(&e))?,
-            None => Membership::default(),
-        };
-        let pairs = self.pairs_at(&view)?;
-        let data = encode_pairs(&pairs);
-        // Unique across nodes too: a transfer matches its chunks by this id.
-        let snapshot_id = format!(
-            "{}-{}-{}",
-            last_applied.map_or(0, |id| id.leader_id.node_id),
-            last_applied.map_or(0, |id| id.index),
-            view.seqno()
-        );
-        let meta = SnapshotMeta {
-            last_log_id: last_applied,
-            last_membership: membership,
-            snapshot_id,
-        };
-        let signature = Some(meta.signature());
-        let mut batch = WriteBatch::new();
-        let meta_json =
-            serde_json::to_vec(&meta).map_err(|e| error::write_snapshot(signature.clone(), &e))?;
-        batch.put_cf(&self.state, SNAPSHOT_META, meta_json);
-        batch.put_cf(&self.state, SNAPSHOT_DATA, &data);
-        {
-            // Recorded only if newer than what is recorded: an install may have run meanwhile.
-            let _recording = self
-                .recording
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let recorded: Option<SnapshotMeta<NodeId, BasicNode>> =
-                self.read_state(SNAPSHOT_META)?;
-            let newer = recorded.is_none_or(|r| r.last_log_id <= meta.last_log_id);
-            if newer {
-                self.db
-                    .write(batch)
-                    .map_err(|e| error::write_snapshot(signature, &e))?;
-            }
-        }
-        Ok(Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data)),
-        })
+        self.build()
     }
 }

@@ -1,17 +1,19 @@
 //! The Raft types of a Cairn node: what the log carries (a [`Request`]), what applying one
 //! answers (a [`Response`]), and openraft's type configuration tying them to u64 node ids,
-//! `BasicNode` addresses and snapshots held as bytes.
-
-use std::io::Cursor;
+//! `BasicNode` addresses and snapshots kept as chunks in the database.
 
 use serde::{Deserialize, Serialize};
 
+use crate::snapshot_data::SnapshotData;
+
 openraft::declare_raft_types!(
     /// The type configuration of a Cairn node: [`Request`] in the log, [`Response`] from the
-    /// state machine, u64 node ids, `BasicNode` addresses, snapshots as bytes, the tokio runtime.
+    /// state machine, u64 node ids, `BasicNode` addresses, snapshots as chunks in the database
+    /// ([`SnapshotData`]), the tokio runtime.
     pub TypeConfig:
         D = Request,
         R = Response,
+        SnapshotData = SnapshotData,
 );
 
 /// A node's id.

@@ -1,7 +1,8 @@
-//! Crash tests of the Raft store: a workload appends, votes, commits, applies, snapshots and
-//! purges in a loop, saying what was acknowledged; the process is killed (SIGKILL, a child
-//! running this test binary) or the power fails (`FaultyFs`, in process); after each restart the
-//! log, vote, committed id, state machine and snapshot must agree with what was acknowledged.
+//! Crash tests of the Raft store: a workload appends, truncates, votes, commits, applies,
+//! snapshots, installs snapshots over newer data and purges in a loop, saying what was
+//! acknowledged; the process is killed (SIGKILL, a child running this test binary) or the power
+//! fails (`FaultyFs`, in process); after each restart the log, vote, committed id, state machine
+//! and snapshot must agree with what was acknowledged.
 //!
 //! What must hold after a restart:
 //! - every acknowledged append is there, the log is contiguous from the last purged id on, and
@@ -95,6 +96,8 @@ struct Acked {
     vote_term: u64,
     committed: u64,
     purged: u64,
+    /// A truncate said to start and not yet acknowledged: the index it truncates from.
+    truncating: Option<u64>,
 }
 
 impl Acked {
@@ -104,6 +107,18 @@ impl Acked {
         else {
             return;
         };
+        match kind {
+            // A truncate killed before it was acknowledged may have happened.
+            "truncating" => self.truncating = Some(n),
+            "truncated" => {
+                self.log = n - 1;
+                self.truncating = None;
+            }
+            _ => self.truncating = None,
+        }
+        if kind.starts_with("truncat") {
+            return;
+        }
         let slot = match kind {
             "log" => &mut self.log,
             "vote" => &mut self.vote_term,
@@ -133,10 +148,12 @@ async fn drive(
     say: &mut dyn FnMut(String),
 ) {
     let mut said = 0;
+    // An intent ("truncating") is said but is no acknowledgement.
     let mut done = |line: String| {
+        let ack = !line.starts_with("truncating");
         say(line);
-        said += 1;
-        acks.is_some_and(|n| said >= n)
+        said += u64::from(ack);
+        ack && acks.is_some_and(|n| said >= n)
     };
     let mut rng = seed;
     let mut next = || {
@@ -164,6 +181,16 @@ async fn drive(
         if done(format!("log {last}")) {
             return;
         }
+        // As a new leader's entries replace a deposed one's: the tail not yet applied goes.
+        if next() % 6 == 0 {
+            let since = last + 1 - (1 + next() % count);
+            done(format!("truncating {since}"));
+            log.truncate(log_id(term, since)).await.expect("truncate");
+            last = since - 1;
+            if done(format!("truncated {since}")) {
+                return;
+            }
+        }
         let (applied, _) = sm.applied_state().await.expect("applied");
         let from = applied.map_or(1, |id| id.index + 1);
         let todo = log.try_get_log_entries(from..=last).await.expect("read");
@@ -181,6 +208,14 @@ async fn drive(
         if next() % 10 == 0 {
             let snapshot = sm.build_snapshot().await.expect("snapshot");
             snapshot_at = snapshot.meta.last_log_id.map_or(0, |id| id.index);
+        } else if next() % 12 == 0
+            && let Some(current) = sm.get_current_snapshot().await.expect("current")
+        {
+            // Installed over the data that moved on since, as a lagging follower does; the
+            // entries after it are applied again next time round.
+            sm.install_snapshot(&current.meta, current.snapshot)
+                .await
+                .expect("install");
         }
         // As openraft does: only what a snapshot holds is purged.
         let purge_to = snapshot_at.saturating_sub(3);
@@ -213,10 +248,12 @@ async fn verify(
     let state = log.get_log_state().await.map_err(|e| e.to_string())?;
     let purged = state.last_purged_log_id.map_or(0, |id| id.index);
     let last = state.last_log_id.map_or(0, |id| id.index);
-    if last < acked.log {
+    let kept = acked
+        .truncating
+        .map_or(acked.log, |since| acked.log.min(since - 1));
+    if last < kept {
         return Err(format!(
-            "acknowledged entry {} lost: the log ends at {last}",
-            acked.log
+            "acknowledged entry {kept} lost: the log ends at {last}"
         ));
     }
     if purged < acked.purged {

@@ -1,0 +1,312 @@
+//! The state machine's snapshots: built from a Cairn snapshot, kept as a chunk set in the
+//! database (`snapshot_data.rs`), recorded in `raft.sm`, installed so that a crash leaves the
+//! old state or the new.
+//!
+//! **Build.** One Cairn snapshot gives `last_applied`, membership and the data together while
+//! applies go on; the pairs stream into a new set, which is recorded as the current snapshot
+//! only if it is newer than the one recorded (an install may have run meanwhile).
+//!
+//! **Install.** The received set is read whole and checked first: a snapshot that does not
+//! decode changes nothing. Then a synced record names it as being installed; the data family is
+//! cleared and the pairs written in batches of a few MiB; a last synced batch writes
+//! `last_applied`, membership and the current-snapshot record, removes the installing record and
+//! deletes the old set. A crash anywhere in between leaves the installing record, and opening
+//! the state machine redoes the install from the start (clearing again), so what survives is the
+//! old state or the new, never a mix. While an install runs, a reader of the data family can see
+//! a mix; a build waits for it.
+
+use std::io::{BufReader, Seek, SeekFrom};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use cairn::{WriteBatch, WriteOptions};
+use openraft::storage::Snapshot;
+use openraft::{BasicNode, LogId, SnapshotMeta};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{self, Malformed, StorageResult};
+use crate::snapshot_data::{SnapshotData, delete_set, delete_sets_but};
+use crate::snapshot_format::{PairEncoder, decode_pairs};
+use crate::state_machine::{LAST_APPLIED, MEMBERSHIP, Membership, StateMachine, split_expiry};
+use crate::types::{NodeId, TypeConfig};
+
+/// The record of the current snapshot.
+const CURRENT: &[u8] = b"snapshot.current";
+/// The record of a snapshot being installed; present only until the install is whole.
+const INSTALLING: &[u8] = b"snapshot.installing";
+/// How much an install writes per batch.
+const INSTALL_BATCH: usize = 8 << 20;
+
+/// A snapshot's metadata and where its bytes are.
+#[derive(Debug, Serialize, Deserialize)]
+struct Recorded {
+    meta: SnapshotMeta<NodeId, BasicNode>,
+    set: u64,
+    len: u64,
+}
+
+/// Why an install could not go on: damaged bytes, or the engine.
+#[derive(Debug)]
+enum Failure {
+    Malformed(Malformed),
+    Engine(cairn::Error),
+}
+
+impl From<Malformed> for Failure {
+    fn from(e: Malformed) -> Self {
+        Self::Malformed(e)
+    }
+}
+
+impl From<cairn::Error> for Failure {
+    fn from(e: cairn::Error) -> Self {
+        Self::Engine(e)
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Malformed(e) => e.fmt(f),
+            Self::Engine(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Failure {}
+
+impl StateMachine {
+    /// Finishes an install a crash interrupted, deletes the sets no record names, and numbers
+    /// new sets after the current one.
+    pub(crate) fn recover_snapshots(&self) -> StorageResult<()> {
+        if let Some(installing) = self.read_state::<Recorded>(INSTALLING, None)? {
+            let signature = Some(installing.meta.signature());
+            self.complete_install(&installing)
+                .map_err(|e| error::write_snapshot(signature, &e))?;
+        }
+        let current: Option<Recorded> = self.read_state(CURRENT, None)?;
+        let keep = current.as_ref().map(|r| r.set);
+        let mut batch = WriteBatch::new();
+        delete_sets_but(&mut batch, &self.snaps, keep);
+        self.db
+            .write(batch)
+            .map_err(|e| error::write_snapshot(None, &e))?;
+        let next = keep.map_or(0, |set| set.saturating_add(1));
+        self.next_set.store(next, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// A reading handle on set `set` of `len` bytes, at a view taken now.
+    fn reader(&self, set: u64, len: u64) -> SnapshotData {
+        let view = self.db.snapshot();
+        SnapshotData::reader(Arc::clone(&self.db), self.snaps.clone(), view, set, len)
+    }
+
+    /// The current snapshot, if one was built or installed.
+    pub(crate) fn current_snapshot(&self) -> StorageResult<Option<Snapshot<TypeConfig>>> {
+        // The view first: a set replaced after it stays readable through it.
+        let view = self.db.snapshot();
+        let Some(r) = self.read_state::<Recorded>(CURRENT, Some(&view))? else {
+            return Ok(None);
+        };
+        let data =
+            SnapshotData::reader(Arc::clone(&self.db), self.snaps.clone(), view, r.set, r.len);
+        Ok(Some(Snapshot {
+            meta: r.meta,
+            snapshot: Box::new(data),
+        }))
+    }
+
+    /// Builds a snapshot of the state now, and records it if it is the newest.
+    pub(crate) fn build(&self) -> StorageResult<Snapshot<TypeConfig>> {
+        // One view of data and state together, never in the middle of an install.
+        let view = {
+            let _installing = self.lock();
+            self.db.snapshot()
+        };
+        let last_applied: Option<LogId<NodeId>> = self.read_state(LAST_APPLIED, Some(&view))?;
+        let membership: Option<Membership> = self.read_state(MEMBERSHIP, Some(&view))?;
+        // Unique across nodes too: a transfer matches its chunks by this id.
+        let snapshot_id = format!(
+            "{}-{}-{}",
+            last_applied.map_or(0, |id| id.leader_id.node_id),
+            last_applied.map_or(0, |id| id.index),
+            view.seqno()
+        );
+        let meta = SnapshotMeta {
+            last_log_id: last_applied,
+            last_membership: membership.unwrap_or_default(),
+            snapshot_id,
+        };
+        let signature = Some(meta.signature());
+        let set = self.next_set.fetch_add(1, Ordering::SeqCst);
+        let mut out = SnapshotData::receiver(Arc::clone(&self.db), self.snaps.clone(), set);
+        self.write_pairs(&view, &mut out)
+            .and_then(|()| out.keep().map_err(Failure::Engine))
+            .map_err(|e| error::write_snapshot(signature.clone(), &e))?;
+        let record = Recorded {
+            meta,
+            set,
+            len: out.len(),
+        };
+        // Taken before the set can be replaced: the caller reads it whatever happens next.
+        let data = self.reader(set, record.len);
+        self.record_if_newest(&record)
+            .map_err(|e| error::write_snapshot(signature, &e))?;
+        Ok(Snapshot {
+            meta: record.meta,
+            snapshot: Box::new(data),
+        })
+    }
+
+    /// Every pair of the data family at `view`, into `out`.
+    fn write_pairs(&self, view: &cairn::Snapshot, out: &mut SnapshotData) -> Result<(), Failure> {
+        let io = |e: std::io::Error| Failure::Malformed(Malformed(e.to_string()));
+        let mut encoder = PairEncoder::new(out).map_err(io)?;
+        for item in view.range_cf::<Vec<u8>>(&self.data, ..)? {
+            let (key, value) = item?;
+            encoder.push(&key, &value).map_err(io)?;
+        }
+        encoder.finish().map_err(io)?;
+        Ok(())
+    }
+
+    /// Records `record` as the current snapshot unless a newer one is recorded, and deletes
+    /// whichever set lost.
+    fn record_if_newest(&self, record: &Recorded) -> Result<(), Failure> {
+        let _recording = self.lock();
+        let recorded: Option<Recorded> = self
+            .read_state(CURRENT, None)
+            .map_err(|e| Failure::Malformed(Malformed(e.to_string())))?;
+        let mut batch = WriteBatch::new();
+        match recorded {
+            Some(r) if r.meta.last_log_id > record.meta.last_log_id => {
+                delete_set(&mut batch, &self.snaps, record.set);
+            }
+            recorded => {
+                batch.put_cf(&self.state, CURRENT, json(record)?);
+                if let Some(old) = recorded.filter(|r| r.set != record.set) {
+                    delete_set(&mut batch, &self.snaps, old.set);
+                }
+            }
+        }
+        self.db.write(batch)?;
+        Ok(())
+    }
+
+    /// Installs the snapshot `meta` describes, whose bytes `data` holds.
+    pub(crate) fn install(
+        &self,
+        meta: &SnapshotMeta<NodeId, BasicNode>,
+        mut data: Box<SnapshotData>,
+    ) -> StorageResult<()> {
+        let signature = Some(meta.signature());
+        let (set, len) = self
+            .take_in(&mut data)
+            .map_err(|e| error::write_snapshot(signature.clone(), &e))?;
+        let record = Recorded {
+            meta: meta.clone(),
+            set,
+            len,
+        };
+        // Whole and well formed before anything changes.
+        if let Err(e) = decode_pairs(BufReader::new(self.reader(set, len)), |_, _| {
+            Ok::<_, Malformed>(())
+        }) {
+            let mut batch = WriteBatch::new();
+            delete_set(&mut batch, &self.snaps, set);
+            let _ = self.db.write(batch);
+            return Err(error::read_snapshot(signature, &e));
+        }
+        let fail = |e: &Failure| error::write_snapshot(signature.clone(), e);
+        // From here, a restart finishes the install.
+        let mut batch = WriteBatch::new();
+        batch.put_cf(
+            &self.state,
+            INSTALLING,
+            json(&record).map_err(|e| fail(&e))?,
+        );
+        self.db
+            .write_opt(batch, &WriteOptions { sync: true })
+            .map_err(|e| fail(&Failure::Engine(e)))?;
+        self.complete_install(&record).map_err(|e| fail(&e))
+    }
+
+    /// The set `data` is in, stored: its own when it is in this database (as openraft's
+    /// receiving handles are), else a copy.
+    fn take_in(&self, data: &mut SnapshotData) -> Result<(u64, u64), Failure> {
+        data.keep()?;
+        if data.is_in(&self.db) {
+            return Ok((data.set(), data.len()));
+        }
+        let io = |e: std::io::Error| Failure::Malformed(Malformed(e.to_string()));
+        let set = self.next_set.fetch_add(1, Ordering::SeqCst);
+        let mut copy = SnapshotData::receiver(Arc::clone(&self.db), self.snaps.clone(), set);
+        data.seek(SeekFrom::Start(0)).map_err(io)?;
+        std::io::copy(data, &mut copy).map_err(io)?;
+        copy.keep()?;
+        Ok((set, copy.len()))
+    }
+
+    /// Replaces the data with the set `record` names, and records it as current; redone from
+    /// the start after a crash.
+    fn complete_install(&self, record: &Recorded) -> Result<(), Failure> {
+        let _installing = self.lock();
+        let mut batch = WriteBatch::new();
+        self.clear_data(&mut batch)?;
+        let now = self.db.now_ms();
+        decode_pairs(
+            BufReader::new(self.reader(record.set, record.len)),
+            |key, stored| {
+                let (expires_at, _) = split_expiry(&stored)
+                    .ok_or_else(|| Malformed("a value without its expiry".to_owned()))?;
+                match expires_at {
+                    0 => batch.put_cf(&self.data, &key, &stored),
+                    at if at <= now => {}
+                    at => {
+                        let ttl = Duration::from_millis(at - now);
+                        batch.put_with_ttl_cf(&self.data, &key, &stored, ttl);
+                    }
+                }
+                if batch.size_bytes() >= INSTALL_BATCH {
+                    self.db.write(std::mem::take(&mut batch))?;
+                }
+                Ok::<_, Failure>(())
+            },
+        )?;
+        let recorded: Option<Recorded> = self
+            .read_state(CURRENT, None)
+            .map_err(|e| Failure::Malformed(Malformed(e.to_string())))?;
+        batch.put_cf(&self.state, LAST_APPLIED, json(&record.meta.last_log_id)?);
+        batch.put_cf(&self.state, MEMBERSHIP, json(&record.meta.last_membership)?);
+        batch.put_cf(&self.state, CURRENT, json(record)?);
+        batch.delete_cf(&self.state, INSTALLING);
+        if let Some(old) = recorded.filter(|r| r.set != record.set) {
+            delete_set(&mut batch, &self.snaps, old.set);
+        }
+        self.db.write_opt(batch, &WriteOptions { sync: true })?;
+        Ok(())
+    }
+
+    /// Adds to `batch` the deletion of every key the data family holds now, from the empty key
+    /// on (expired values a read no longer shows included) to the last key there is.
+    fn clear_data(&self, batch: &mut WriteBatch) -> cairn::Result<()> {
+        let mut iter = self.data.iter()?;
+        if let Some((last, _)) = iter.next_back().transpose()? {
+            batch.delete_range_cf(&self.data, b"", &last);
+            batch.delete_cf(&self.data, &last);
+        }
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.recording
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn json(value: &impl Serialize) -> Result<Vec<u8>, Failure> {
+    serde_json::to_vec(value).map_err(|e| Failure::Malformed(Malformed(e.to_string())))
+}
