@@ -47,6 +47,9 @@ pub use snapshot_data::{SNAPSHOT_FAMILY, SnapshotData};
 pub use state_machine::{DATA_FAMILY, STATE_FAMILY, StateMachine};
 pub use types::{NodeId, Request, Response, TypeConfig};
 
+/// How much one engine write carries at most before an append or an apply starts another.
+pub(crate) const WRITE_BATCH_BYTES: usize = 64 << 20;
+
 /// Opens (or creates) the Cairn database at `dir` with default options, and the log and state
 /// machine in it.
 ///

@@ -7,6 +7,11 @@
 //! are each one range tombstone: a purged prefix is the queue workload Cairn is built for, whose
 //! tables compaction drops whole once the tombstone covers them. `purge` records the last purged
 //! id in the same batch as its range delete, so the two never disagree after a crash.
+//!
+//! A purge past the node's `last_applied` is openraft's for a snapshot being installed; it is
+//! held back to the newest snapshot recorded (current or being installed) and the install's
+//! last batch purges the rest, so a crash before the install is recorded never leaves a log
+//! purged past a state machine that cannot catch up (`snapshot.rs`).
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
@@ -193,6 +198,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         for entry in entries {
             let bytes = crate::codec::encode(&entry).map_err(|e| error::write_logs(&e))?;
             batch.put_cf(&self.log, index_key(entry.log_id.index), bytes);
+            // Large appends go in several writes (the engine's log takes records up to 1 GiB);
+            // the last one's sync covers them all, and a crash before it leaves a prefix of
+            // entries no one was told of.
+            if batch.size_bytes() >= crate::WRITE_BATCH_BYTES {
+                self.db
+                    .write(std::mem::take(&mut batch))
+                    .map_err(|e| error::write_logs(&e))?;
+            }
         }
         // Synced before the callback: an acknowledged entry survives power loss. On an error
         // the callback is dropped unanswered and openraft stops the node.
@@ -215,27 +228,44 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
-        // Never backwards: a purge below the last one changes nothing.
-        let last: Option<LogId<NodeId>> = self
-            .read_meta(LAST_PURGED)
-            .map_err(|e| error::read_logs(&boxed(e.as_ref())))?;
-        if last.is_some_and(|last| last.index >= log_id.index) {
+        // Past what this node applied, openraft purges only for a snapshot it is installing:
+        // the purge waits for the install to be recorded, which purges in its last batch.
+        let Some(log_id) =
+            crate::snapshot::purge_limit(&self.db, log_id).map_err(|e| error::read_logs(&e))?
+        else {
             return Ok(());
-        }
+        };
         let mut batch = WriteBatch::new();
-        let recorded = serde_json::to_vec(&log_id).map_err(|e| error::write_logs(&e))?;
-        batch.put_cf(&self.meta, LAST_PURGED, recorded);
-        batch.delete_range_cf(
-            &self.log,
-            index_key(0),
-            index_key(log_id.index.saturating_add(1)),
-        );
-        if log_id.index == u64::MAX {
-            batch.delete_cf(&self.log, index_key(u64::MAX));
-        }
+        stage_purge(&self.log, &self.meta, &mut batch, log_id)
+            .map_err(|e| error::write_logs(&e))?;
         self.db
             .write_opt(batch, &SYNC)
             .map_err(|e| error::write_logs(&e))?;
         Ok(())
     }
+}
+
+/// Adds to `batch` the purge of the log in `log` up to `log_id`, with the last purged id
+/// recorded in `meta` (the same batch, so the two never disagree after a crash). Never
+/// backwards: a purge below the last one adds nothing.
+pub(crate) fn stage_purge(
+    log: &ColumnFamily,
+    meta: &ColumnFamily,
+    batch: &mut WriteBatch,
+    log_id: LogId<NodeId>,
+) -> Result<(), Malformed> {
+    let last: Option<LogId<NodeId>> = match meta.get(LAST_PURGED).map_err(|e| boxed(&e))? {
+        None => None,
+        Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| boxed(&e))?,
+    };
+    if last.is_some_and(|last| last.index >= log_id.index) {
+        return Ok(());
+    }
+    let recorded = serde_json::to_vec(&log_id).map_err(|e| boxed(&e))?;
+    batch.put_cf(meta, LAST_PURGED, recorded);
+    batch.delete_range_cf(log, index_key(0), index_key(log_id.index.saturating_add(1)));
+    if log_id.index == u64::MAX {
+        batch.delete_cf(log, index_key(u64::MAX));
+    }
+    Ok(())
 }

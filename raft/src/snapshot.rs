@@ -6,29 +6,33 @@
 //! applies go on; the pairs stream into a new set, which is recorded as the current snapshot
 //! only if it is newer than the one recorded (an install may have run meanwhile).
 //!
-//! **Install.** The received set is read whole and checked first: a snapshot that does not
-//! decode changes nothing. Then a synced record names it as being installed; the data family is
+//! **Install.** The received set is read whole and checked first, each pair as the install
+//! needs it: a snapshot that does not decode changes nothing. Then a synced record names it as being installed; the data family is
 //! cleared and the pairs written in batches of a few MiB; a last synced batch writes
-//! `last_applied`, membership and the current-snapshot record, removes the installing record and
-//! deletes the old set. A crash anywhere in between leaves the installing record, and opening
+//! `last_applied`, membership and the current-snapshot record, removes the installing record,
+//! deletes the old set and purges the log up to the snapshot (openraft's purge for an install is
+//! held back until then, see [`purge_limit`]). A crash anywhere in between leaves the installing record, and opening
 //! the state machine redoes the install from the start (clearing again), so what survives is the
 //! old state or the new, never a mix. While an install runs, a reader of the data family can see
 //! a mix; a build waits for it.
 
-use std::io::{BufReader, Seek, SeekFrom};
+use std::io::{BufReader, Seek, SeekFrom, Write};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use cairn::{WriteBatch, WriteOptions};
+use cairn::{Db, WriteBatch, WriteOptions};
 use openraft::storage::Snapshot;
 use openraft::{BasicNode, LogId, SnapshotMeta};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{self, Malformed, StorageResult};
+use crate::log_store::{LOG_FAMILY, META_FAMILY, stage_purge};
 use crate::snapshot_data::{SnapshotData, delete_set, delete_sets_but};
 use crate::snapshot_format::{PairEncoder, decode_pairs};
-use crate::state_machine::{LAST_APPLIED, MEMBERSHIP, Membership, StateMachine, split_expiry};
+use crate::state_machine::{
+    LAST_APPLIED, MEMBERSHIP, Membership, STATE_FAMILY, StateMachine, split_expiry,
+};
 use crate::types::{NodeId, TypeConfig};
 
 /// The record of the current snapshot.
@@ -48,7 +52,7 @@ struct Recorded {
 
 /// Why an install could not go on: damaged bytes, or the engine.
 #[derive(Debug)]
-enum Failure {
+pub(crate) enum Failure {
     Malformed(Malformed),
     Engine(cairn::Error),
 }
@@ -76,6 +80,46 @@ impl std::fmt::Display for Failure {
 
 impl std::error::Error for Failure {}
 
+/// What a purge of the log in `db` asked up to `wanted` may purge: all of it up to the node's
+/// `last_applied` (openraft purges only what a snapshot holds); past it, which openraft asks
+/// only for a snapshot being installed, no further than the newest snapshot recorded (current
+/// or being installed), the install's last batch purging the rest. None: nothing yet. Where the
+/// database holds no state machine, `wanted`.
+pub(crate) fn purge_limit(
+    db: &Db,
+    wanted: LogId<NodeId>,
+) -> Result<Option<LogId<NodeId>>, Failure> {
+    let Ok(state) = db.column_family(STATE_FAMILY) else {
+        return Ok(Some(wanted));
+    };
+    let read = |key: &[u8]| state.get(key).map_err(Failure::Engine);
+    let applied: Option<LogId<NodeId>> = match read(LAST_APPLIED)? {
+        Some(bytes) => parse(&bytes)?,
+        None => None,
+    };
+    if applied.is_none_or(|applied| wanted.index <= applied.index) {
+        return Ok(Some(wanted));
+    }
+    let mut newest = None;
+    for key in [CURRENT, INSTALLING] {
+        if let Some(bytes) = read(key)? {
+            let recorded: Recorded = parse(&bytes)?;
+            newest = newest.max(recorded.meta.last_log_id);
+        }
+    }
+    Ok(newest.map(|newest| {
+        if newest.index < wanted.index {
+            newest
+        } else {
+            wanted
+        }
+    }))
+}
+
+fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Failure> {
+    serde_json::from_slice(bytes).map_err(|e| Failure::Malformed(Malformed(e.to_string())))
+}
+
 impl StateMachine {
     /// Finishes an install a crash interrupted, deletes the sets no record names, and numbers
     /// new sets after the current one.
@@ -89,6 +133,10 @@ impl StateMachine {
         let keep = current.as_ref().map(|r| r.set);
         let mut batch = WriteBatch::new();
         delete_sets_but(&mut batch, &self.snaps, keep);
+        // Where a snapshot was kept before chunk sets (one value each, up to 256 MiB).
+        for legacy in [&b"snapshot.meta"[..], b"snapshot.data"] {
+            batch.delete_cf(&self.state, legacy);
+        }
         self.db
             .write(batch)
             .map_err(|e| error::write_snapshot(None, &e))?;
@@ -127,9 +175,14 @@ impl StateMachine {
         };
         let last_applied: Option<LogId<NodeId>> = self.read_state(LAST_APPLIED, Some(&view))?;
         let membership: Option<Membership> = self.read_state(MEMBERSHIP, Some(&view))?;
-        // Unique across nodes too: a transfer matches its chunks by this id.
+        // Unique across nodes and restarts too: a transfer matches its chunks by this id, and
+        // a receiver reuses its handle for the same id. The clock's nanoseconds tell apart two
+        // nodes building at the same index and sequence number.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
         let snapshot_id = format!(
-            "{}-{}-{}",
+            "{}-{}-{}-{nanos:x}",
             last_applied.map_or(0, |id| id.leader_id.node_id),
             last_applied.map_or(0, |id| id.index),
             view.seqno()
@@ -211,8 +264,8 @@ impl StateMachine {
             len,
         };
         // Whole and well formed before anything changes.
-        if let Err(e) = decode_pairs(BufReader::new(self.reader(set, len)), |_, _| {
-            Ok::<_, Malformed>(())
+        if let Err(e) = decode_pairs(BufReader::new(self.reader(set, len)), |_, stored| {
+            check_pair(&stored)
         }) {
             let mut batch = WriteBatch::new();
             delete_set(&mut batch, &self.snaps, set);
@@ -233,13 +286,17 @@ impl StateMachine {
         self.complete_install(&record).map_err(|e| fail(&e))
     }
 
-    /// The set `data` is in, stored: its own when it is in this database (as openraft's
-    /// receiving handles are), else a copy.
+    /// The set `data` is in, stored: its own when it is a receiving handle of this database
+    /// (as openraft's are), else a copy.
     fn take_in(&self, data: &mut SnapshotData) -> Result<(u64, u64), Failure> {
-        data.keep()?;
-        if data.is_in(&self.db) {
+        if data.is_receiver_in(&self.db) {
+            data.keep()?;
             return Ok((data.set(), data.len()));
         }
+        // Any other handle (a reader, or another database's) is copied: its set may be
+        // replaced while this install runs.
+        data.flush()
+            .map_err(|e| Failure::Malformed(Malformed(e.to_string())))?;
         let io = |e: std::io::Error| Failure::Malformed(Malformed(e.to_string()));
         let set = self.next_set.fetch_add(1, Ordering::SeqCst);
         let mut copy = SnapshotData::receiver(Arc::clone(&self.db), self.snaps.clone(), set);
@@ -254,13 +311,13 @@ impl StateMachine {
     fn complete_install(&self, record: &Recorded) -> Result<(), Failure> {
         let _installing = self.lock();
         let mut batch = WriteBatch::new();
-        self.clear_data(&mut batch)?;
+        self.clear_data(&mut batch);
         let now = self.db.now_ms();
         decode_pairs(
             BufReader::new(self.reader(record.set, record.len)),
             |key, stored| {
-                let (expires_at, _) = split_expiry(&stored)
-                    .ok_or_else(|| Malformed("a value without its expiry".to_owned()))?;
+                check_pair(&stored)?;
+                let (expires_at, _) = split_expiry(&stored).unwrap_or_default();
                 match expires_at {
                     0 => batch.put_cf(&self.data, &key, &stored),
                     at if at <= now => {}
@@ -285,25 +342,41 @@ impl StateMachine {
         if let Some(old) = recorded.filter(|r| r.set != record.set) {
             delete_set(&mut batch, &self.snaps, old.set);
         }
+        // The purge openraft asked for with this install, held back until now.
+        if let (Some(upto), Ok(log), Ok(meta)) = (
+            record.meta.last_log_id,
+            self.db.column_family(LOG_FAMILY),
+            self.db.column_family(META_FAMILY),
+        ) {
+            stage_purge(&log, &meta, &mut batch, upto)?;
+        }
         self.db.write_opt(batch, &WriteOptions { sync: true })?;
         Ok(())
     }
 
-    /// Adds to `batch` the deletion of every key the data family holds now, from the empty key
-    /// on (expired values a read no longer shows included) to the last key there is.
-    fn clear_data(&self, batch: &mut WriteBatch) -> cairn::Result<()> {
-        let mut iter = self.data.iter()?;
-        if let Some((last, _)) = iter.next_back().transpose()? {
-            batch.delete_range_cf(&self.data, b"", &last);
-            batch.delete_cf(&self.data, &last);
-        }
-        Ok(())
+    /// Adds to `batch` the deletion of every key the data family can hold (expired values a
+    /// read no longer shows included): from the empty key to the greatest legal key.
+    fn clear_data(&self, batch: &mut WriteBatch) {
+        let greatest = vec![0xff; cairn::MAX_KEY_LEN];
+        batch.delete_range_cf(&self.data, b"", &greatest);
+        batch.delete_cf(&self.data, &greatest);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
         self.recording
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A stored value as an install needs it: its expiry in front.
+fn check_pair(stored: &[u8]) -> Result<(), Malformed> {
+    match split_expiry(stored) {
+        Some(_) => Ok(()),
+        None => Err(Malformed(format!(
+            "snapshot data: a value of {} bytes, without its 8-byte expiry",
+            stored.len()
+        ))),
     }
 }
 

@@ -119,9 +119,9 @@ impl SnapshotData {
         self.len
     }
 
-    /// True when this handle's chunks are in `db`.
-    pub(crate) fn is_in(&self, db: &Arc<Db>) -> bool {
-        Arc::ptr_eq(&self.db, db)
+    /// True when this is a receiving handle whose chunks are in `db`.
+    pub(crate) fn is_receiver_in(&self, db: &Arc<Db>) -> bool {
+        self.view.is_none() && Arc::ptr_eq(&self.db, db)
     }
 
     /// Stores every chunk written, and keeps the set when the handle is dropped.
@@ -129,7 +129,7 @@ impl SnapshotData {
     /// # Errors
     /// The engine's.
     pub(crate) fn keep(&mut self) -> cairn::Result<()> {
-        self.store(|_| true)?;
+        self.store(|_, _| true)?;
         self.discard_on_drop = false;
         Ok(())
     }
@@ -143,11 +143,11 @@ impl SnapshotData {
     }
 
     /// Writes the dirty chunks `which` picks, in one batch.
-    fn store(&mut self, which: impl Fn(&Vec<u8>) -> bool) -> cairn::Result<()> {
+    fn store(&mut self, which: impl Fn(u64, &Vec<u8>) -> bool) -> cairn::Result<()> {
         let chosen: Vec<u64> = self
             .dirty
             .iter()
-            .filter(|(_, bytes)| which(bytes))
+            .filter(|(n, bytes)| which(**n, bytes))
             .map(|(n, _)| *n)
             .collect();
         if chosen.is_empty() {
@@ -227,6 +227,14 @@ impl Write for SnapshotData {
             ));
         }
         let (n, offset) = (self.pos / CHUNK, self.pos % CHUNK);
+        // A stream written again from the start (openraft resends a snapshot under the same
+        // id from offset 0) is as long as what it writes this time.
+        if self.pos == 0 {
+            self.len = 0;
+        }
+        // Only the chunk being written stays in memory, wherever the writes land.
+        self.store(|other, _| other != n)
+            .map_err(std::io::Error::other)?;
         if !self.dirty.contains_key(&n) {
             let stored = self.load(n).map_err(std::io::Error::other)?;
             self.dirty
@@ -246,13 +254,13 @@ impl Write for SnapshotData {
         self.pos += take as u64;
         self.len = self.len.max(self.pos);
         // Full chunks go to the database at once: memory holds one chunk at most.
-        self.store(|bytes| bytes.len() as u64 == CHUNK)
+        self.store(|_, bytes| bytes.len() as u64 == CHUNK)
             .map_err(std::io::Error::other)?;
         Ok(take)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        self.store(|_| true).map_err(std::io::Error::other)
+        self.store(|_, _| true).map_err(std::io::Error::other)
     }
 }
 
@@ -263,12 +271,14 @@ impl Seek for SnapshotData {
             SeekFrom::End(by) => self.len.checked_add_signed(by),
             SeekFrom::Current(by) => self.pos.checked_add_signed(by),
         };
-        self.pos = pos.ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "a seek before the start of a snapshot",
-            )
-        })?;
+        let invalid = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
+        let pos = pos.ok_or_else(|| invalid("a seek before the start of a snapshot"))?;
+        // A receiving handle is written in order, resends aside: never past its end, so a
+        // peer's offsets cannot leave holes or run the position to the end of u64.
+        if self.view.is_none() && pos > self.len {
+            return Err(invalid("a seek past the end of a snapshot being received"));
+        }
+        self.pos = pos;
         Ok(self.pos)
     }
 }

@@ -108,6 +108,23 @@ impl StateMachine {
         }
     }
 
+    /// Writes `batch` with `last_applied` set to `last` and the membership, if it changed.
+    fn commit_applied(
+        &self,
+        mut batch: WriteBatch,
+        last: LogId<NodeId>,
+        membership: Option<&Membership>,
+    ) -> StorageResult<()> {
+        let applied = serde_json::to_vec(&Some(last)).map_err(|e| error::write_state(&e))?;
+        batch.put_cf(&self.state, LAST_APPLIED, applied);
+        if let Some(m) = membership {
+            let m = serde_json::to_vec(m).map_err(|e| error::write_state(&e))?;
+            batch.put_cf(&self.state, MEMBERSHIP, m);
+        }
+        self.db.write(batch).map_err(|e| error::write_state(&e))?;
+        Ok(())
+    }
+
     /// Adds `request`'s effect to `batch`, as of `now_ms` on this replica's clock.
     fn stage(&self, batch: &mut WriteBatch, request: &Request, now_ms: u64) {
         match request {
@@ -166,12 +183,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut last = None;
         let mut membership = None;
         for entry in entries {
+            // Large applies go in several batches, each whole with its own `last_applied`.
+            if batch.size_bytes() >= crate::WRITE_BATCH_BYTES
+                && let Some(last) = last.take()
+            {
+                self.commit_applied(std::mem::take(&mut batch), last, membership.take().as_ref())?;
+            }
             let mut refused = None;
             match &entry.payload {
                 EntryPayload::Blank => {}
                 // A request the engine would refuse changes nothing, on every replica alike;
                 // failing would stop every node, again after each restart.
-                EntryPayload::Normal(request) => match request.validate() {
+                EntryPayload::Normal(request) => match request.refusal() {
                     Ok(()) => self.stage(&mut batch, request, now),
                     Err(why) => refused = Some(why),
                 },
@@ -185,16 +208,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             });
             last = Some(entry.log_id);
         }
-        let Some(last) = last else {
-            return Ok(responses);
-        };
-        let applied = serde_json::to_vec(&Some(last)).map_err(|e| error::write_state(&e))?;
-        batch.put_cf(&self.state, LAST_APPLIED, applied);
-        if let Some(m) = &membership {
-            let m = serde_json::to_vec(m).map_err(|e| error::write_state(&e))?;
-            batch.put_cf(&self.state, MEMBERSHIP, m);
+        if let Some(last) = last {
+            self.commit_applied(batch, last, membership.as_ref())?;
         }
-        self.db.write(batch).map_err(|e| error::write_state(&e))?;
         Ok(responses)
     }
 
@@ -216,7 +232,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         meta: &SnapshotMeta<NodeId, BasicNode>,
         snapshot: Box<SnapshotData>,
     ) -> StorageResult<()> {
-        self.install(meta, snapshot)
+        let (machine, meta) = (self.clone(), meta.clone());
+        blocking(move || machine.install(&meta, snapshot)).await
     }
 
     async fn get_current_snapshot(&mut self) -> StorageResult<Option<Snapshot<TypeConfig>>> {
@@ -226,6 +243,20 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> StorageResult<Snapshot<TypeConfig>> {
-        self.build()
+        let machine = self.clone();
+        blocking(move || machine.build()).await
     }
+}
+
+/// Runs `work`, which reads or writes a whole snapshot, on tokio's blocking pool when there is
+/// a runtime, so it does not hold up the tasks sharing openraft's threads.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> StorageResult<T> + Send + 'static,
+) -> StorageResult<T> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return work();
+    }
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| error::write_snapshot(None, &std::io::Error::other(e.to_string())))?
 }

@@ -19,6 +19,9 @@ openraft::declare_raft_types!(
 /// A node's id.
 pub type NodeId = u64;
 
+/// What a log entry's encoding adds to its request's keys and values, at most.
+const ENTRY_OVERHEAD: usize = 64;
+
 /// A write the replicated state machine applies, in log order, on every replica.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
@@ -55,14 +58,39 @@ pub enum Request {
 }
 
 impl Request {
-    /// Why the engine would refuse this request, if it would: a key over
-    /// [`cairn::MAX_KEY_LEN`], a value over [`cairn::MAX_VALUE_LEN`], a range whose start is
-    /// after its end. A service checks before it proposes; a request committed anyway is
-    /// applied as nothing, with this reason in its [`Response`], the same on every replica.
+    /// Why this request should not be proposed, if it should not: too large for one log
+    /// entry (the entry is one value of the log's family, at most [`cairn::MAX_VALUE_LEN`];
+    /// such a request fails the leader's append and stops it), or refused by the state machine
+    /// (see [`Request::refusal`]). A service checks every request with this before proposing.
     ///
     /// # Errors
     /// The reason, in words.
     pub fn validate(&self) -> Result<(), String> {
+        let parts = match self {
+            Self::Put { key, value } | Self::PutWithTtl { key, value, .. } => {
+                key.len() + value.len()
+            }
+            Self::Delete { key } => key.len(),
+            Self::DeleteRange { start, end } => start.len() + end.len(),
+        };
+        if parts + ENTRY_OVERHEAD > cairn::MAX_VALUE_LEN {
+            return Err(format!(
+                "a request of {parts} bytes is over the log entry's limit of {}",
+                cairn::MAX_VALUE_LEN - ENTRY_OVERHEAD
+            ));
+        }
+        self.refusal()
+    }
+
+    /// Why the state machine applies this request as nothing, if it does: a key over
+    /// [`cairn::MAX_KEY_LEN`], a value over [`cairn::MAX_VALUE_LEN`] less its 8-byte expiry, a
+    /// range whose start is after its end. The reason goes in its [`Response`], the same on
+    /// every replica. This rule decides what every replica's data becomes, so it never changes
+    /// for a request already in a log.
+    ///
+    /// # Errors
+    /// The reason, in words.
+    pub fn refusal(&self) -> Result<(), String> {
         let key = |k: &[u8]| {
             if k.len() > cairn::MAX_KEY_LEN {
                 Err(format!(
@@ -108,7 +136,7 @@ impl Request {
 }
 
 /// What applying an entry answers: the index it was applied at, and why it was applied as
-/// nothing if it was (a request the engine refuses, see [`Request::validate`]).
+/// nothing if it was (a request the engine refuses, see [`Request::refusal`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Response {
     /// The log index of the entry.

@@ -6,7 +6,14 @@
 //! - `cairn`: the Cairn store of `cairn-raft` through openraft's `RaftLogStorage` API;
 //! - `rocksdb` (feature `rocksdb`): the same store shape on RocksDB (entries keyed by their
 //!   big-endian index in one column family, the same encoded bytes, one synced write batch per
-//!   append, the purge as one range delete with the last purged id in the same batch).
+//!   append, the purge as one range delete with the last purged id in the same batch);
+//! - `raft-engine` (feature `raft-engine`): TiKV's purpose-built log store, with its default
+//!   configuration: the same encoded bytes as one Raft group's entries, one synced write per
+//!   append; the purge records the last purged id (synced), compacts the group to it and
+//!   removes the files wholly behind it (`purge_expired_files`, which TiKV runs on a timer).
+//!
+//! Payloads are incompressible (drawn from a random pool), so no engine's compression flatters
+//! it.
 //!
 //! Reported per engine and entry size: throughput (MiB/s of payload and entries/s), append
 //! latency (p50, p99), write amplification (bytes the process wrote to disk, from
@@ -15,8 +22,8 @@
 //!
 //! ```sh
 //! cargo run --release -p cairn-bench --bin raft-log-bench -- --total 2GiB --sizes 256,4096
-//! cargo run --release -p cairn-bench --features rocksdb --bin raft-log-bench -- \
-//!     --engines cairn,rocksdb --total 2GiB --sizes 256,4096 --json raft-log.json
+//! cargo run --release -p cairn-bench --features rocksdb,raft-engine --bin raft-log-bench -- \
+//!     --engines cairn,rocksdb,raft-engine --total 2GiB --sizes 256,4096 --json raft-log.json
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -35,7 +42,7 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
     about = "The Raft-log workload (append in synced batches, purge the applied prefix) on Cairn and its peers"
 )]
 struct Args {
-    /// Engines, comma-separated: cairn, rocksdb (with the `rocksdb` feature).
+    /// Engines, comma-separated: cairn, rocksdb, raft-engine (each peer with its feature).
     #[arg(long, default_value = "cairn", value_delimiter = ',')]
     engines: Vec<String>,
     /// Entry payload sizes in bytes, comma-separated.
@@ -172,12 +179,87 @@ mod rocks {
     }
 }
 
+#[cfg(feature = "raft-engine")]
+mod tikv {
+    use protobuf::well_known_types::BytesValue;
+
+    use super::{Entry, LogEngine, LogId, Path, Result, TypeConfig};
+
+    /// One Raft group's entries as raft-engine stores them: a protobuf message holding the
+    /// entry's index (8 bytes, big-endian) and its encoded bytes.
+    struct Entries;
+
+    impl raft_engine::MessageExt for Entries {
+        type Entry = BytesValue;
+
+        fn index(e: &BytesValue) -> u64 {
+            e.value
+                .first_chunk::<8>()
+                .map_or(0, |index| u64::from_be_bytes(*index))
+        }
+    }
+
+    const GROUP: u64 = 1;
+
+    pub(crate) struct TikvLog {
+        engine: raft_engine::Engine,
+    }
+
+    impl TikvLog {
+        pub(crate) fn open(dir: &Path) -> Result<Self> {
+            let config = raft_engine::Config {
+                dir: dir
+                    .to_str()
+                    .ok_or("a directory that is not UTF-8")?
+                    .to_owned(),
+                ..raft_engine::Config::default()
+            };
+            Ok(Self {
+                engine: raft_engine::Engine::open(config)?,
+            })
+        }
+    }
+
+    impl LogEngine for TikvLog {
+        fn append(&mut self, entries: Vec<Entry<TypeConfig>>) -> Result<()> {
+            let messages = entries
+                .iter()
+                .map(|e| {
+                    let mut value = e.log_id.index.to_be_bytes().to_vec();
+                    value.extend_from_slice(&cairn_raft::codec::encode(e)?);
+                    let mut message = BytesValue::new();
+                    message.value = value;
+                    Ok(message)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let mut batch = raft_engine::LogBatch::default();
+            batch.add_entries::<Entries>(GROUP, &messages)?;
+            self.engine.write(&mut batch, true)?;
+            Ok(())
+        }
+
+        fn purge(&mut self, upto: LogId<u64>) -> Result<()> {
+            let mut batch = raft_engine::LogBatch::default();
+            batch.put(GROUP, b"last_purged".to_vec(), serde_json::to_vec(&upto)?)?;
+            self.engine.write(&mut batch, true)?;
+            self.engine.compact_to(GROUP, upto.index + 1);
+            self.engine.purge_expired_files()?;
+            Ok(())
+        }
+    }
+}
+
 fn open_engine(name: &str, dir: &Path) -> Result<Box<dyn LogEngine>> {
     match name {
         "cairn" => Ok(Box::new(CairnLog::open(dir)?)),
         #[cfg(feature = "rocksdb")]
         "rocksdb" => Ok(Box::new(rocks::RocksLog::open(dir)?)),
-        other => Err(format!("unknown engine {other:?} (rocksdb needs --features rocksdb)").into()),
+        #[cfg(feature = "raft-engine")]
+        "raft-engine" => Ok(Box::new(tikv::TikvLog::open(dir)?)),
+        other => Err(format!(
+            "unknown engine {other:?} (rocksdb and raft-engine need --features rocksdb,raft-engine)"
+        )
+        .into()),
     }
 }
 
@@ -232,12 +314,33 @@ fn entry(index: u64, value: &[u8]) -> Entry<TypeConfig> {
     }
 }
 
+/// The size of the pool payloads are drawn from.
+const POOL: usize = 64 << 20;
+
+/// `len` pseudo-random bytes (xorshift64*): incompressible, and the same in every run.
+fn random_pool(len: usize) -> Vec<u8> {
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut pool = Vec::with_capacity(len + 8);
+    while pool.len() < len {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        pool.extend_from_slice(&state.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
+    }
+    pool
+}
+
+/// Entry `index`'s payload of `size` bytes: a window of the pool, different for neighbours.
+fn payload(pool: &[u8], index: u64, size: usize) -> &[u8] {
+    let windows = (pool.len() - size) as u64;
+    let start = usize::try_from(index.wrapping_mul(7_919) % windows).unwrap_or(0);
+    pool.get(start..start + size).unwrap_or_default()
+}
+
 #[allow(clippy::cast_precision_loss, reason = "rates for people to read")]
 fn run(engine: &str, size: usize, args: &Args, dir: &Path) -> Result<Outcome> {
     let mut log = open_engine(engine, dir)?;
-    let value: Vec<u8> = (0..size)
-        .map(|i| u8::try_from(i * 31 % 251).unwrap_or(0))
-        .collect();
+    let pool = random_pool(POOL);
     let entries = args.total / size as u64;
     let written_before = written_bytes()?;
     let started = Instant::now();
@@ -247,7 +350,9 @@ fn run(engine: &str, size: usize, args: &Args, dir: &Path) -> Result<Outcome> {
     let mut purged_to = 0;
     while next <= entries {
         let last = (next + args.batch - 1).min(entries);
-        let batch: Vec<_> = (next..=last).map(|i| entry(i, &value)).collect();
+        let batch: Vec<_> = (next..=last)
+            .map(|i| entry(i, payload(&pool, i, size)))
+            .collect();
         let t = Instant::now();
         log.append(batch)?;
         latencies.push(t.elapsed());
@@ -295,6 +400,9 @@ fn main() -> Result<()> {
         .dir
         .clone()
         .unwrap_or_else(|| temp.path().to_path_buf());
+    if let Some(size) = args.sizes.iter().find(|s| **s == 0 || **s > POOL / 2) {
+        return Err(format!("--sizes: {size} is not an entry size from 1 B to 32 MiB").into());
+    }
     let mut outcomes = Vec::new();
     for &size in &args.sizes {
         for engine in &args.engines {
