@@ -8,7 +8,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cairn_fs::FileSystem;
-use cairn_sstable::{InternalIterator, TableOptions, TableWriter};
+use cairn_sstable::{
+    FragmentedRangeTombstones, InternalIterator, SeqNo, TableOptions, TableWriter,
+    parse_internal_key,
+};
 
 use crate::error::Result;
 use crate::filename;
@@ -137,25 +140,37 @@ impl DbInner {
             &self.options.table_options_for(0),
             mem,
             number,
+            &self.snapshots.list(),
         )
     }
 }
 
 /// Writes `mem` as table `number` in `dir`: under a temporary name, synced, renamed, and the
 /// directory synced, so the table is durable under its final name when this returns.
+///
+/// An entry a newer range tombstone of the same memtable covers, with no snapshot in `snapshots`
+/// (the live ones, ascending) between the two, is not written: no read can see it, the range
+/// tombstone rule's "what it covers in its stripe goes with it" applied at the flush (as
+/// RocksDB's flush does). The range tombstones themselves are all written: they still hide
+/// older data in the tables below. A snapshot taken during the flush reads above every seqno
+/// of a frozen memtable, so it splits no stripe here.
 pub(crate) fn write_table(
     fs: &dyn FileSystem,
     dir: &Path,
     options: &TableOptions,
     mem: &Arc<Memtable>,
     number: u64,
+    snapshots: &[SeqNo],
 ) -> Result<FileMeta> {
     let temp = filename::temp_table_path(dir, number);
     let mut writer = TableWriter::new(fs.create(&temp)?, options.clone())?;
+    let covers = mem.range_tombstones();
     let mut iter = mem.iter();
     iter.seek_to_first()?;
     while iter.valid() {
-        writer.add(iter.key(), iter.meta(), iter.value())?;
+        if !covered_in_its_stripe(&covers, iter.key(), snapshots) {
+            writer.add(iter.key(), iter.meta(), iter.value())?;
+        }
         iter.next()?;
     }
     for t in mem.raw_range_tombstones() {
@@ -165,4 +180,28 @@ pub(crate) fn write_table(
     fs.rename(&temp, &filename::table_path(dir, number))?;
     fs.sync_dir(dir)?;
     Ok(file_meta(number, &summary))
+}
+
+/// True when a range tombstone in `covers` newer than the entry `internal_key` covers it, and
+/// no snapshot lies between the two (the oldest such tombstone is the one to ask: if a snapshot
+/// separates it from the entry, one separates every newer one too).
+fn covered_in_its_stripe(
+    covers: &FragmentedRangeTombstones,
+    internal_key: &[u8],
+    snapshots: &[SeqNo],
+) -> bool {
+    let Some(parsed) = parse_internal_key(internal_key) else {
+        return false;
+    };
+    let Some(fragment) = covers.fragment_at(parsed.user_key) else {
+        return false;
+    };
+    let oldest_newer = fragment
+        .versions
+        .iter()
+        .map(|v| v.seqno)
+        .filter(|seqno| *seqno > parsed.seqno)
+        .min();
+    let stripe = |seqno: SeqNo| snapshots.partition_point(|s| *s < seqno);
+    oldest_newer.is_some_and(|tombstone| stripe(tombstone) == stripe(parsed.seqno))
 }

@@ -366,7 +366,8 @@ fn write_memset(
         }
         let number = *next_file_number;
         *next_file_number += 1;
-        let file = crate::flush::write_table(fs, dir, &options.table_options_for(0), mem, number)?;
+        let file =
+            crate::flush::write_table(fs, dir, &options.table_options_for(0), mem, number, &[])?;
         written.push((*cf, file));
     }
     Ok(())

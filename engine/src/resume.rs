@@ -196,7 +196,14 @@ impl DbInner {
                 let number = self.new_output_number();
                 numbers.push(number);
                 let options = self.options.table_options_for(0);
-                let file = write_table(self.fs.as_ref(), &self.dir, &options, mem, number)?;
+                let file = write_table(
+                    self.fs.as_ref(),
+                    &self.dir,
+                    &options,
+                    mem,
+                    number,
+                    &self.snapshots.list(),
+                )?;
                 self.stats.note_table_written(file.file_size);
                 new_files.push((cf, 0, file));
             }

@@ -7,10 +7,11 @@
 //! - `rocksdb` (feature `rocksdb`): the same store shape on RocksDB (entries keyed by their
 //!   big-endian index in one column family, the same encoded bytes, one synced write batch per
 //!   append, the purge as one range delete with the last purged id in the same batch);
-//! - `raft-engine` (feature `raft-engine`): TiKV's purpose-built log store, with its default
-//!   configuration: the same encoded bytes as one Raft group's entries, one synced write per
-//!   append; the purge records the last purged id (synced), compacts the group to it and
-//!   removes the files wholly behind it (`purge_expired_files`, which TiKV runs on a timer).
+//! - `raft-engine` (feature `raft-engine`): `TiKV`'s purpose-built log store, with its default
+//!   configuration (`--raft-engine-purge-threshold` sets the size past which it removes files):
+//!   the same encoded bytes as one Raft group's entries, one synced write per append; the purge
+//!   records the last purged id (synced), compacts the group to it and
+//!   removes the files wholly behind it (`purge_expired_files`, which `TiKV` runs on a timer).
 //!
 //! Payloads are incompressible (drawn from a random pool), so no engine's compression flatters
 //! it.
@@ -66,6 +67,13 @@ struct Args {
     /// Also write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Cairn's memtable size (the engine's default is 64MiB).
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    cairn_memtable: u64,
+    /// raft-engine's `purge_threshold`: the log size past which `purge_expired_files` removes
+    /// files (its default is 10GiB, more than a 2 GiB run writes).
+    #[arg(long, default_value = "10GiB", value_parser = parse_size)]
+    raft_engine_purge_threshold: u64,
 }
 
 fn parse_size(text: &str) -> std::result::Result<u64, String> {
@@ -99,8 +107,10 @@ struct CairnLog {
 }
 
 impl CairnLog {
-    fn open(dir: &Path) -> Result<Self> {
-        let (store, _) = cairn_raft::open(dir).map_err(|e| e.to_string())?;
+    fn open(dir: &Path, memtable: u64) -> Result<Self> {
+        let options = cairn::Options::default().memtable_size(usize::try_from(memtable)?);
+        let db = cairn::Db::open(dir, options)?;
+        let (store, _) = cairn_raft::open_db(std::sync::Arc::new(db)).map_err(|e| e.to_string())?;
         let runtime = tokio::runtime::Builder::new_current_thread().build()?;
         Ok(Self { store, runtime })
     }
@@ -206,12 +216,13 @@ mod tikv {
     }
 
     impl TikvLog {
-        pub(crate) fn open(dir: &Path) -> Result<Self> {
+        pub(crate) fn open(dir: &Path, purge_threshold: u64) -> Result<Self> {
             let config = raft_engine::Config {
                 dir: dir
                     .to_str()
                     .ok_or("a directory that is not UTF-8")?
                     .to_owned(),
+                purge_threshold: raft_engine::ReadableSize(purge_threshold),
                 ..raft_engine::Config::default()
             };
             Ok(Self {
@@ -249,13 +260,16 @@ mod tikv {
     }
 }
 
-fn open_engine(name: &str, dir: &Path) -> Result<Box<dyn LogEngine>> {
+fn open_engine(name: &str, dir: &Path, args: &Args) -> Result<Box<dyn LogEngine>> {
     match name {
-        "cairn" => Ok(Box::new(CairnLog::open(dir)?)),
+        "cairn" => Ok(Box::new(CairnLog::open(dir, args.cairn_memtable)?)),
         #[cfg(feature = "rocksdb")]
         "rocksdb" => Ok(Box::new(rocks::RocksLog::open(dir)?)),
         #[cfg(feature = "raft-engine")]
-        "raft-engine" => Ok(Box::new(tikv::TikvLog::open(dir)?)),
+        "raft-engine" => Ok(Box::new(tikv::TikvLog::open(
+            dir,
+            args.raft_engine_purge_threshold,
+        )?)),
         other => Err(format!(
             "unknown engine {other:?} (rocksdb and raft-engine need --features rocksdb,raft-engine)"
         )
@@ -339,7 +353,7 @@ fn payload(pool: &[u8], index: u64, size: usize) -> &[u8] {
 
 #[allow(clippy::cast_precision_loss, reason = "rates for people to read")]
 fn run(engine: &str, size: usize, args: &Args, dir: &Path) -> Result<Outcome> {
-    let mut log = open_engine(engine, dir)?;
+    let mut log = open_engine(engine, dir, args)?;
     let pool = random_pool(POOL);
     let entries = args.total / size as u64;
     let written_before = written_bytes()?;
