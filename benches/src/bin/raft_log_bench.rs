@@ -67,9 +67,9 @@ struct Args {
     /// Also write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Cairn's memtable size (the engine's default is 64MiB).
-    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
-    cairn_memtable: u64,
+    /// Cairn's memtable size (default: `cairn_raft::node_options`'s, 256MiB).
+    #[arg(long, value_parser = parse_size)]
+    cairn_memtable: Option<u64>,
     /// raft-engine's `purge_threshold`: the log size past which `purge_expired_files` removes
     /// files (its default is 10GiB, more than a 2 GiB run writes).
     #[arg(long, default_value = "10GiB", value_parser = parse_size)]
@@ -107,8 +107,11 @@ struct CairnLog {
 }
 
 impl CairnLog {
-    fn open(dir: &Path, memtable: u64) -> Result<Self> {
-        let options = cairn::Options::default().memtable_size(usize::try_from(memtable)?);
+    fn open(dir: &Path, memtable: Option<u64>) -> Result<Self> {
+        let mut options = cairn_raft::node_options();
+        if let Some(bytes) = memtable {
+            options = options.memtable_size(usize::try_from(bytes)?);
+        }
         let db = cairn::Db::open(dir, options)?;
         let (store, _) = cairn_raft::open_db(std::sync::Arc::new(db)).map_err(|e| e.to_string())?;
         let runtime = tokio::runtime::Builder::new_current_thread().build()?;
