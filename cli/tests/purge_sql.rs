@@ -177,7 +177,12 @@ fn two_processes_at_one_tick(var: &str) {
     assert_eq!(report["tables"][0]["purged"], 20, "{report}");
     assert_eq!(c.int(&format!("SELECT COUNT(*) FROM {t}")), 0);
 
-    // The holder's connection killed: it fails, and the lock is the next process's.
+    // The holder's connection killed: it fails, and the lock is the next process's. The first
+    // process has exited, but the server frees its lock when it notices the closed connection:
+    // until then the lock names that gone session, which never waits for the row (seen in CI).
+    wait_until("the server frees the first process's lock", || {
+        c.lock_holder(&lock).is_none()
+    });
     let ids = c.fill(TABLE, "again", 20, |i| Some(old + i));
     blocker.lock_row(TABLE, ids[0]);
     let holder = purge(&db.url, &config, &lock).spawn().expect("spawn");

@@ -168,7 +168,7 @@ pub(crate) fn write_table(
     let mut iter = mem.iter();
     iter.seek_to_first()?;
     while iter.valid() {
-        if !covered_in_its_stripe(&covers, iter.key(), snapshots) {
+        if covers.is_empty() || !covered_in_its_stripe(&covers, iter.key(), snapshots) {
             writer.add(iter.key(), iter.meta(), iter.value())?;
         }
         iter.next()?;
@@ -196,12 +196,12 @@ fn covered_in_its_stripe(
     let Some(fragment) = covers.fragment_at(parsed.user_key) else {
         return false;
     };
-    let oldest_newer = fragment
-        .versions
-        .iter()
-        .map(|v| v.seqno)
-        .filter(|seqno| *seqno > parsed.seqno)
-        .min();
+    // Versions are newest first: those newer than the entry are a prefix, its last the oldest.
+    let newer = fragment.versions.partition_point(|v| v.seqno > parsed.seqno);
+    let oldest_newer = newer
+        .checked_sub(1)
+        .and_then(|last| fragment.versions.get(last))
+        .map(|v| v.seqno);
     let stripe = |seqno: SeqNo| snapshots.partition_point(|s| *s < seqno);
     oldest_newer.is_some_and(|tombstone| stripe(tombstone) == stripe(parsed.seqno))
 }
