@@ -197,7 +197,9 @@ fn covered_in_its_stripe(
         return false;
     };
     // Versions are newest first: those newer than the entry are a prefix, its last the oldest.
-    let newer = fragment.versions.partition_point(|v| v.seqno > parsed.seqno);
+    let newer = fragment
+        .versions
+        .partition_point(|v| v.seqno > parsed.seqno);
     let oldest_newer = newer
         .checked_sub(1)
         .and_then(|last| fragment.versions.get(last))

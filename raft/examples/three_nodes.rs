@@ -3,7 +3,7 @@
 //! and applied on every node, a snapshot is built and the log prefix it holds is purged.
 //!
 //! ```sh
-//! cargo run -p cairn-raft --example three_nodes -- /tmp/cairn-raft   # a fresh directory
+//! cargo run -p cairn-raft --example three_nodes -- /tmp/cairn-raft   # run again: recovered from disk
 //! ```
 //!
 //! The network is a map from node id to the node's `Raft` handle: each RPC is a direct call. A

@@ -11,7 +11,7 @@
 //! chunk at a time, and installed so that a crash leaves the old state or the new.
 //!
 //! What this crate does not do: the network between nodes, the client API and membership
-//! commands (the replicated service is built on top of it).
+//! commands (the replicated service, `cairn serve`, is to be built on top of it).
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {

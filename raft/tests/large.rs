@@ -1,5 +1,5 @@
 //! Appends and applies of more than the engine's log takes in one record (1 GiB): the store
-//! splits them into several writes. Slow and memory-hungry (about 6 GiB), so ignored by
+//! splits them into several writes. Slow and memory-hungry (about 4.5 GiB), so ignored by
 //! default: `cargo test --release -p cairn-raft --test large -- --ignored`.
 
 #![allow(

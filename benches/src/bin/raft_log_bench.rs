@@ -53,7 +53,7 @@ struct Args {
     #[arg(long, default_value = "2GiB", value_parser = parse_size)]
     total: u64,
     /// Entries per append (one synced batch).
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..))]
     batch: u64,
     /// Purge every this many entries.
     #[arg(long, default_value_t = 10_000)]
@@ -419,6 +419,28 @@ fn main() -> Result<()> {
         .unwrap_or_else(|| temp.path().to_path_buf());
     if let Some(size) = args.sizes.iter().find(|s| **s == 0 || **s > POOL / 2) {
         return Err(format!("--sizes: {size} is not an entry size from 1 B to 32 MiB").into());
+    }
+    if let Some(size) = args.sizes.iter().find(|s| args.total < **s as u64) {
+        return Err(format!(
+            "--total {} is less than one entry of {size} bytes",
+            args.total
+        )
+        .into());
+    }
+    for size in &args.sizes {
+        let entries = args.total / *size as u64;
+        if entries < args.purge_every + args.keep {
+            eprintln!(
+                "raft-log-bench: {entries} entries of {size} B never reach the first purge (at {} \
+                 entries): the figures are of appends alone",
+                args.purge_every + args.keep
+            );
+        }
+    }
+    // Every engine named is checked before the first one runs.
+    for engine in &args.engines {
+        let probe = tempfile::tempdir()?;
+        drop(open_engine(engine, &probe.path().join("probe"), &args)?);
     }
     let mut outcomes = Vec::new();
     for &size in &args.sizes {
