@@ -56,8 +56,15 @@ pub(crate) const WRITE_BATCH_BYTES: usize = 64 << 20;
 /// # Errors
 /// The engine's, as a storage error.
 pub fn open(dir: impl AsRef<Path>) -> StorageResult<(LogStore, StateMachine)> {
-    let db = Db::open(dir.as_ref(), node_options())
-        .map_err(|e| openraft::StorageError::from(openraft::StorageIOError::read_logs(&e)))?;
+    let db = Db::open(dir.as_ref(), node_options()).map_err(|e| {
+        // The store as a whole, not its log: the database did not open.
+        let source = openraft::AnyError::error(format!("{}: {e}", dir.as_ref().display()));
+        openraft::StorageError::from(openraft::StorageIOError::new(
+            openraft::ErrorSubject::Store,
+            openraft::ErrorVerb::Read,
+            source,
+        ))
+    })?;
     open_db(Arc::new(db))
 }
 
