@@ -29,6 +29,7 @@
 
 pub mod codec;
 mod error;
+mod log_layout;
 mod log_store;
 mod snapshot;
 mod snapshot_data;
@@ -42,7 +43,8 @@ use std::sync::Arc;
 use cairn::{CfOptions, ColumnFamily, Db, Options};
 
 pub use error::StorageResult;
-pub use log_store::{LOG_FAMILY, LogStore, META_FAMILY};
+pub use log_layout::{LOG_FAMILY, META_FAMILY};
+pub use log_store::LogStore;
 pub use snapshot_data::{SNAPSHOT_FAMILY, SnapshotData};
 pub use state_machine::{DATA_FAMILY, STATE_FAMILY, StateMachine};
 pub use types::{NodeId, Request, Response, TypeConfig};

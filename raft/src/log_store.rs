@@ -24,16 +24,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::{self, Malformed, StorageResult};
+use crate::log_layout::{
+    COMMITTED, LAST_PURGED, LOG_FAMILY, META_FAMILY, VOTE, index_key, stage_purge,
+};
 use crate::types::{NodeId, TypeConfig};
-
-/// The family of the log's entries.
-pub const LOG_FAMILY: &str = "raft.log";
-/// The family of the vote, the committed id and the last purged id.
-pub const META_FAMILY: &str = "raft.meta";
-
-const VOTE: &[u8] = b"vote";
-const COMMITTED: &[u8] = b"committed";
-const LAST_PURGED: &[u8] = b"last_purged";
 
 /// The Raft log of one node, on a Cairn database. Cloning shares it (the clone is the log
 /// reader openraft asks for).
@@ -45,11 +39,6 @@ pub struct LogStore {
 }
 
 const SYNC: WriteOptions = WriteOptions { sync: true };
-
-/// A log index as the key it is stored under: big-endian, so keys sort as indexes do.
-fn index_key(index: u64) -> [u8; 8] {
-    index.to_be_bytes()
-}
 
 impl LogStore {
     /// The log in `db`, its families created if missing.
@@ -243,29 +232,4 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map_err(|e| error::write_logs(&e))?;
         Ok(())
     }
-}
-
-/// Adds to `batch` the purge of the log in `log` up to `log_id`, with the last purged id
-/// recorded in `meta` (the same batch, so the two never disagree after a crash). Never
-/// backwards: a purge below the last one adds nothing.
-pub(crate) fn stage_purge(
-    log: &ColumnFamily,
-    meta: &ColumnFamily,
-    batch: &mut WriteBatch,
-    log_id: LogId<NodeId>,
-) -> Result<(), Malformed> {
-    let last: Option<LogId<NodeId>> = match meta.get(LAST_PURGED).map_err(|e| boxed(&e))? {
-        None => None,
-        Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| boxed(&e))?,
-    };
-    if last.is_some_and(|last| last.index >= log_id.index) {
-        return Ok(());
-    }
-    let recorded = serde_json::to_vec(&log_id).map_err(|e| boxed(&e))?;
-    batch.put_cf(meta, LAST_PURGED, recorded);
-    batch.delete_range_cf(log, index_key(0), index_key(log_id.index.saturating_add(1)));
-    if log_id.index == u64::MAX {
-        batch.delete_cf(log, index_key(u64::MAX));
-    }
-    Ok(())
 }

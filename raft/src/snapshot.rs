@@ -27,7 +27,7 @@ use openraft::{BasicNode, LogId, SnapshotMeta};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{self, Malformed, StorageResult};
-use crate::log_store::{LOG_FAMILY, META_FAMILY, stage_purge};
+use crate::log_layout::{LOG_FAMILY, META_FAMILY, stage_purge};
 use crate::snapshot_data::{SnapshotData, delete_set, delete_sets_but};
 use crate::snapshot_format::{PairEncoder, decode_pairs};
 use crate::state_machine::{
