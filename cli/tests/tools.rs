@@ -67,8 +67,8 @@ fn one_table(dir: &Path) -> PathBuf {
     for i in 0..3 {
         db.delete(format!("k{i}")).expect("delete");
     }
-    // Held across the range delete, so the flush keeps k7 and k8 under it (without a snapshot
-    // between them it leaves them out) and the table shows every kind of entry.
+    // Held across the range delete, so a flush keeps k7 and k8 under it even with
+    // `drop_covered_at_flush` on, and the table shows every kind of entry.
     let snapshot = db.snapshot();
     db.delete_range("k7", "k9").expect("delete_range");
     db.flush().expect("flush");

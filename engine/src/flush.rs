@@ -140,7 +140,10 @@ impl DbInner {
             &self.options.table_options_for(0),
             mem,
             number,
-            &self.snapshots.list(),
+            self.options
+                .drop_covered_at_flush
+                .then(|| self.snapshots.list())
+                .as_deref(),
         )
     }
 }
@@ -148,8 +151,9 @@ impl DbInner {
 /// Writes `mem` as table `number` in `dir`: under a temporary name, synced, renamed, and the
 /// directory synced, so the table is durable under its final name when this returns.
 ///
-/// An entry a newer range tombstone of the same memtable covers, with no snapshot in `snapshots`
-/// (the live ones, ascending) between the two, is not written: no read can see it, the range
+/// With `snapshots` (the live ones, ascending; `Options::drop_covered_at_flush`), an entry a
+/// newer range tombstone of the same memtable covers, with no snapshot between the two, is not
+/// written: no read can see it, the range
 /// tombstone rule's "what it covers in its stripe goes with it" applied at the flush (as
 /// RocksDB's flush does). The range tombstones themselves are all written: they still hide
 /// older data in the tables below. A snapshot taken during the flush reads above every seqno
@@ -160,7 +164,7 @@ pub(crate) fn write_table(
     options: &TableOptions,
     mem: &Arc<Memtable>,
     number: u64,
-    snapshots: &[SeqNo],
+    snapshots: Option<&[SeqNo]>,
 ) -> Result<FileMeta> {
     let temp = filename::temp_table_path(dir, number);
     let mut writer = TableWriter::new(fs.create(&temp)?, options.clone())?;
@@ -168,7 +172,10 @@ pub(crate) fn write_table(
     let mut iter = mem.iter();
     iter.seek_to_first()?;
     while iter.valid() {
-        if covers.is_empty() || !covered_in_its_stripe(&covers, iter.key(), snapshots) {
+        let dropped = snapshots.is_some_and(|snapshots| {
+            !covers.is_empty() && covered_in_its_stripe(&covers, iter.key(), snapshots)
+        });
+        if !dropped {
             writer.add(iter.key(), iter.meta(), iter.value())?;
         }
         iter.next()?;

@@ -31,6 +31,7 @@ pub struct Options {
     pub(crate) fs: Arc<dyn FileSystem>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) memtable_size: usize,
+    pub(crate) drop_covered_at_flush: bool,
     pub(crate) max_immutable_memtables: usize,
     pub(crate) auto_recovery: bool,
     pub(crate) recovery_mode: RecoveryMode,
@@ -118,6 +119,7 @@ impl Default for Options {
             fs: Arc::new(RealFs::new()),
             clock: Arc::new(SystemClock),
             memtable_size: 64 << 20,
+            drop_covered_at_flush: false,
             max_immutable_memtables: 2,
             auto_recovery: true,
             recovery_mode: RecoveryMode::default(),
@@ -175,6 +177,18 @@ impl Options {
     #[must_use]
     pub fn memtable_size(mut self, bytes: usize) -> Self {
         self.memtable_size = bytes.max(4096);
+        self
+    }
+
+    /// Whether a flush leaves out the entries a newer range tombstone of the same memtable
+    /// covers with no live snapshot between them (default off). No read can see them; the range
+    /// tombstone rule applied at the flush, as RocksDB's flush does. It pays where a workload
+    /// range-deletes what it just wrote (a Raft log's purged prefix: `cairn_raft::node_options`
+    /// turns it on). Off by default until the stress harness's planted compaction bugs, which
+    /// it starves of the covered entries they need to show, are caught with it on.
+    #[must_use]
+    pub fn drop_covered_at_flush(mut self, on: bool) -> Self {
+        self.drop_covered_at_flush = on;
         self
     }
 

@@ -366,8 +366,14 @@ fn write_memset(
         }
         let number = *next_file_number;
         *next_file_number += 1;
-        let file =
-            crate::flush::write_table(fs, dir, &options.table_options_for(0), mem, number, &[])?;
+        let file = crate::flush::write_table(
+            fs,
+            dir,
+            &options.table_options_for(0),
+            mem,
+            number,
+            options.drop_covered_at_flush.then_some(&[][..]),
+        )?;
         written.push((*cf, file));
     }
     Ok(())

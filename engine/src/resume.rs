@@ -202,7 +202,10 @@ impl DbInner {
                     &options,
                     mem,
                     number,
-                    &self.snapshots.list(),
+                    self.options
+                        .drop_covered_at_flush
+                        .then(|| self.snapshots.list())
+                        .as_deref(),
                 )?;
                 self.stats.note_table_written(file.file_size);
                 new_files.push((cf, 0, file));

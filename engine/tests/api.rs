@@ -396,8 +396,7 @@ fn stats_count_levels_tombstones_and_snapshots() -> cairn::Result<()> {
             l0.point_tombstones,
             l0.range_tombstones
         ),
-        // k5 and k6 lie under the range tombstone with no snapshot between: not flushed.
-        (1, 9, 1, 1)
+        (1, 11, 1, 1)
     );
     assert_eq!(stats.tombstones_pending, 2);
     drop(snap);

@@ -14,6 +14,7 @@ use cairn::{Db, Options};
 /// No background compaction of any kind: the entries stay where the flush put them.
 fn options() -> Options {
     Options::default()
+        .drop_covered_at_flush(true)
         .disable_auto_compactions(true)
         .level0_triggers(100, 200, 300)
         .read_trigger_tombstones(u64::MAX)

@@ -77,7 +77,9 @@ pub fn open(dir: impl AsRef<Path>) -> StorageResult<(LogStore, StateMachine)> {
 /// 5.1 ms to 1.3 ms (`benches/README.md`), for up to two memtables of memory and as much log on
 /// disk.
 pub fn node_options() -> Options {
-    Options::default().memtable_size(256 << 20)
+    Options::default()
+        .memtable_size(256 << 20)
+        .drop_covered_at_flush(true)
 }
 
 /// The log and the state machine in `db`, their families created if missing.
