@@ -140,11 +140,16 @@ impl DbInner {
             &self.options.table_options_for(0),
             mem,
             number,
-            self.options
-                .drop_covered_at_flush
-                .then(|| self.snapshots.list())
-                .as_deref(),
+            self.flush_snapshots().as_deref(),
         )
+    }
+
+    /// The live snapshots a flush leaves covered entries out around, when it does
+    /// (`Options::drop_covered_at_flush`); none when it writes every entry.
+    pub(crate) fn flush_snapshots(&self) -> Option<Vec<SeqNo>> {
+        self.options
+            .drop_covered_at_flush
+            .then(|| self.snapshots.list())
     }
 }
 

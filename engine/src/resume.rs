@@ -202,10 +202,7 @@ impl DbInner {
                     &options,
                     mem,
                     number,
-                    self.options
-                        .drop_covered_at_flush
-                        .then(|| self.snapshots.list())
-                        .as_deref(),
+                    self.flush_snapshots().as_deref(),
                 )?;
                 self.stats.note_table_written(file.file_size);
                 new_files.push((cf, 0, file));

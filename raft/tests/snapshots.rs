@@ -25,6 +25,14 @@ fn open(dir: &Path, options: Options) -> StateMachine {
     cairn_raft::open_db(Arc::new(db)).expect("stores").1
 }
 
+/// The directories of a node A that builds a snapshot and a node B that installs it.
+fn two_dirs() -> (tempfile::TempDir, tempfile::TempDir) {
+    (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    )
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .build()
@@ -102,10 +110,7 @@ async fn transfer(
 
 #[test]
 fn a_snapshot_of_many_chunks_streams_in_pieces_and_replaces_the_data_whole() {
-    let (a_dir, b_dir) = (
-        tempfile::tempdir().expect("a"),
-        tempfile::tempdir().expect("b"),
-    );
+    let (a_dir, b_dir) = two_dirs();
     let rt = runtime();
     rt.block_on(async {
         let mut a = open(a_dir.path(), Options::default());
@@ -155,10 +160,7 @@ fn a_snapshot_of_many_chunks_streams_in_pieces_and_replaces_the_data_whole() {
 
 #[test]
 fn a_cut_or_damaged_snapshot_is_refused_and_changes_nothing() {
-    let (a_dir, b_dir) = (
-        tempfile::tempdir().expect("a"),
-        tempfile::tempdir().expect("b"),
-    );
+    let (a_dir, b_dir) = two_dirs();
     let rt = runtime();
     rt.block_on(async {
         let mut a = open(a_dir.path(), Options::default());
@@ -284,10 +286,7 @@ fn sets(db: &Db) -> Vec<u64> {
 
 #[test]
 fn the_purge_openraft_issues_with_an_install_waits_for_the_install_to_be_recorded() {
-    let (a_dir, b_dir) = (
-        tempfile::tempdir().expect("a"),
-        tempfile::tempdir().expect("b"),
-    );
+    let (a_dir, b_dir) = two_dirs();
     let rt = runtime();
     rt.block_on(async {
         let mut a = open(a_dir.path(), Options::default());
@@ -380,10 +379,7 @@ fn a_meta(index: u64) -> openraft::SnapshotMeta<u64, openraft::BasicNode> {
 #[test]
 fn a_stream_restarted_from_offset_0_replaces_what_was_received_and_a_seek_past_the_end_is_refused()
 {
-    let (a_dir, b_dir) = (
-        tempfile::tempdir().expect("a"),
-        tempfile::tempdir().expect("b"),
-    );
+    let (a_dir, b_dir) = two_dirs();
     let rt = runtime();
     rt.block_on(async {
         let mut a = open(a_dir.path(), Options::default());
