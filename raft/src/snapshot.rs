@@ -80,6 +80,11 @@ impl std::fmt::Display for Failure {
 
 impl std::error::Error for Failure {}
 
+/// `e`, whatever it is, as damage: a record or a stream that did not read or write as it should.
+fn malformed(e: &impl std::fmt::Display) -> Failure {
+    Failure::Malformed(Malformed(e.to_string()))
+}
+
 /// What a purge of the log in `db` asked up to `wanted` may purge: all of it up to the node's
 /// `last_applied` (openraft purges only what a snapshot holds); past it, which openraft asks
 /// only for a snapshot being installed, no further than the newest snapshot recorded (current
@@ -117,7 +122,7 @@ pub(crate) fn purge_limit(
 }
 
 fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Failure> {
-    serde_json::from_slice(bytes).map_err(|e| Failure::Malformed(Malformed(e.to_string())))
+    serde_json::from_slice(bytes).map_err(|e| malformed(&e))
 }
 
 impl StateMachine {
@@ -215,7 +220,7 @@ impl StateMachine {
 
     /// Every pair of the data family at `view`, into `out`.
     fn write_pairs(&self, view: &cairn::Snapshot, out: &mut SnapshotData) -> Result<(), Failure> {
-        let io = |e: std::io::Error| Failure::Malformed(Malformed(e.to_string()));
+        let io = |e: std::io::Error| malformed(&e);
         let mut encoder = PairEncoder::new(out).map_err(io)?;
         for item in view.range_cf::<Vec<u8>>(&self.data, ..)? {
             let (key, value) = item?;
@@ -229,9 +234,8 @@ impl StateMachine {
     /// whichever set lost.
     fn record_if_newest(&self, record: &Recorded) -> Result<(), Failure> {
         let _recording = self.lock();
-        let recorded: Option<Recorded> = self
-            .read_state(CURRENT, None)
-            .map_err(|e| Failure::Malformed(Malformed(e.to_string())))?;
+        let recorded: Option<Recorded> =
+            self.read_state(CURRENT, None).map_err(|e| malformed(&e))?;
         let mut batch = WriteBatch::new();
         match recorded {
             Some(r) if r.meta.last_log_id > record.meta.last_log_id => {
@@ -295,9 +299,8 @@ impl StateMachine {
         }
         // Any other handle (a reader, or another database's) is copied: its set may be
         // replaced while this install runs.
-        data.flush()
-            .map_err(|e| Failure::Malformed(Malformed(e.to_string())))?;
-        let io = |e: std::io::Error| Failure::Malformed(Malformed(e.to_string()));
+        data.flush().map_err(|e| malformed(&e))?;
+        let io = |e: std::io::Error| malformed(&e);
         let set = self.next_set.fetch_add(1, Ordering::SeqCst);
         let mut copy = SnapshotData::receiver(Arc::clone(&self.db), self.snaps.clone(), set);
         data.seek(SeekFrom::Start(0)).map_err(io)?;
@@ -332,9 +335,8 @@ impl StateMachine {
                 Ok::<_, Failure>(())
             },
         )?;
-        let recorded: Option<Recorded> = self
-            .read_state(CURRENT, None)
-            .map_err(|e| Failure::Malformed(Malformed(e.to_string())))?;
+        let recorded: Option<Recorded> =
+            self.read_state(CURRENT, None).map_err(|e| malformed(&e))?;
         batch.put_cf(&self.state, LAST_APPLIED, json(&record.meta.last_log_id)?);
         batch.put_cf(&self.state, MEMBERSHIP, json(&record.meta.last_membership)?);
         batch.put_cf(&self.state, CURRENT, json(record)?);
@@ -381,5 +383,5 @@ fn check_pair(stored: &[u8]) -> Result<(), Malformed> {
 }
 
 fn json(value: &impl Serialize) -> Result<Vec<u8>, Failure> {
-    serde_json::to_vec(value).map_err(|e| Failure::Malformed(Malformed(e.to_string())))
+    serde_json::to_vec(value).map_err(|e| malformed(&e))
 }
