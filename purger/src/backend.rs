@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use crate::error::Result;
+pub use crate::report::RefusedRow;
 use crate::zone::TimeZone;
 
 /// Where the rows a [`Purger`](crate::Purger) purges live.
@@ -119,15 +120,6 @@ pub struct DeleteTally {
     pub purged: u64,
     /// Rows the database refused to delete, each with its reason; a later pass tries again.
     pub refused: Vec<RefusedRow>,
-}
-
-/// A row the database would not delete.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct RefusedRow {
-    /// The row's id.
-    pub id: u64,
-    /// The database's words (a foreign key of a child table restricts the delete).
-    pub reason: String,
 }
 
 /// What a pass needs to know of a table before it selects.

@@ -41,7 +41,16 @@ pub struct TableReport {
     pub full_scan: bool,
     /// Rows the database refused to delete (a foreign key restricts them), skipped so the
     /// rest of the table still drains.
-    pub refused: Vec<crate::backend::RefusedRow>,
+    pub refused: Vec<RefusedRow>,
     /// The error that stopped this table, if one did.
     pub error: Option<String>,
+}
+
+/// A row the database would not delete.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RefusedRow {
+    /// The row's id.
+    pub id: u64,
+    /// The database's words (a foreign key of a child table restricts the delete).
+    pub reason: String,
 }
