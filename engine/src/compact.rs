@@ -14,10 +14,10 @@ use cairn_compaction::job::{Grandparent, JobOutput, JobSpec, OutputFiles};
 use cairn_compaction::picker::{FileInfo, LevelsView, Pick, PickerConfig, Reason};
 use cairn_compaction::{BelowOracle, DropCounts, GcContext};
 use cairn_fs::WritableFile;
-use cairn_sstable::SeqNo;
 
 use crate::error::{Error, Result};
 use crate::filename;
+use crate::futile::FutileRewrite;
 use crate::inner::{DbInner, DbState, Running};
 use crate::stats::CompactionCounts;
 use crate::version::Version;
@@ -669,29 +669,6 @@ fn note_futile_rewrite(
     };
     for &n in numbers {
         state.futile.insert(n, guard);
-    }
-}
-
-/// Why a table an in-place rewrite produced is not worth rewriting again yet: the oldest
-/// snapshot the rewrite judged by, and when the first grace it kept ends.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct FutileRewrite {
-    oldest_snapshot: Option<SeqNo>,
-    retry_at: u64,
-    /// If the rewrite kept expired puts: when the first put it kept unexpired expires, the
-    /// earliest a TTL rewrite could drop more.
-    ttl_retry_at: Option<u64>,
-}
-
-impl FutileRewrite {
-    /// Still futile with `oldest_snapshot` the oldest snapshot at `now`.
-    fn holds(self, oldest_snapshot: Option<SeqNo>, now: u64) -> bool {
-        self.oldest_snapshot == oldest_snapshot && now < self.retry_at
-    }
-
-    /// Still futile for the TTL picker.
-    fn holds_for_ttl(self, oldest_snapshot: Option<SeqNo>, now: u64) -> bool {
-        self.oldest_snapshot == oldest_snapshot && self.ttl_retry_at.is_some_and(|t| now < t)
     }
 }
 

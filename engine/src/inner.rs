@@ -112,7 +112,7 @@ pub(crate) struct DbState {
     pub(crate) read_triggered: std::collections::BTreeMap<u32, Vec<(bytes::Bytes, bytes::Bytes)>>,
     /// Tables an automatic in-place rewrite at the last level produced, by number: the picker
     /// leaves them for their tombstones until the oldest snapshot or the clock lets more go.
-    pub(crate) futile: std::collections::BTreeMap<u64, crate::compact::FutileRewrite>,
+    pub(crate) futile: std::collections::BTreeMap<u64, crate::futile::FutileRewrite>,
     /// The number of the read view installed last ([`SuperVersion::number`]).
     pub(crate) view_number: u64,
 }

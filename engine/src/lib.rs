@@ -49,6 +49,7 @@ mod error;
 mod explain;
 mod filename;
 mod flush;
+mod futile;
 mod inner;
 mod iterator;
 mod level_iter;

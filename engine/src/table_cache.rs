@@ -18,7 +18,7 @@ use cairn_sstable::{BlockCache, Table, WeakTable, key::user_key};
 use crate::error::Result;
 use crate::filename;
 use crate::version_edit::FileMeta;
-use crate::version_set::record_of;
+use crate::version_edit::record_of;
 
 /// The most tables to keep open when each holds a file descriptor: `max_open`, but no more than
 /// half the process's descriptor limit, so that logs, the MANIFEST, tables being written,

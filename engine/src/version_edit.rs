@@ -270,6 +270,57 @@ fn decode_file(r: &mut Cursor<'_>) -> Option<(u32, usize, FileMeta)> {
     ))
 }
 
+/// The MANIFEST record of table `number`, built from what its file holds: every field is a copy
+/// of, or follows from, its properties and range tombstones, so an open table can be held to
+/// its record whole ([`check_bounds`](crate::table_cache::check_bounds)).
+pub(crate) fn record_of(
+    number: u64,
+    file_size: u64,
+    props: &cairn_sstable::TableProperties,
+    range_tombstones: &cairn_sstable::FragmentedRangeTombstones,
+) -> FileMeta {
+    let point_smallest = props
+        .smallest_key
+        .as_ref()
+        .map(|k| cairn_sstable::key::user_key(k).to_vec());
+    let point_largest = props
+        .largest_key
+        .as_ref()
+        .map(|k| cairn_sstable::key::user_key(k).to_vec());
+    let fragments = range_tombstones.fragments();
+    let range_smallest = fragments.first().map(|f| f.start.to_vec());
+    let range_largest = fragments.last().map(|f| f.end.to_vec());
+    let smallest = [point_smallest, range_smallest]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or_default();
+    let largest = [point_largest, range_largest]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or_default();
+    // The MANIFEST stores an optional time one up (0 is "none"), so the largest it holds is one
+    // below the largest u64: a saturated expiry is recorded as that, here and when read back.
+    let storable = |v: Option<u64>| v.map(|t| t.min(u64::MAX - 1));
+    FileMeta {
+        number,
+        file_size,
+        smallest: Bytes::from(smallest),
+        largest: Bytes::from(largest),
+        smallest_seqno: props.smallest_seqno,
+        largest_seqno: props.largest_seqno,
+        num_entries: props.num_entries,
+        num_point_tombstones: props.num_point_tombstones(),
+        num_range_tombstones: props.num_range_tombstones,
+        oldest_tombstone_time: storable(props.oldest_tombstone_time),
+        smallest_tombstone_seqno: storable(props.smallest_tombstone_seqno),
+        max_tombstones_in_window: props.max_tombstones_in_window,
+        earliest_expiry: storable(props.earliest_expiry),
+        oldest_write_time: storable(props.oldest_write_time),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
