@@ -229,10 +229,7 @@ fn a_database_open_elsewhere_is_locked_exit_5_naming_the_holder() {
     let config = purge_config(dir.path(), true);
     let d = s(&db_dir);
     let held = cairn::Db::open(&db_dir, cairn::Options::default()).expect("open");
-    let holder = format!(
-        "{} has the database open",
-        common::this_process_as_holder(&db_dir)
-    );
+    let holder = format!("{} has the database open", common::this_process_as_holder());
     for args in [
         vec!["put", d, "k", "v"],
         vec!["delete", d, "a"],

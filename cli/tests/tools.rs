@@ -530,10 +530,7 @@ fn read_commands_change_nothing_and_run_beside_a_writer_while_a_write_is_refused
     let out = cairn(&["put", d, "a", "b"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(5), "cairn put: locked");
-    let holder = format!(
-        "{} has the database open",
-        common::this_process_as_holder(dir.path())
-    );
+    let holder = format!("{} has the database open", common::this_process_as_holder());
     assert!(
         stderr.contains("locked") && stderr.contains(&holder) && stderr.contains("Stop it"),
         "cairn put: {stderr}"

@@ -150,26 +150,53 @@ impl FileSystem for RealFs {
 }
 
 /// The pid of the process holding a `flock` on `path`, as the system's lock table says
-/// (`/proc/locks` on Linux): the kernel's word, so it is never a stale note. The entry is matched
-/// by the file's device and inode; failing that (an overlay file system reports its own device to
-/// `stat` and the lower one to the table), by the inode alone when exactly one lock has it. None
-/// where there is no such table, where `/proc` belongs to another pid namespace, or where there is
-/// no entry (a holder in a pid namespace this process cannot see shows as pid 0, and is none too).
+/// (`/proc/locks` on Linux): the kernel's word, so it is never a stale note. None where there is
+/// no such table, where `/proc` belongs to another pid namespace, or where the table shows no
+/// entry (see [`holder_in_table`]).
 fn read_holder(path: &Path) -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(path).ok()?;
-    let dev = meta.dev();
-    // glibc's `major`/`minor` of a 64-bit dev_t.
-    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
-    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
-    let device = format!("{major:02x}:{minor:02x}");
-    let inode = meta.ino().to_string();
     // A `/proc` of another pid namespace numbers processes as this one cannot see them.
     let proc_self = std::fs::read_link("/proc/self").ok()?;
     if proc_self.to_str()?.parse::<u32>().ok()? != std::process::id() {
         return None;
     }
-    let table = std::fs::read_to_string("/proc/locks").ok()?;
+    let (device, inode) = (device_name(meta.dev()), meta.ino().to_string());
+    // The lock was just refused, so someone holds it: a table that shows no one was most likely
+    // read while other locks came and went (see `read_lock_table`); a fresh read shows it.
+    (0..4).find_map(|_| holder_in_table(&read_lock_table()?, &device, &inode))
+}
+
+/// A device as the lock table prints it, `major:minor` in hex (`fe:00`), from glibc's split of a
+/// 64-bit `dev_t`.
+fn device_name(dev: u64) -> String {
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    format!("{major:02x}:{minor:02x}")
+}
+
+/// `/proc/locks`, read in large calls. The kernel prints the table afresh for each `read`
+/// (a page's worth at most), resuming at the entry number the last call reached, so an entry is
+/// skipped whenever a lock listed before it goes away in between. `read_to_string`'s small first
+/// probe made that common: a test process's threads taking and dropping locks hid the held lock
+/// from one lookup in twenty-five. Large reads leave the window between pages only.
+fn read_lock_table() -> Option<String> {
+    use std::io::Read;
+    // Room up front: `read_to_end` skips its small probe and reads in large calls.
+    let mut table = Vec::with_capacity(64 << 10);
+    File::open("/proc/locks")
+        .ok()?
+        .read_to_end(&mut table)
+        .ok()?;
+    String::from_utf8(table).ok()
+}
+
+/// The pid that `table` (the text of `/proc/locks`) shows holding a `flock` on the file with this
+/// device (`08:01`) and inode. The entry is matched by device and inode; failing that (an overlay
+/// file system reports its own device to `stat` and the lower one to the table), by the inode
+/// alone when exactly one lock has it. A holder in a pid namespace the reader cannot see shows as
+/// pid 0, which is no one.
+fn holder_in_table(table: &str, device: &str, inode: &str) -> Option<u32> {
     // `1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF`; waiters have `->` after the number.
     let flocks: Vec<(u32, &str, &str)> = table
         .lines()
@@ -278,5 +305,48 @@ mod limit_tests {
         if let Some(limit) = super::open_file_limit() {
             assert!(limit >= held, "limit {limit}, holding {held}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{device_name, holder_in_table};
+
+    const TABLE: &str = "\
+1: POSIX  ADVISORY  WRITE 3839 fe:00:770190 0 EOF
+2: FLOCK  ADVISORY  WRITE 4100 fe:00:770188 0 EOF
+2: -> FLOCK  ADVISORY  WRITE 4200 fe:00:770188 0 EOF
+3: FLOCK  ADVISORY  WRITE 4300 00:2f:770188 0 EOF
+4: FLOCK  ADVISORY  READ 4400 00:31:900 0 EOF
+5: FLOCK  ADVISORY  WRITE 0 fe:00:12 0 EOF
+";
+
+    #[test]
+    fn devices_print_as_the_lock_table_prints_them() {
+        assert_eq!(device_name(0xfe00), "fe:00");
+        assert_eq!(device_name(0x2f), "00:2f");
+        // major 259, minor 65536 + 3: both halves carry bits above the old 16-bit layout.
+        let dev = (0x103 & 0xfff) << 8 | (0x10003 & 0xff) | (0x10003 & !0xff) << 12;
+        assert_eq!(device_name(dev), "103:10003");
+    }
+
+    #[test]
+    fn the_entry_on_the_same_device_and_inode_names_the_holder() {
+        assert_eq!(holder_in_table(TABLE, "fe:00", "770188"), Some(4100));
+        assert_eq!(holder_in_table(TABLE, "00:2f", "770188"), Some(4300));
+    }
+
+    #[test]
+    fn an_inode_alone_names_the_holder_only_when_one_lock_has_it() {
+        assert_eq!(holder_in_table(TABLE, "00:44", "900"), Some(4400));
+        assert_eq!(holder_in_table(TABLE, "00:44", "770188"), None);
+    }
+
+    #[test]
+    fn posix_locks_waiters_pid_zero_and_missing_entries_name_no_one() {
+        assert_eq!(holder_in_table(TABLE, "fe:00", "770190"), None);
+        assert_eq!(holder_in_table(TABLE, "fe:00", "12"), None);
+        assert_eq!(holder_in_table(TABLE, "fe:00", "1"), None);
+        assert_eq!(holder_in_table("", "fe:00", "770188"), None);
     }
 }
