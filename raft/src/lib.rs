@@ -27,15 +27,19 @@
     reason = "openraft's traits return its StorageError (224 bytes); the helpers return what they hand on"
 )]
 
+pub mod client;
 pub mod codec;
 mod error;
 mod log_layout;
 mod log_store;
+mod network;
+pub mod node;
 mod snapshot;
 mod snapshot_data;
 mod snapshot_format;
 mod state_machine;
 mod types;
+pub mod wire;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -45,6 +49,7 @@ use cairn::{CfOptions, ColumnFamily, Db, Options};
 pub use error::StorageResult;
 pub use log_layout::{LOG_FAMILY, META_FAMILY};
 pub use log_store::LogStore;
+pub use network::TcpNetwork;
 pub use snapshot_data::{SNAPSHOT_FAMILY, SnapshotData};
 pub use state_machine::{DATA_FAMILY, STATE_FAMILY, StateMachine};
 pub use types::{NodeId, Request, Response, TypeConfig};

@@ -90,6 +90,43 @@ impl StateMachine {
         Ok(Some(value.to_vec()))
     }
 
+    /// The live pairs in `[start, end)` (to the end of the key space without `end`), in key
+    /// order, at most `limit`; expired values are left out.
+    ///
+    /// # Errors
+    /// The engine's, as a storage error.
+    pub fn scan(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> StorageResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        use std::ops::Bound;
+        let upper = end.map_or(Bound::Unbounded, Bound::Excluded);
+        let pairs = self
+            .data
+            .range::<&[u8]>((Bound::Included(start), upper))
+            .map_err(|e| error::read_state(&e))?;
+        let now = self.db.now_ms();
+        let mut live = Vec::new();
+        for pair in pairs {
+            if live.len() >= limit {
+                break;
+            }
+            let (key, stored) = pair.map_err(|e| error::read_state(&e))?;
+            let (expires_at, value) = split_expiry(&stored).ok_or_else(|| {
+                error::read_state(&Malformed(format!(
+                    "value of {} bytes has no expiry",
+                    stored.len()
+                )))
+            })?;
+            if expires_at == 0 || expires_at > now {
+                live.push((key.to_vec(), value.to_vec()));
+            }
+        }
+        Ok(live)
+    }
+
     /// The record `key` of the state family, now or at `view`.
     pub(crate) fn read_state<T: serde::de::DeserializeOwned>(
         &self,
