@@ -4,13 +4,15 @@
 //! Exit codes: 0 pass (or done), 1 a verification failed (for `purge`, a table failed; for
 //! `get`, no value; for `audit`, traces remain), 2 the engine failed or the database could not
 //! be read (damage, I/O), 3 bad arguments or configuration, 4 not found (no such directory or
-//! file, not a database), 5 locked by another process.
+//! file, not a database), 5 locked by another process, 6 a replicated write's outcome is unknown
+//! (its answer was lost after it was sent).
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 mod cf;
+mod cluster;
 mod compact;
 mod db_arg;
 mod dump;
@@ -23,6 +25,7 @@ mod plot;
 mod progress;
 mod purge;
 mod purge_demo;
+mod serve;
 mod ttl;
 mod verify;
 
@@ -34,7 +37,8 @@ mod verify;
     after_help = "The database is named first: cairn COMMAND DB …\n\
                   Exit codes: 0 done, 1 a check failed or the answer is no (get: no value, audit: traces remain), \
                   2 the engine failed or the database could not be read, 3 bad arguments, 4 not found \
-                  (no such directory, not a database), 5 locked by another process. \
+                  (no such directory, not a database), 5 locked by another process, 6 a replicated write's \
+                  outcome is unknown (its answer was lost). \
                   Durations read as 20s, 10m, 1h, 1d or 500ms; sizes as 4096, 64KiB or 1MiB."
 )]
 struct Cli {
@@ -84,6 +88,12 @@ enum Command {
     Load(dump::LoadArgs),
     /// Column families: list (read-only), create, drop.
     Cf(cf::CfArgs),
+    /// Runs one node of a replicated Cairn (openraft over TCP); stops cleanly on SIGTERM.
+    Serve(serve::ServeArgs),
+    /// A replicated Cairn's members: init, status, add, remove.
+    Cluster(cluster::ClusterArgs),
+    /// Reads and writes through a replicated Cairn's leader: put, get, delete, delete-range, scan.
+    Kv(cluster::KvArgs),
 }
 
 fn main() -> ExitCode {
@@ -117,6 +127,9 @@ fn main() -> ExitCode {
         Command::Dump(args) => dump::dump(&args),
         Command::Load(args) => dump::load(&args),
         Command::Cf(args) => cf::run(&args),
+        Command::Serve(args) => serve::run(&args),
+        Command::Cluster(args) => cluster::run(args),
+        Command::Kv(args) => cluster::kv(args),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(2))
 }

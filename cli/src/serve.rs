@@ -1,0 +1,193 @@
+//! `cairn serve`: one node of a replicated Cairn (`cairn_raft::node`), configured by flags or a
+//! YAML file (flags win), logging to stderr, stopped cleanly by SIGTERM or Ctrl-C: it stops
+//! listening, stops openraft and closes its database, then exits 0.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use cairn_raft::node::{Node, NodeConfig};
+use clap::Args;
+use serde::Deserialize;
+
+use crate::output::parse_duration;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// This node's id: 1, 2, 3… unique in the cluster.
+    #[arg(long)]
+    id: Option<u64>,
+    /// The directory of this node's database (created if missing).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// The address to listen on for peers and clients, as the others reach it (127.0.0.1:7001).
+    #[arg(long)]
+    listen: Option<String>,
+    /// Every node of the cluster, this one included, as ID=ADDR,…: what `cairn cluster init`
+    /// forms the cluster from. Leave out to start alone and grow with `cairn cluster add`.
+    #[arg(long, value_delimiter = ',')]
+    peers: Vec<String>,
+    /// A YAML file with any of the flags above and below, named as they are (`election-min:
+    /// 1s`), peers as a map of id to address. Flags given on the command line win.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// How often the leader sends heartbeats [default: 100ms].
+    #[arg(long, value_parser = parse_duration)]
+    heartbeat: Option<Duration>,
+    /// The shortest silence after which a follower stands for election [default: 1s].
+    #[arg(long, value_parser = parse_duration)]
+    election_min: Option<Duration>,
+    /// The longest [default: 2s].
+    #[arg(long, value_parser = parse_duration)]
+    election_max: Option<Duration>,
+    /// Build a snapshot (and purge the log before it) every this many entries [default: 10000].
+    #[arg(long)]
+    snapshot_every: Option<u64>,
+}
+
+/// The config file's keys, each optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct ServeFile {
+    id: Option<u64>,
+    dir: Option<PathBuf>,
+    listen: Option<String>,
+    #[serde(default)]
+    peers: BTreeMap<u64, String>,
+    heartbeat: Option<String>,
+    election_min: Option<String>,
+    election_max: Option<String>,
+    snapshot_every: Option<u64>,
+}
+
+pub fn run(args: &ServeArgs) -> i32 {
+    // openraft says much at info; its warnings and the node's own news are what an operator reads.
+    crate::init_logging_with("warn,cairn=info,cairn_raft=info");
+    let config = match node_config(args) {
+        Ok(config) => config,
+        Err(why) => return crate::bad_args(&why),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => return crate::output::failed("starting the runtime", &e),
+    };
+    runtime.block_on(serve(config))
+}
+
+async fn serve(config: NodeConfig) -> i32 {
+    let (id, dir) = (config.id, config.dir.clone());
+    let node = match Node::start(config).await {
+        Ok(node) => node,
+        Err(e @ cairn_raft::node::ServeError::Config(_)) => return crate::bad_args(&e.to_string()),
+        Err(e) => {
+            eprintln!("cairn: node {id} did not start: {e}");
+            return 2;
+        }
+    };
+    tracing::info!(
+        "node {id} listening on {}, database {}",
+        node.addr(),
+        dir.display()
+    );
+    let stopped = stop_signal().await;
+    tracing::info!("node {id}: {stopped}, shutting down");
+    match node.shutdown().await {
+        Ok(()) => {
+            tracing::info!("node {id} stopped");
+            0
+        }
+        Err(e) => {
+            eprintln!("cairn: node {id} did not stop cleanly: {e}");
+            2
+        }
+    }
+}
+
+/// Waits for SIGTERM or Ctrl-C and names it.
+async fn stop_signal() -> &'static str {
+    let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    else {
+        let _ = tokio::signal::ctrl_c().await;
+        return "interrupted";
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = tokio::signal::ctrl_c() => "interrupted",
+    }
+}
+
+/// The node's configuration: the file's, with the flags over it.
+fn node_config(args: &ServeArgs) -> Result<NodeConfig, String> {
+    let file = match &args.config {
+        Some(path) => read_file(path)?,
+        None => ServeFile::default(),
+    };
+    let id = args
+        .id
+        .or(file.id)
+        .ok_or("give --id (or id: in --config)")?;
+    let dir = args
+        .dir
+        .clone()
+        .or(file.dir)
+        .ok_or("give --dir (or dir: in --config)")?;
+    let listen = args
+        .listen
+        .clone()
+        .or(file.listen)
+        .ok_or("give --listen (or listen: in --config)")?;
+    let mut config = NodeConfig::new(id, dir, listen);
+    config.peers = if args.peers.is_empty() {
+        file.peers
+    } else {
+        parse_peers(&args.peers)?
+    };
+    let from_file = |text: Option<String>| text.as_deref().map(parse_duration).transpose();
+    if let Some(heartbeat) = args.heartbeat.or(from_file(file.heartbeat)?) {
+        config.heartbeat = heartbeat;
+    }
+    if let Some(min) = args.election_min.or(from_file(file.election_min)?) {
+        config.election_timeout.0 = min;
+    }
+    if let Some(max) = args.election_max.or(from_file(file.election_max)?) {
+        config.election_timeout.1 = max;
+    }
+    if let Some(every) = args.snapshot_every.or(file.snapshot_every) {
+        config.snapshot_every = every;
+    }
+    if !config.peers.is_empty() && !config.peers.contains_key(&id) {
+        return Err(format!("--peers must name this node ({id}) too"));
+    }
+    Ok(config)
+}
+
+fn read_file(path: &Path) -> Result<ServeFile, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_yaml_ng::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// `1=127.0.0.1:7001` pairs into a map, each id once.
+pub fn parse_peers(pairs: &[String]) -> Result<BTreeMap<u64, String>, String> {
+    let mut peers = BTreeMap::new();
+    for pair in pairs {
+        let (id, addr) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("{pair:?} is not ID=ADDR (1=127.0.0.1:7001)"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .ok()
+            .filter(|id| *id > 0)
+            .ok_or_else(|| format!("{pair:?}: node ids are 1, 2, 3…"))?;
+        if addr.trim().is_empty() {
+            return Err(format!("{pair:?}: no address"));
+        }
+        if peers.insert(id, addr.trim().to_owned()).is_some() {
+            return Err(format!("node {id} is named twice"));
+        }
+    }
+    Ok(peers)
+}
