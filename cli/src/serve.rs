@@ -43,6 +43,9 @@ pub struct ServeArgs {
     /// Build a snapshot (and purge the log before it) every this many entries [default: 10000].
     #[arg(long)]
     snapshot_every: Option<u64>,
+    /// The data's tombstone grace period (`1h`), fixed when the database is created [default: 0s].
+    #[arg(long, value_parser = parse_duration)]
+    grace: Option<Duration>,
 }
 
 /// The config file's keys, each optional.
@@ -58,6 +61,7 @@ struct ServeFile {
     election_min: Option<String>,
     election_max: Option<String>,
     snapshot_every: Option<u64>,
+    grace: Option<String>,
 }
 
 pub fn run(args: &ServeArgs) -> i32 {
@@ -157,6 +161,9 @@ fn node_config(args: &ServeArgs) -> Result<NodeConfig, String> {
     }
     if let Some(every) = args.snapshot_every.or(file.snapshot_every) {
         config.snapshot_every = every;
+    }
+    if let Some(grace) = args.grace.or(from_file(file.grace)?) {
+        config.tombstone_grace = grace;
     }
     if !config.peers.is_empty() && !config.peers.contains_key(&id) {
         return Err(format!("--peers must name this node ({id}) too"));

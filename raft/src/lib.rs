@@ -63,6 +63,18 @@ pub(crate) const WRITE_BATCH_BYTES: usize = 64 << 20;
 /// # Errors
 /// The engine's, as a storage error.
 pub fn open(dir: impl AsRef<Path>) -> StorageResult<(LogStore, StateMachine)> {
+    open_with(dir, CfOptions::default())
+}
+
+/// As [`open`], creating the state machine's data family with `data_options` if it is missing
+/// (a tombstone grace period, say).
+///
+/// # Errors
+/// The engine's, as a storage error.
+pub fn open_with(
+    dir: impl AsRef<Path>,
+    data_options: CfOptions,
+) -> StorageResult<(LogStore, StateMachine)> {
     let db = Db::open(dir.as_ref(), node_options()).map_err(|e| {
         // The store as a whole, not its log: the database did not open.
         let source = openraft::AnyError::error(format!("{}: {e}", dir.as_ref().display()));
@@ -72,7 +84,11 @@ pub fn open(dir: impl AsRef<Path>) -> StorageResult<(LogStore, StateMachine)> {
             source,
         ))
     })?;
-    open_db(Arc::new(db))
+    let db = Arc::new(db);
+    Ok((
+        LogStore::open(Arc::clone(&db))?,
+        StateMachine::open_with(db, data_options)?,
+    ))
 }
 
 /// The options [`open`] uses: the engine's defaults with a 256 MiB memtable (the engine's is

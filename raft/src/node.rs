@@ -51,6 +51,9 @@ pub struct NodeConfig {
     pub snapshot_every: u64,
     /// Entries kept in the log behind a snapshot, for followers a little behind.
     pub keep_behind_snapshot: u64,
+    /// The data's tombstone grace period, set when the database is created (the engine's
+    /// `CfOptions::tombstone_grace`; a node's grace cannot change after that).
+    pub tombstone_grace: Duration,
 }
 
 impl NodeConfig {
@@ -66,6 +69,7 @@ impl NodeConfig {
             election_timeout: (Duration::from_secs(1), Duration::from_secs(2)),
             snapshot_every: 10_000,
             keep_behind_snapshot: 1_000,
+            tombstone_grace: Duration::ZERO,
         }
     }
 
@@ -164,7 +168,8 @@ impl Node {
             source,
         })?;
         let dir = config.dir.clone();
-        let (log, state) = tokio::task::spawn_blocking(move || crate::open(dir))
+        let data = cairn::CfOptions::default().tombstone_grace(config.tombstone_grace);
+        let (log, state) = tokio::task::spawn_blocking(move || crate::open_with(dir, data))
             .await
             .map_err(|e| ServeError::Raft(e.to_string()))?
             .map_err(ServeError::Storage)?;
@@ -282,12 +287,13 @@ async fn client(shared: &Shared, call: ClientCall) -> ClientReply {
             if let Some(refused) = linearizable(shared).await {
                 return refused;
             }
+            local_scan(shared, start, end, limit).await
+        }
+        ClientCall::LocalScan { start, end, limit } => local_scan(shared, start, end, limit).await,
+        ClientCall::Compact => {
             let state = shared.state.clone();
-            let scanned =
-                tokio::task::spawn_blocking(move || state.scan(&start, end.as_deref(), limit))
-                    .await;
-            match scanned {
-                Ok(Ok(pairs)) => ClientReply::Pairs(pairs),
+            match tokio::task::spawn_blocking(move || state.compact()).await {
+                Ok(Ok(())) => ClientReply::Done,
                 Ok(Err(e)) => ClientReply::Failed(e.to_string()),
                 Err(e) => ClientReply::Failed(e.to_string()),
             }
@@ -330,6 +336,23 @@ async fn client(shared: &Shared, call: ClientCall) -> ClientReply {
             }
         }
         ClientCall::Status => ClientReply::Status(status(&shared.raft)),
+    }
+}
+
+/// This node's pairs in `[start, end)`, as its state machine has them now.
+async fn local_scan(
+    shared: &Shared,
+    start: Vec<u8>,
+    end: Option<Vec<u8>>,
+    limit: usize,
+) -> ClientReply {
+    let state = shared.state.clone();
+    let scanned =
+        tokio::task::spawn_blocking(move || state.scan(&start, end.as_deref(), limit)).await;
+    match scanned {
+        Ok(Ok(pairs)) => ClientReply::Pairs(pairs),
+        Ok(Err(e)) => ClientReply::Failed(e.to_string()),
+        Err(e) => ClientReply::Failed(e.to_string()),
     }
 }
 

@@ -56,9 +56,25 @@ impl StateMachine {
     /// # Errors
     /// The engine's, as a storage error.
     pub fn open(db: Arc<Db>) -> StorageResult<Self> {
+        Self::open_with(db, cairn::CfOptions::default())
+    }
+
+    /// As [`open`](Self::open), creating the data family with `data_options` if it is missing
+    /// (a tombstone grace period, say; an existing family keeps the options it has).
+    ///
+    /// # Errors
+    /// The engine's, as a storage error.
+    pub fn open_with(db: Arc<Db>, data_options: cairn::CfOptions) -> StorageResult<Self> {
         let family = |name| crate::family(&db, name).map_err(|e| error::read_state(&e));
+        let data = match db.column_family(DATA_FAMILY) {
+            Err(cairn::Error::ColumnFamilyNotFound(_)) => {
+                db.create_column_family(DATA_FAMILY, data_options)
+            }
+            found => found,
+        }
+        .map_err(|e| error::read_state(&e))?;
         let machine = Self {
-            data: family(DATA_FAMILY)?,
+            data,
             state: family(STATE_FAMILY)?,
             snaps: family(SNAPSHOT_FAMILY)?,
             db,
@@ -125,6 +141,17 @@ impl StateMachine {
             }
         }
         Ok(live)
+    }
+
+    /// Compacts the data family down to its last level: every version and tombstone the
+    /// engine's rules allow to go is gone when this returns (on this node).
+    ///
+    /// # Errors
+    /// The engine's, as a storage error.
+    pub fn compact(&self) -> StorageResult<()> {
+        self.data
+            .compact_range::<&[u8]>(..)
+            .map_err(|e| error::read_state(&e))
     }
 
     /// The record `key` of the state family, now or at `view`.

@@ -68,6 +68,18 @@ pub enum ClientCall {
     },
     /// What this node knows of the cluster.
     Status,
+    /// This node's own state machine as it has applied it, not linearizable: the pairs in
+    /// `[start, end)`, at most `limit` (how a checker reads each replica).
+    LocalScan {
+        /// The first key.
+        start: Vec<u8>,
+        /// The first key past the range; none for the end of the key space.
+        end: Option<Vec<u8>>,
+        /// At most this many pairs.
+        limit: usize,
+    },
+    /// Compact this node's data down to its last level (an operator's or a checker's call).
+    Compact,
 }
 
 /// A node's answer to a [`Call`].
