@@ -6,7 +6,7 @@
 //! and report say `interrupted`; the exit code is the run's own (0 pass, 1 a check failed). A
 //! second Ctrl-C ends the process at once with 130.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cairn_stress::CrashConfig;
@@ -39,12 +39,17 @@ pub struct StressArgs {
     /// Worker threads (1 to 64).
     #[arg(long, default_value_t = 4, value_parser = output::parse_threads)]
     threads: usize,
-    /// Keys in the key space.
-    #[arg(long, default_value_t = 100_000)]
-    keys: usize,
+    /// Keys in the key space [default: 100000; 500 with --cluster].
+    #[arg(long)]
+    keys: Option<usize>,
     /// Seed of every random choice.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Stress a replicated Cairn of this many `cairn serve` processes (3 to 7) on loopback
+    /// instead: node kills, leader pauses, followers down past the grace period; --duration,
+    /// --seed, --keys, --grace, --json and --report apply.
+    #[arg(long)]
+    cluster: Option<usize>,
     /// How long to run (`20s`, `10m`, `1h`; a bare number is seconds; ignored with --ops; 0 is
     /// refused as exercising nothing).
     #[arg(long, default_value = "60s", value_parser = output::parse_duration)]
@@ -181,7 +186,22 @@ pub struct CrashArgs {
     json: bool,
 }
 
-pub fn stress(args: StressArgs) -> i32 {
+/// `stress --cluster N`: the flags that apply, handed to the cluster stress.
+fn cluster(args: &StressArgs, nodes: usize) -> i32 {
+    crate::cluster_stress::run(&crate::cluster_stress::ClusterRun {
+        nodes,
+        keys: args.keys,
+        seed: args.seed,
+        duration: args.duration,
+        grace: args.grace,
+        dir: args.db.path().map(Path::to_path_buf),
+        json: args.json,
+        report: args.report.clone(),
+    })
+}
+
+/// Logs to stderr; with injected faults, none of the engine's complaints (by design).
+fn init_stress_logging(args: &StressArgs) {
     if args.inject_errors.is_some() {
         // Faults make the engine complain by design; the report says what matters.
         init_logging_with(if args.quiet {
@@ -192,6 +212,10 @@ pub fn stress(args: StressArgs) -> i32 {
     } else {
         init_logging(args.quiet);
     }
+}
+
+pub fn stress(args: StressArgs) -> i32 {
+    init_stress_logging(&args);
     if let Some(StressSub::Replay {
         log,
         db,
@@ -213,9 +237,12 @@ pub fn stress(args: StressArgs) -> i32 {
         Ok(w) => w,
         Err(e) => return bad_args(&e),
     };
+    if let Some(nodes) = args.cluster {
+        return cluster(&args, nodes);
+    }
     let config = StressConfig {
         threads: args.threads,
-        keys: args.keys,
+        keys: args.keys.unwrap_or(100_000),
         seed: args.seed,
         limit: args.ops.map_or(Limit::Duration(args.duration), Limit::Ops),
         weights,

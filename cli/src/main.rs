@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 
 mod cf;
 mod cluster;
+mod cluster_stress;
 mod compact;
 mod db_arg;
 mod dump;
@@ -49,7 +50,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Random concurrent operations with every read verified; 60 s on a temporary database by default.
-    Stress(harness_cmd::StressArgs),
+    Stress(Box<harness_cmd::StressArgs>),
     /// Kill -9 and power-loss crash loops with full verification after each crash.
     Crashtest(harness_cmd::CrashArgs),
     /// The soft-delete tombstone purger over a database's tables; `purge demo` shows it end to end.
@@ -107,7 +108,7 @@ fn main() -> ExitCode {
         }
     };
     let code = match cli.command {
-        Command::Stress(args) => harness_cmd::stress(args),
+        Command::Stress(args) => harness_cmd::stress(*args),
         Command::Crashtest(args) => harness_cmd::crashtest(&args),
         Command::Purge(args) => purge::run(args),
         Command::Ttl(args) => ttl::run(&args),

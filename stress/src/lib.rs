@@ -28,6 +28,7 @@
 //!
 //! It tests through the public API only; it does not know the engine's internals.
 
+pub mod cluster;
 mod config;
 mod crashtest;
 mod expected;

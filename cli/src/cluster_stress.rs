@@ -1,0 +1,134 @@
+//! `cairn stress --cluster N`: the cluster stress of `cairn_stress::cluster`, with this very
+//! binary's `serve` as each node, in a temporary directory (kept when the run fails) or the one
+//! given. Exit 0 when nothing was found wrong, 1 when something was, 2 when the cluster could
+//! not be set up.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cairn_stress::cluster::{ClusterConfig, ClusterReport, run_cluster};
+
+use crate::output::{FAILED, NO, print_json};
+
+/// What the `stress` flags ask of a cluster run.
+#[derive(Debug)]
+pub struct ClusterRun {
+    pub nodes: usize,
+    pub keys: Option<usize>,
+    pub seed: u64,
+    pub duration: Duration,
+    pub grace: Option<Duration>,
+    pub dir: Option<PathBuf>,
+    pub json: bool,
+    pub report: Option<PathBuf>,
+}
+
+pub fn run(run: &ClusterRun) -> i32 {
+    if !(3..=7).contains(&run.nodes) {
+        return crate::bad_args(&format!("--cluster {}: give 3 to 7 nodes", run.nodes));
+    }
+    if run.duration.is_zero() {
+        return crate::bad_args("--duration 0 exercises nothing");
+    }
+    let program = match std::env::current_exe() {
+        Ok(program) => program,
+        Err(e) => return crate::output::failed("finding the cairn binary", &e),
+    };
+    let temp = match &run.dir {
+        Some(_) => None,
+        None => match tempfile::Builder::new().prefix("cairn-cluster-").tempdir() {
+            Ok(dir) => Some(dir),
+            Err(e) => return crate::output::failed("making a temporary directory", &e),
+        },
+    };
+    let dir = run
+        .dir
+        .clone()
+        .or_else(|| temp.as_ref().map(|t| t.path().to_path_buf()))
+        .unwrap_or_default();
+    let mut config = ClusterConfig::new(program, dir.clone(), run.duration);
+    config.nodes = run.nodes;
+    config.seed = run.seed;
+    if let Some(keys) = run.keys {
+        config.keys = keys as u64;
+    }
+    if let Some(grace) = run.grace {
+        config.grace = grace;
+    }
+    eprintln!(
+        "cairn stress --cluster {}: seed {}, {} keys, grace {:?}, for {:?} in {}",
+        config.nodes,
+        config.seed,
+        config.keys,
+        config.grace,
+        config.duration,
+        dir.display()
+    );
+    let report = match run_cluster(&config) {
+        Ok(report) => report,
+        Err(why) => {
+            eprintln!("cairn: the cluster could not be set up: {why}");
+            return FAILED;
+        }
+    };
+    if let Some(path) = &run.report
+        && let Err(e) = std::fs::write(path, serde_json::to_vec_pretty(&report).unwrap_or_default())
+    {
+        eprintln!("cairn: cannot write {}: {e}", path.display());
+    }
+    if run.json {
+        print_json(&report);
+    } else {
+        print_summary(&report);
+    }
+    if report.passed() {
+        0
+    } else {
+        if let Some(temp) = temp {
+            // Keep the nodes' logs and databases for whoever looks into it.
+            let kept = temp.keep();
+            eprintln!(
+                "cairn: the nodes' logs and databases are kept in {}",
+                kept.display()
+            );
+        }
+        NO
+    }
+}
+
+fn print_summary(report: &ClusterReport) {
+    println!(
+        "{}: seed {}, {:.0}s, {} ops ({} writes acknowledged, {} uncertain, {} unavailable, {} reads judged)",
+        if report.passed() { "PASS" } else { "FAIL" },
+        report.seed,
+        report.elapsed_secs,
+        report.ops,
+        report.acked_writes,
+        report.uncertain_writes,
+        report.unavailable,
+        report.reads,
+    );
+    println!(
+        "faults: {} kills ({} of the leader), {} leader pauses, {} followers down past the grace period; {} catch-ups by snapshot; {} replicas read whole and judged{}",
+        report.kills,
+        report.leader_kills,
+        report.pauses,
+        report.behind_past_grace,
+        report.snapshot_catch_ups,
+        report.replica_checks,
+        if report.interrupted {
+            " (interrupted)"
+        } else {
+            ""
+        },
+    );
+    for failure in &report.failures {
+        let node = failure
+            .node
+            .map_or_else(|| "the leader".to_owned(), |n| format!("node {n}"));
+        println!(
+            "  {} on {node} at {}: key {:?}: expected {}, read {}",
+            failure.kind, failure.when, failure.key, failure.expected, failure.observed
+        );
+    }
+}

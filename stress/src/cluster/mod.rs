@@ -1,0 +1,710 @@
+//! The cluster stress: a replicated Cairn of three (or five) `cairn serve` processes on loopback,
+//! driven by one client through the leader (puts, puts with a TTL, deletes, range deletes,
+//! linearizable gets and scans), while the run kills nodes (SIGKILL, the leader more often
+//! than not) and restarts them, pauses the leader (SIGSTOP) past an election, and keeps a
+//! follower down for longer than the tombstone grace period while deletes happen and the
+//! others compact those tombstones away, then brings it back to catch up by log or snapshot.
+//!
+//! Every read is judged against the expected state ([`model`]), and after each recovery and at
+//! the end every replica's own data is read ([`ClientCall::LocalScan`], once it has applied the
+//! client's last acknowledged write) and judged key by key: a lost write, a resurrected delete,
+//! a stale read or a wrong value is a failure naming the seed, the node and the key. At the end
+//! the replicas must also hold the same data. A check that cannot read is a failure too.
+//!
+//! One fault at a time: a node down or paused leaves a quorum of the others.
+
+pub mod model;
+mod nodes;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use cairn_raft::client::{self, Client, ClientError};
+use cairn_raft::wire::{ClientCall, ClientReply};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use self::model::{Model, Possible, Wrong};
+pub use self::nodes::NodeSettings;
+use self::nodes::Nodes;
+
+/// What a cluster stress run does.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// How many nodes (3 or 5).
+    pub nodes: usize,
+    /// The `cairn` binary whose `serve` runs each node.
+    pub program: PathBuf,
+    /// The run's directory: the nodes' databases and logs.
+    pub dir: PathBuf,
+    /// The seed of every random choice.
+    pub seed: u64,
+    /// How long to run.
+    pub duration: Duration,
+    /// Keys in the key space.
+    pub keys: u64,
+    /// The nodes' tombstone grace period.
+    pub grace: Duration,
+    /// The mean time between faults.
+    pub fault_every: Duration,
+    /// A snapshot every this many entries on each node.
+    pub snapshot_every: u64,
+    /// The nodes' shortest election timeout.
+    pub election_min: Duration,
+}
+
+impl ClusterConfig {
+    /// Three nodes of `program` under `dir` for `duration`, with the defaults: 500 keys, a 2 s
+    /// grace period, a fault every 2 s on average, a snapshot every 200 entries, elections
+    /// after 500 ms to 1 s.
+    pub fn new(program: PathBuf, dir: PathBuf, duration: Duration) -> Self {
+        Self {
+            nodes: 3,
+            program,
+            dir,
+            seed: 0,
+            duration,
+            keys: 500,
+            grace: Duration::from_secs(2),
+            fault_every: Duration::from_secs(2),
+            snapshot_every: 200,
+            election_min: Duration::from_millis(500),
+        }
+    }
+}
+
+/// One thing found wrong.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterFailure {
+    /// Lost write, resurrected delete, stale read, wrong value, replicas differ, or a check
+    /// that could not be made.
+    pub kind: String,
+    /// The node whose data it is; none for a read through the leader.
+    pub node: Option<u64>,
+    /// The key.
+    pub key: String,
+    /// What the key may be.
+    pub expected: String,
+    /// What was read.
+    pub observed: String,
+    /// When: the operation's number, or the check.
+    pub when: String,
+}
+
+/// What a run did and found.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct ClusterReport {
+    /// The seed.
+    pub seed: u64,
+    /// Client operations done.
+    pub ops: u64,
+    /// Writes acknowledged.
+    pub acked_writes: u64,
+    /// Writes whose answer was lost (outcome unknown).
+    pub uncertain_writes: u64,
+    /// Calls no leader answered in time (nothing written).
+    pub unavailable: u64,
+    /// Reads (gets and scans) judged.
+    pub reads: u64,
+    /// Nodes killed with SIGKILL.
+    pub kills: u64,
+    /// Of those, leaders.
+    pub leader_kills: u64,
+    /// Leaders paused with SIGSTOP past an election.
+    pub pauses: u64,
+    /// Followers kept down past the grace period while the others compacted deletes away.
+    pub behind_past_grace: u64,
+    /// Recoveries where the leader had purged the log past the node's state: by snapshot.
+    pub snapshot_catch_ups: u64,
+    /// Replicas read whole and judged.
+    pub replica_checks: u64,
+    /// What was found wrong (at most 20 are kept).
+    pub failures: Vec<ClusterFailure>,
+    /// Stopped early by Ctrl-C or SIGTERM.
+    pub interrupted: bool,
+    /// How long it ran, in seconds.
+    pub elapsed_secs: f64,
+    /// The run's directory (nodes' logs and databases).
+    pub dir: PathBuf,
+}
+
+impl ClusterReport {
+    /// True when nothing was found wrong.
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+/// A replica's pairs, in key order.
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+const MAX_FAILURES: usize = 20;
+const CATCH_UP: Duration = Duration::from_secs(30);
+
+/// Runs the cluster stress.
+///
+/// # Errors
+/// If the nodes cannot be started or the cluster not formed (a setup problem, not a finding).
+pub fn run_cluster(config: &ClusterConfig) -> Result<ClusterReport, String> {
+    if !(3..=7).contains(&config.nodes) {
+        return Err(format!("{} nodes: give 3 to 7", config.nodes));
+    }
+    std::fs::create_dir_all(&config.dir).map_err(|e| format!("{}: {e}", config.dir.display()))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    runtime.block_on(Run::new(config)?.go())
+}
+
+/// A node that is down on purpose, and until when.
+struct Down {
+    id: u64,
+    until: Instant,
+    past_grace: bool,
+    applied_before: Option<u64>,
+}
+
+struct Run<'a> {
+    config: &'a ClusterConfig,
+    nodes: Nodes,
+    model: Model,
+    rng: SmallRng,
+    report: ClusterReport,
+    /// The index of the last acknowledged write.
+    last_acked: u64,
+    down: Option<Down>,
+    paused: Option<(u64, Instant)>,
+}
+
+impl<'a> Run<'a> {
+    fn new(config: &'a ClusterConfig) -> Result<Self, String> {
+        let settings = NodeSettings {
+            program: config.program.clone(),
+            grace: config.grace,
+            snapshot_every: config.snapshot_every,
+            election_min: config.election_min,
+        };
+        let nodes = Nodes::new(&config.dir, config.nodes, settings).map_err(|e| e.to_string())?;
+        Ok(Self {
+            config,
+            nodes,
+            model: Model::default(),
+            rng: SmallRng::seed_from_u64(config.seed),
+            report: ClusterReport {
+                seed: config.seed,
+                dir: config.dir.clone(),
+                ..ClusterReport::default()
+            },
+            last_acked: 0,
+            down: None,
+            paused: None,
+        })
+    }
+
+    async fn go(mut self) -> Result<ClusterReport, String> {
+        let started = Instant::now();
+        for id in (1..).take(self.config.nodes) {
+            self.nodes.start(id).map_err(|e| e.to_string())?;
+        }
+        let first = self.nodes.addrs().into_iter().next().unwrap_or_default();
+        match client::call_node(&first, ClientCall::Init, Duration::from_secs(10)).await {
+            Ok(ClientReply::Done) => {}
+            other => return Err(format!("forming the cluster: {other:?}")),
+        }
+        let mut client = Client::new(self.nodes.addrs())
+            .map_err(|e| e.to_string())?
+            .deadline(Duration::from_secs(10));
+        let mut next_fault = Instant::now() + self.fault_gap();
+        while started.elapsed() < self.config.duration
+            && !crate::stop_requested()
+            && self.report.failures.len() < MAX_FAILURES
+        {
+            self.op(&mut client).await;
+            self.end_faults_due().await;
+            if Instant::now() >= next_fault && self.down.is_none() && self.paused.is_none() {
+                self.fault().await;
+                next_fault = Instant::now() + self.fault_gap();
+            }
+            if let Err(e) = self.nodes.check_alive() {
+                self.fail(
+                    "node exited",
+                    None,
+                    "",
+                    "running",
+                    &e.to_string(),
+                    "the run",
+                );
+                break;
+            }
+        }
+        self.report.interrupted = crate::stop_requested();
+        self.finish().await;
+        self.report.elapsed_secs = started.elapsed().as_secs_f64();
+        Ok(self.report)
+    }
+
+    fn fault_gap(&mut self) -> Duration {
+        let mean = self.config.fault_every.as_millis().max(2);
+        let ms = self.rng.random_range(mean / 2..mean * 3 / 2);
+        Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+    }
+
+    fn key(&mut self) -> Vec<u8> {
+        key_at(self.rng.random_range(0..self.config.keys.max(1)))
+    }
+
+    /// One client operation, judged.
+    async fn op(&mut self, client: &mut Client) {
+        self.report.ops += 1;
+        let n = self.report.ops;
+        let value = format!("s{}:{n}", self.config.seed).into_bytes();
+        let key = self.key();
+        // While a follower is down past the grace period, delete more: its catch-up is the test.
+        let deleting = self.down.as_ref().is_some_and(|d| d.past_grace);
+        let roll = self.rng.random_range(0..100);
+        match roll {
+            _ if deleting && roll < 40 => self.delete(client, key).await,
+            0..40 => {
+                let state = Possible {
+                    value: Some(value.clone()),
+                    expires_at_ms: None,
+                };
+                let written = client.put(&key, &value).await;
+                self.settle(&key, state, written);
+            }
+            40..50 => {
+                let short = self.rng.random_bool(0.5);
+                let ttl = if short {
+                    Duration::from_millis(self.rng.random_range(500..3000))
+                } else {
+                    Duration::from_secs(3600)
+                };
+                let expires = now_ms() + u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+                let written = client.put_with_ttl(&key, &value, ttl).await;
+                // The client computes the expiry from its clock just after this reading.
+                let state = Possible {
+                    value: Some(value),
+                    expires_at_ms: Some(expires),
+                };
+                self.settle(&key, state, written);
+            }
+            50..68 => self.delete(client, key).await,
+            68..73 => {
+                let first = self.rng.random_range(0..self.config.keys.max(1));
+                let width = self.rng.random_range(1..20);
+                let (start, end) = (key_at(first), key_at(first + width));
+                match client.delete_range(&start, &end).await {
+                    Ok(index) => {
+                        self.model.delete_range(&start, &end, true);
+                        self.acked(index);
+                    }
+                    Err(ClientError::Uncertain(_)) => {
+                        self.report.uncertain_writes += 1;
+                        self.model.delete_range(&start, &end, false);
+                    }
+                    Err(e) => self.not_done(&e),
+                }
+            }
+            73..95 => self.get(client, key, n).await,
+            _ => self.scan(client, key, n).await,
+        }
+    }
+
+    async fn delete(&mut self, client: &mut Client, key: Vec<u8>) {
+        let written = client.delete(&key).await;
+        let state = Possible {
+            value: None,
+            expires_at_ms: None,
+        };
+        self.settle(&key, state, written);
+    }
+
+    fn settle(&mut self, key: &[u8], state: Possible, written: Result<u64, ClientError>) {
+        match written {
+            Ok(index) => {
+                self.model.write(key, state, true);
+                self.acked(index);
+            }
+            Err(ClientError::Uncertain(_)) => {
+                self.report.uncertain_writes += 1;
+                self.model.write(key, state, false);
+            }
+            Err(e) => self.not_done(&e),
+        }
+    }
+
+    fn acked(&mut self, index: u64) {
+        self.report.acked_writes += 1;
+        self.last_acked = self.last_acked.max(index);
+    }
+
+    fn not_done(&mut self, e: &ClientError) {
+        match e {
+            ClientError::Unavailable(_) => self.report.unavailable += 1,
+            other => self.fail(
+                "refused write",
+                None,
+                "",
+                "accepted",
+                &other.to_string(),
+                "a write",
+            ),
+        }
+    }
+
+    async fn get(&mut self, client: &mut Client, key: Vec<u8>, n: u64) {
+        let from = now_ms();
+        match client.get(&key).await {
+            Ok(value) => {
+                self.report.reads += 1;
+                let to = now_ms();
+                self.judge(&key, value.as_deref(), (from, to), None, &format!("op {n}"));
+            }
+            Err(ClientError::Unavailable(_)) => self.report.unavailable += 1,
+            Err(e) => self.fail(
+                "read failed",
+                None,
+                &text(&key),
+                "",
+                &e.to_string(),
+                "a get",
+            ),
+        }
+    }
+
+    async fn scan(&mut self, client: &mut Client, start: Vec<u8>, n: u64) {
+        let end = key_at(self.config.keys);
+        let from = now_ms();
+        match client.scan(&start, Some(&end), usize::MAX).await {
+            Ok(pairs) => {
+                self.report.reads += 1;
+                let to = now_ms();
+                self.judge_all(&pairs, &start, (from, to), None, &format!("op {n} (scan)"));
+            }
+            Err(ClientError::Unavailable(_)) => self.report.unavailable += 1,
+            Err(e) => self.fail("read failed", None, "", "", &e.to_string(), "a scan"),
+        }
+    }
+
+    /// Judges a scan from `start` to the end: every pair read, and every key the model has
+    /// there that the scan did not return.
+    fn judge_all(
+        &mut self,
+        pairs: &[(Vec<u8>, Vec<u8>)],
+        start: &[u8],
+        when: (u64, u64),
+        node: Option<u64>,
+        what: &str,
+    ) {
+        let read: std::collections::BTreeMap<&[u8], &[u8]> = pairs
+            .iter()
+            .map(|(k, v)| (k.as_slice(), v.as_slice()))
+            .collect();
+        let mut keys: Vec<Vec<u8>> = self
+            .model
+            .keys()
+            .filter(|k| *k >= start)
+            .map(<[u8]>::to_vec)
+            .collect();
+        keys.extend(read.keys().map(|k| k.to_vec()));
+        keys.sort();
+        keys.dedup();
+        for key in keys {
+            let observed = read.get(key.as_slice()).copied();
+            self.judge(&key, observed, when, node, what);
+        }
+    }
+
+    fn judge(
+        &mut self,
+        key: &[u8],
+        observed: Option<&[u8]>,
+        (from, to): (u64, u64),
+        node: Option<u64>,
+        what: &str,
+    ) {
+        if let Some(wrong) = self.model.judge(key, observed, from, to) {
+            let kind = match (wrong, node) {
+                // A replica missing a newer write: it lost it.
+                (Wrong::StaleRead, Some(_)) => Wrong::LostWrite,
+                (wrong, _) => wrong,
+            };
+            let expected = self.model.describe(key);
+            let observed = observed.map_or_else(|| "absent".to_owned(), text);
+            self.fail(kind.name(), node, &text(key), &expected, &observed, what);
+        }
+    }
+
+    fn fail(
+        &mut self,
+        kind: &str,
+        node: Option<u64>,
+        key: &str,
+        expected: &str,
+        observed: &str,
+        when: &str,
+    ) {
+        tracing::error!(
+            "seed {}: {kind} on {} at {when}: key {key}: expected {expected}, read {observed}",
+            self.config.seed,
+            node.map_or_else(|| "the leader".to_owned(), |n| format!("node {n}"))
+        );
+        if self.report.failures.len() < MAX_FAILURES {
+            self.report.failures.push(ClusterFailure {
+                kind: kind.to_owned(),
+                node,
+                key: key.to_owned(),
+                expected: expected.to_owned(),
+                observed: observed.to_owned(),
+                when: when.to_owned(),
+            });
+        }
+    }
+
+    /// The leader as a running, unpaused node sees it.
+    async fn leader(&self) -> Option<u64> {
+        for node in self
+            .nodes
+            .procs
+            .iter()
+            .filter(|n| n.is_up() && !n.is_paused())
+        {
+            if let Ok(status) = client::status(&node.addr, Duration::from_secs(1)).await
+                && let Some(leader) = status.leader
+            {
+                return Some(leader);
+            }
+        }
+        None
+    }
+
+    async fn fault(&mut self) {
+        let leader = self.leader().await;
+        let count = self.config.nodes;
+        let random = u64::try_from(self.rng.random_range(1..=count)).unwrap_or(1);
+        let roll = self.rng.random_range(0..10);
+        let follower = (1..=u64::try_from(count).unwrap_or(3))
+            .filter(|id| Some(*id) != leader)
+            .nth(self.rng.random_range(0..count - 1));
+        match (roll, leader, follower) {
+            (0..2, _, Some(follower)) => self.take_down(follower, true).await,
+            (2..4, Some(leader), _) => {
+                let until = Instant::now() + self.config.election_min * 3;
+                if self.nodes.pause(leader, true).is_ok() {
+                    self.report.pauses += 1;
+                    tracing::info!("paused the leader, node {leader}");
+                    self.paused = Some((leader, until));
+                }
+            }
+            (_, Some(leader), _) if self.rng.random_bool(0.6) => {
+                self.report.leader_kills += 1;
+                self.take_down(leader, false).await;
+            }
+            _ => self.take_down(random, false).await,
+        }
+    }
+
+    async fn take_down(&mut self, id: u64, past_grace: bool) {
+        let applied_before = match self.nodes.get(id) {
+            Some(node) => client::status(&node.addr, Duration::from_secs(1))
+                .await
+                .ok()
+                .and_then(|s| s.last_applied),
+            None => None,
+        };
+        if let Err(e) = self.nodes.kill(id) {
+            self.fail("kill failed", Some(id), "", "", &e.to_string(), "a fault");
+            return;
+        }
+        self.report.kills += 1;
+        let down_for = if past_grace {
+            self.report.behind_past_grace += 1;
+            self.config.grace * 2 + Duration::from_millis(500)
+        } else {
+            Duration::from_millis(self.rng.random_range(200..1500))
+        };
+        tracing::info!(
+            "killed node {id}{}",
+            if past_grace { " (past grace)" } else { "" }
+        );
+        self.down = Some(Down {
+            id,
+            until: Instant::now() + down_for,
+            past_grace,
+            applied_before,
+        });
+    }
+
+    async fn end_faults_due(&mut self) {
+        if let Some((id, until)) = self.paused
+            && Instant::now() >= until
+        {
+            self.paused = None;
+            if let Err(e) = self.nodes.pause(id, false) {
+                self.fail("resume failed", Some(id), "", "", &e.to_string(), "a fault");
+            }
+        }
+        if self
+            .down
+            .as_ref()
+            .is_some_and(|d| Instant::now() >= d.until)
+            && let Some(down) = self.down.take()
+        {
+            self.bring_back(down).await;
+        }
+    }
+
+    /// Restarts a node that was down; past grace, the others compact first. Then checks it.
+    async fn bring_back(&mut self, down: Down) {
+        if down.past_grace {
+            for node in &self.nodes.procs {
+                if node.is_up() {
+                    let compacted =
+                        client::call_node(&node.addr, ClientCall::Compact, CATCH_UP).await;
+                    if !matches!(compacted, Ok(ClientReply::Done)) {
+                        tracing::warn!("node {} did not compact: {compacted:?}", node.id);
+                    }
+                }
+            }
+        }
+        let purged = self.leader_purged().await;
+        if let Err(e) = self.nodes.start(down.id) {
+            self.fail(
+                "restart failed",
+                Some(down.id),
+                "",
+                "",
+                &e.to_string(),
+                "a recovery",
+            );
+            return;
+        }
+        if purged.is_some() && purged >= down.applied_before.or(Some(0)) {
+            self.report.snapshot_catch_ups += 1;
+        }
+        self.check_replica(down.id, "after its recovery").await;
+    }
+
+    async fn leader_purged(&self) -> Option<u64> {
+        let leader = self.leader().await?;
+        let node = self.nodes.get(leader)?;
+        client::status(&node.addr, Duration::from_secs(1))
+            .await
+            .ok()?
+            .purged
+    }
+
+    /// Waits for node `id` to apply the last acknowledged write, then judges all its data.
+    async fn check_replica(&mut self, id: u64, what: &str) -> Option<Pairs> {
+        let addr = self.nodes.get(id)?.addr.clone();
+        let started = Instant::now();
+        loop {
+            let status = client::status(&addr, Duration::from_secs(2)).await;
+            if status
+                .as_ref()
+                .is_ok_and(|s| s.last_applied >= Some(self.last_acked))
+            {
+                break;
+            }
+            if started.elapsed() > CATCH_UP {
+                let seen = format!("{status:?}");
+                let expected = format!("applied {}", self.last_acked);
+                self.fail("no catch-up", Some(id), "", &expected, &seen, what);
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let from = now_ms();
+        let local = ClientCall::LocalScan {
+            start: Vec::new(),
+            end: None,
+            limit: usize::MAX,
+        };
+        match client::call_node(&addr, local, CATCH_UP).await {
+            Ok(ClientReply::Pairs(pairs)) => {
+                self.report.replica_checks += 1;
+                let to = now_ms();
+                self.judge_all(&pairs, b"", (from, to), Some(id), what);
+                Some(pairs)
+            }
+            other => {
+                let seen = format!("{other:?}");
+                self.fail("unreadable replica", Some(id), "", "its data", &seen, what);
+                None
+            }
+        }
+    }
+
+    /// Ends every fault, then checks every replica and that they hold the same data.
+    async fn finish(&mut self) {
+        if let Some((id, _)) = self.paused.take() {
+            let _ = self.nodes.pause(id, false);
+        }
+        if let Some(down) = self.down.take() {
+            self.bring_back(down).await;
+        }
+        let ids: Vec<u64> = self.nodes.procs.iter().map(|n| n.id).collect();
+        let mut replicas = Vec::new();
+        for id in ids {
+            if let Some(pairs) = self.check_replica(id, "the end").await {
+                replicas.push((id, pairs));
+            }
+        }
+        // Values that expire may differ by the moment each replica was read; compare the rest.
+        let lasting = |pairs: &[(Vec<u8>, Vec<u8>)]| -> Pairs {
+            pairs
+                .iter()
+                .filter(|(k, _)| !self.model.may_expire(k))
+                .cloned()
+                .collect()
+        };
+        let lasting: Vec<(u64, Pairs)> = replicas
+            .iter()
+            .map(|(id, pairs)| (*id, lasting(pairs)))
+            .collect();
+        if let Some((first, reference)) = lasting.first() {
+            for (id, pairs) in lasting.iter().skip(1) {
+                if let Some(key) = first_difference(reference, pairs) {
+                    let expected = format!("what node {first} has");
+                    self.fail(
+                        "replicas differ",
+                        Some(*id),
+                        &key,
+                        &expected,
+                        "other",
+                        "the end",
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The first key where two replicas' pairs differ, if any.
+fn first_difference(a: &[(Vec<u8>, Vec<u8>)], b: &[(Vec<u8>, Vec<u8>)]) -> Option<String> {
+    let (mut a, mut b) = (a.iter().peekable(), b.iter().peekable());
+    loop {
+        match (a.next(), b.next()) {
+            (None, None) => return None,
+            (Some(x), Some(y)) if x == y => {}
+            (Some((k, _)), None) | (None, Some((k, _))) => return Some(text(k)),
+            (Some((x, _)), Some((y, _))) => return Some(text(x.min(y))),
+        }
+    }
+}
+
+fn key_at(n: u64) -> Vec<u8> {
+    format!("k{n:06}").into_bytes()
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}

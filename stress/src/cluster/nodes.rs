@@ -1,0 +1,218 @@
+//! The cluster's node processes: each a `cairn serve` (the command given) on a loopback port
+//! of its own, with its database and its log file in the run's directory. A node is killed
+//! with SIGKILL, paused with SIGSTOP and resumed with SIGCONT, and restarted on the same
+//! database and port.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal, kill_process};
+
+/// How the nodes are run.
+#[derive(Debug, Clone)]
+pub struct NodeSettings {
+    /// The `cairn` binary (its `serve` command runs a node).
+    pub program: PathBuf,
+    /// The data's tombstone grace period.
+    pub grace: Duration,
+    /// A snapshot every this many entries.
+    pub snapshot_every: u64,
+    /// Elections after this much silence, at least (at most twice it).
+    pub election_min: Duration,
+}
+
+/// One node: its id, address, directory, and its process if it runs.
+#[derive(Debug)]
+pub struct NodeProc {
+    /// Its id.
+    pub id: u64,
+    /// Where it listens.
+    pub addr: String,
+    dir: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+    paused: bool,
+}
+
+impl NodeProc {
+    /// True while its process runs (paused or not).
+    pub fn is_up(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// True while it is stopped by SIGSTOP.
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+}
+
+/// Every node of the cluster.
+#[derive(Debug)]
+pub struct Nodes {
+    settings: NodeSettings,
+    /// The nodes, by position (node `i + 1` at `i`).
+    pub procs: Vec<NodeProc>,
+    peers: String,
+}
+
+impl Nodes {
+    /// `count` nodes under `dir`, each on a free loopback port; none started yet.
+    ///
+    /// # Errors
+    /// If no port can be had.
+    pub fn new(dir: &Path, count: usize, settings: NodeSettings) -> std::io::Result<Self> {
+        let mut procs = Vec::new();
+        for id in (1..).take(count) {
+            let addr = std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .to_string();
+            procs.push(NodeProc {
+                id,
+                addr,
+                dir: dir.join(format!("node-{id}")),
+                log: dir.join(format!("node-{id}.log")),
+                child: None,
+                paused: false,
+            });
+        }
+        let peers = procs
+            .iter()
+            .map(|p| format!("{}={}", p.id, p.addr))
+            .collect::<Vec<_>>()
+            .join(",");
+        Ok(Self {
+            settings,
+            procs,
+            peers,
+        })
+    }
+
+    /// Every node's address.
+    pub fn addrs(&self) -> Vec<String> {
+        self.procs.iter().map(|p| p.addr.clone()).collect()
+    }
+
+    /// The node with this id.
+    pub fn get(&self, id: u64) -> Option<&NodeProc> {
+        self.procs.iter().find(|p| p.id == id)
+    }
+
+    fn get_mut(&mut self, id: u64) -> std::io::Result<&mut NodeProc> {
+        self.procs
+            .iter_mut()
+            .find(|p| p.id == id)
+            .ok_or_else(|| std::io::Error::other(format!("no node {id}")))
+    }
+
+    /// Starts node `id` and waits until it listens.
+    ///
+    /// # Errors
+    /// If it cannot be spawned, or exits or never listens within 30 s.
+    pub fn start(&mut self, id: u64) -> std::io::Result<()> {
+        let settings = self.settings.clone();
+        let peers = self.peers.clone();
+        let node = self.get_mut(id)?;
+        let log = File::options().create(true).append(true).open(&node.log)?;
+        let ms = |d: Duration| format!("{}ms", d.as_millis());
+        let mut child = Command::new(&settings.program)
+            .args(["serve", "--id", &id.to_string(), "--listen", &node.addr])
+            .arg("--dir")
+            .arg(&node.dir)
+            .args(["--peers", &peers, "--grace", &ms(settings.grace)])
+            .args(["--snapshot-every", &settings.snapshot_every.to_string()])
+            .args(["--heartbeat", &ms(settings.election_min / 5)])
+            .args(["--election-min", &ms(settings.election_min)])
+            .args(["--election-max", &ms(settings.election_min * 2)])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()?;
+        let started = Instant::now();
+        while std::net::TcpStream::connect(&node.addr).is_err() {
+            if let Some(status) = child.try_wait()? {
+                return Err(std::io::Error::other(format!(
+                    "node {id} exited ({status}) before it listened; see {}",
+                    node.log.display()
+                )));
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(std::io::Error::other(format!(
+                    "node {id} did not listen within 30 s"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        node.child = Some(child);
+        node.paused = false;
+        Ok(())
+    }
+
+    /// Kills node `id` with SIGKILL and reaps it.
+    ///
+    /// # Errors
+    /// If the signal or the wait fails.
+    pub fn kill(&mut self, id: u64) -> std::io::Result<()> {
+        let node = self.get_mut(id)?;
+        if let Some(mut child) = node.child.take() {
+            child.kill()?;
+            child.wait()?;
+        }
+        node.paused = false;
+        Ok(())
+    }
+
+    /// Stops node `id` with SIGSTOP (`pause`) or lets it go on with SIGCONT.
+    ///
+    /// # Errors
+    /// If the node does not run or the signal fails.
+    pub fn pause(&mut self, id: u64, pause: bool) -> std::io::Result<()> {
+        let node = self.get_mut(id)?;
+        let child = node
+            .child
+            .as_ref()
+            .ok_or_else(|| std::io::Error::other(format!("node {id} is down")))?;
+        let pid = i32::try_from(child.id())
+            .ok()
+            .and_then(Pid::from_raw)
+            .ok_or_else(|| std::io::Error::other("a pid out of range"))?;
+        let signal = if pause { Signal::STOP } else { Signal::CONT };
+        kill_process(pid, signal)?;
+        node.paused = pause;
+        Ok(())
+    }
+
+    /// Checks that every node meant to run still does.
+    ///
+    /// # Errors
+    /// Naming the first node that exited on its own.
+    pub fn check_alive(&mut self) -> std::io::Result<()> {
+        for node in &mut self.procs {
+            if let Some(child) = &mut node.child
+                && let Some(status) = child.try_wait()?
+            {
+                node.child = None;
+                return Err(std::io::Error::other(format!(
+                    "node {} exited on its own ({status}); see {}",
+                    node.id,
+                    node.log.display()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        for node in &mut self.procs {
+            if let Some(mut child) = node.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
