@@ -181,7 +181,10 @@ fn manifest_faults(seed: u64) -> Result<StressReport, StressError> {
 /// database and check every acknowledged write.
 fn log_sync_faults(seed: u64) -> Result<StressReport, StressError> {
     let weights = OpWeights {
-        reopen: 5,
+        // The bug shows only at an open after a recovery and before the next flush writes the
+        // kept memtables: at 5 (about three reopens a run) seed 2 went unnoticed in three runs
+        // in CI; at 50 there are about thirty.
+        reopen: 50,
         // Calibrated on the default family's work alone.
         ..OpWeights::default().without_ttl()
     };
