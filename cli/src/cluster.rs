@@ -89,8 +89,19 @@ fn block_on(work: impl Future<Output = i32>) -> i32 {
     }
 }
 
+/// Forms the cluster at `addr`, waiting up to 10 s for a node that is still starting to listen.
 async fn init(addr: &str) -> i32 {
-    match client::call_node(addr, ClientCall::Init, Duration::from_secs(10)).await {
+    let started = std::time::Instant::now();
+    let mut answer = client::call_node(addr, ClientCall::Init, Duration::from_secs(10)).await;
+    while answer
+        .as_ref()
+        .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+        && started.elapsed() < Duration::from_secs(10)
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        answer = client::call_node(addr, ClientCall::Init, Duration::from_secs(10)).await;
+    }
+    match answer {
         Ok(ClientReply::Done) => {
             println!("initialized: {addr} forms the cluster (see `cairn cluster status {addr}`)");
             0

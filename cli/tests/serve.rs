@@ -197,3 +197,33 @@ fn an_operators_mistakes_are_refused_with_exit_3() {
     assert_eq!(out.status.code(), Some(3), "an unknown key: {}", text(&out));
     assert!(text(&out).contains("election_min"), "{}", text(&out));
 }
+
+/// The cluster stress, short: node kills and pauses happen, every replica is read whole and
+/// judged, nothing is wrong. (`cairn stress --cluster 3 --duration 10m` is the long run.)
+#[test]
+fn a_short_cluster_stress_kills_nodes_and_finds_nothing_wrong() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = dir.path().join("run");
+    let out = Command::new(CAIRN)
+        .args([
+            "stress",
+            "--cluster",
+            "3",
+            "--duration",
+            "12s",
+            "--seed",
+            "1",
+        ])
+        .args(["--json", "--db"])
+        .arg(&run)
+        .output()
+        .expect("run cairn");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let count = |field: &str| report[field].as_u64().expect(field);
+    assert!(count("kills") + count("pauses") >= 2, "{report}");
+    assert!(count("replica_checks") >= 3, "{report}");
+    assert!(count("acked_writes") >= 100, "{report}");
+    assert!(count("reads") >= 20, "{report}");
+    assert_eq!(report["failures"], serde_json::json!([]), "{report}");
+}

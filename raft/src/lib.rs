@@ -10,8 +10,10 @@
 //! a snapshot is built from one Cairn snapshot, kept in the database as chunks and streamed a
 //! chunk at a time, and installed so that a crash leaves the old state or the new.
 //!
-//! What this crate does not do: the network between nodes, the client API and membership
-//! commands (the replicated service, `cairn serve`, is to be built on top of it).
+//! On top of the store, the replicated service that `cairn serve` runs: [`node`] (openraft over
+//! TCP, peers' RPCs and clients' calls on one port, linearizable reads), [`wire`] (the framed
+//! messages) and [`client`] (a client that follows the leader and never resends a write whose
+//! answer was lost).
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
