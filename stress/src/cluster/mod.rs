@@ -13,6 +13,8 @@
 //!
 //! One fault at a time: a node down or paused leaves a quorum of the others.
 
+mod checks;
+mod faults;
 pub mod model;
 mod nodes;
 
@@ -25,7 +27,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use self::model::{Model, Possible, Wrong};
+use self::model::{Model, Possible};
 pub use self::nodes::NodeSettings;
 use self::nodes::Nodes;
 
@@ -388,55 +390,6 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Judges a scan from `start` to the end: every pair read, and every key the model has
-    /// there that the scan did not return.
-    fn judge_all(
-        &mut self,
-        pairs: &[(Vec<u8>, Vec<u8>)],
-        start: &[u8],
-        when: (u64, u64),
-        node: Option<u64>,
-        what: &str,
-    ) {
-        let read: std::collections::BTreeMap<&[u8], &[u8]> = pairs
-            .iter()
-            .map(|(k, v)| (k.as_slice(), v.as_slice()))
-            .collect();
-        let mut keys: Vec<Vec<u8>> = self
-            .model
-            .keys()
-            .filter(|k| *k >= start)
-            .map(<[u8]>::to_vec)
-            .collect();
-        keys.extend(read.keys().map(|k| k.to_vec()));
-        keys.sort();
-        keys.dedup();
-        for key in keys {
-            let observed = read.get(key.as_slice()).copied();
-            self.judge(&key, observed, when, node, what);
-        }
-    }
-
-    fn judge(
-        &mut self,
-        key: &[u8],
-        observed: Option<&[u8]>,
-        (from, to): (u64, u64),
-        node: Option<u64>,
-        what: &str,
-    ) {
-        if let Some(wrong) = self.model.judge(key, observed, from, to) {
-            let kind = match (wrong, node) {
-                // A replica missing a newer write: it lost it.
-                (Wrong::StaleRead, Some(_)) => Wrong::LostWrite,
-                (wrong, _) => wrong,
-            };
-            let expected = self.model.describe(key);
-            let observed = observed.map_or_else(|| "absent".to_owned(), text);
-            self.fail(kind.name(), node, &text(key), &expected, &observed, what);
-        }
-    }
-
     fn fail(
         &mut self,
         kind: &str,
@@ -462,239 +415,9 @@ impl<'a> Run<'a> {
             });
         }
     }
-
-    /// The leader as a running, unpaused node sees it.
-    async fn leader(&self) -> Option<u64> {
-        for node in self
-            .nodes
-            .procs
-            .iter()
-            .filter(|n| n.is_up() && !n.is_paused())
-        {
-            if let Ok(status) = client::status(&node.addr, Duration::from_secs(1)).await
-                && let Some(leader) = status.leader
-            {
-                return Some(leader);
-            }
-        }
-        None
-    }
-
-    async fn fault(&mut self) {
-        let leader = self.leader().await;
-        let count = self.config.nodes;
-        let random = u64::try_from(self.rng.random_range(1..=count)).unwrap_or(1);
-        let roll = self.rng.random_range(0..10);
-        let follower = (1..=u64::try_from(count).unwrap_or(3))
-            .filter(|id| Some(*id) != leader)
-            .nth(self.rng.random_range(0..count - 1));
-        match (roll, leader, follower) {
-            (0..2, _, Some(follower)) => self.take_down(follower, true).await,
-            (2..4, Some(leader), _) => {
-                let until = Instant::now() + self.config.election_min * 3;
-                if self.nodes.pause(leader, true).is_ok() {
-                    self.report.pauses += 1;
-                    tracing::info!("paused the leader, node {leader}");
-                    self.paused = Some((leader, until));
-                }
-            }
-            (_, Some(leader), _) if self.rng.random_bool(0.6) => {
-                self.report.leader_kills += 1;
-                self.take_down(leader, false).await;
-            }
-            _ => self.take_down(random, false).await,
-        }
-    }
-
-    async fn take_down(&mut self, id: u64, past_grace: bool) {
-        let applied_before = match self.nodes.get(id) {
-            Some(node) => client::status(&node.addr, Duration::from_secs(1))
-                .await
-                .ok()
-                .and_then(|s| s.last_applied),
-            None => None,
-        };
-        if let Err(e) = self.nodes.kill(id) {
-            self.fail("kill failed", Some(id), "", "", &e.to_string(), "a fault");
-            return;
-        }
-        self.report.kills += 1;
-        let down_for = if past_grace {
-            self.report.behind_past_grace += 1;
-            self.config.grace * 2 + Duration::from_millis(500)
-        } else {
-            Duration::from_millis(self.rng.random_range(200..1500))
-        };
-        tracing::info!(
-            "killed node {id}{}",
-            if past_grace { " (past grace)" } else { "" }
-        );
-        self.down = Some(Down {
-            id,
-            until: Instant::now() + down_for,
-            past_grace,
-            applied_before,
-        });
-    }
-
-    async fn end_faults_due(&mut self) {
-        if let Some((id, until)) = self.paused
-            && Instant::now() >= until
-        {
-            self.paused = None;
-            if let Err(e) = self.nodes.pause(id, false) {
-                self.fail("resume failed", Some(id), "", "", &e.to_string(), "a fault");
-            }
-        }
-        if self
-            .down
-            .as_ref()
-            .is_some_and(|d| Instant::now() >= d.until)
-            && let Some(down) = self.down.take()
-        {
-            self.bring_back(down).await;
-        }
-    }
-
-    /// Restarts a node that was down; past grace, the others compact first. Then checks it.
-    async fn bring_back(&mut self, down: Down) {
-        if down.past_grace {
-            for node in &self.nodes.procs {
-                if node.is_up() {
-                    let compacted =
-                        client::call_node(&node.addr, ClientCall::Compact, CATCH_UP).await;
-                    if !matches!(compacted, Ok(ClientReply::Done)) {
-                        tracing::warn!("node {} did not compact: {compacted:?}", node.id);
-                    }
-                }
-            }
-        }
-        let purged = self.leader_purged().await;
-        if let Err(e) = self.nodes.start(down.id) {
-            self.fail(
-                "restart failed",
-                Some(down.id),
-                "",
-                "",
-                &e.to_string(),
-                "a recovery",
-            );
-            return;
-        }
-        if purged.is_some() && purged >= down.applied_before.or(Some(0)) {
-            self.report.snapshot_catch_ups += 1;
-        }
-        self.check_replica(down.id, "after its recovery").await;
-    }
-
-    async fn leader_purged(&self) -> Option<u64> {
-        let leader = self.leader().await?;
-        let node = self.nodes.get(leader)?;
-        client::status(&node.addr, Duration::from_secs(1))
-            .await
-            .ok()?
-            .purged
-    }
-
-    /// Waits for node `id` to apply the last acknowledged write, then judges all its data.
-    async fn check_replica(&mut self, id: u64, what: &str) -> Option<Pairs> {
-        let addr = self.nodes.get(id)?.addr.clone();
-        let started = Instant::now();
-        loop {
-            let status = client::status(&addr, Duration::from_secs(2)).await;
-            if status
-                .as_ref()
-                .is_ok_and(|s| s.last_applied >= Some(self.last_acked))
-            {
-                break;
-            }
-            if started.elapsed() > CATCH_UP {
-                let seen = format!("{status:?}");
-                let expected = format!("applied {}", self.last_acked);
-                self.fail("no catch-up", Some(id), "", &expected, &seen, what);
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let from = now_ms();
-        let local = ClientCall::LocalScan {
-            start: Vec::new(),
-            end: None,
-            limit: usize::MAX,
-        };
-        match client::call_node(&addr, local, CATCH_UP).await {
-            Ok(ClientReply::Pairs(pairs)) => {
-                self.report.replica_checks += 1;
-                let to = now_ms();
-                self.judge_all(&pairs, b"", (from, to), Some(id), what);
-                Some(pairs)
-            }
-            other => {
-                let seen = format!("{other:?}");
-                self.fail("unreadable replica", Some(id), "", "its data", &seen, what);
-                None
-            }
-        }
-    }
-
-    /// Ends every fault, then checks every replica and that they hold the same data.
-    async fn finish(&mut self) {
-        if let Some((id, _)) = self.paused.take() {
-            let _ = self.nodes.pause(id, false);
-        }
-        if let Some(down) = self.down.take() {
-            self.bring_back(down).await;
-        }
-        let ids: Vec<u64> = self.nodes.procs.iter().map(|n| n.id).collect();
-        let mut replicas = Vec::new();
-        for id in ids {
-            if let Some(pairs) = self.check_replica(id, "the end").await {
-                replicas.push((id, pairs));
-            }
-        }
-        // Values that expire may differ by the moment each replica was read; compare the rest.
-        let lasting = |pairs: &[(Vec<u8>, Vec<u8>)]| -> Pairs {
-            pairs
-                .iter()
-                .filter(|(k, _)| !self.model.may_expire(k))
-                .cloned()
-                .collect()
-        };
-        let lasting: Vec<(u64, Pairs)> = replicas
-            .iter()
-            .map(|(id, pairs)| (*id, lasting(pairs)))
-            .collect();
-        if let Some((first, reference)) = lasting.first() {
-            for (id, pairs) in lasting.iter().skip(1) {
-                if let Some(key) = first_difference(reference, pairs) {
-                    let expected = format!("what node {first} has");
-                    self.fail(
-                        "replicas differ",
-                        Some(*id),
-                        &key,
-                        &expected,
-                        "other",
-                        "the end",
-                    );
-                }
-            }
-        }
-    }
 }
 
-/// The first key where two replicas' pairs differ, if any.
-fn first_difference(a: &[(Vec<u8>, Vec<u8>)], b: &[(Vec<u8>, Vec<u8>)]) -> Option<String> {
-    let (mut a, mut b) = (a.iter().peekable(), b.iter().peekable());
-    loop {
-        match (a.next(), b.next()) {
-            (None, None) => return None,
-            (Some(x), Some(y)) if x == y => {}
-            (Some((k, _)), None) | (None, Some((k, _))) => return Some(text(k)),
-            (Some((x, _)), Some((y, _))) => return Some(text(x.min(y))),
-        }
-    }
-}
-
+/// The key numbered `n`.
 fn key_at(n: u64) -> Vec<u8> {
     format!("k{n:06}").into_bytes()
 }

@@ -1,0 +1,146 @@
+//! The run's faults: which node goes down (SIGKILL), is paused (SIGSTOP) or stays down past
+//! the grace period, and how it comes back (the others compacting first when it was down past
+//! the grace period), each recovery followed by a check of the node's data.
+
+use std::time::{Duration, Instant};
+
+use cairn_raft::client;
+use cairn_raft::wire::{ClientCall, ClientReply};
+use rand::Rng;
+
+use super::{CATCH_UP, Down, Run};
+
+impl Run<'_> {
+    /// The leader as a running, unpaused node sees it.
+    pub(super) async fn leader(&self) -> Option<u64> {
+        for node in self
+            .nodes
+            .procs
+            .iter()
+            .filter(|n| n.is_up() && !n.is_paused())
+        {
+            if let Ok(status) = client::status(&node.addr, Duration::from_secs(1)).await
+                && let Some(leader) = status.leader
+            {
+                return Some(leader);
+            }
+        }
+        None
+    }
+
+    pub(super) async fn fault(&mut self) {
+        let leader = self.leader().await;
+        let count = self.config.nodes;
+        let random = u64::try_from(self.rng.random_range(1..=count)).unwrap_or(1);
+        let roll = self.rng.random_range(0..10);
+        let follower = (1..=u64::try_from(count).unwrap_or(3))
+            .filter(|id| Some(*id) != leader)
+            .nth(self.rng.random_range(0..count - 1));
+        match (roll, leader, follower) {
+            (0..2, _, Some(follower)) => self.take_down(follower, true).await,
+            (2..4, Some(leader), _) => {
+                let until = Instant::now() + self.config.election_min * 3;
+                if self.nodes.pause(leader, true).is_ok() {
+                    self.report.pauses += 1;
+                    tracing::info!("paused the leader, node {leader}");
+                    self.paused = Some((leader, until));
+                }
+            }
+            (_, Some(leader), _) if self.rng.random_bool(0.6) => {
+                self.report.leader_kills += 1;
+                self.take_down(leader, false).await;
+            }
+            _ => self.take_down(random, false).await,
+        }
+    }
+
+    pub(super) async fn take_down(&mut self, id: u64, past_grace: bool) {
+        let applied_before = match self.nodes.get(id) {
+            Some(node) => client::status(&node.addr, Duration::from_secs(1))
+                .await
+                .ok()
+                .and_then(|s| s.last_applied),
+            None => None,
+        };
+        if let Err(e) = self.nodes.kill(id) {
+            self.fail("kill failed", Some(id), "", "", &e.to_string(), "a fault");
+            return;
+        }
+        self.report.kills += 1;
+        let down_for = if past_grace {
+            self.report.behind_past_grace += 1;
+            self.config.grace * 2 + Duration::from_millis(500)
+        } else {
+            Duration::from_millis(self.rng.random_range(200..1500))
+        };
+        tracing::info!(
+            "killed node {id}{}",
+            if past_grace { " (past grace)" } else { "" }
+        );
+        self.down = Some(Down {
+            id,
+            until: Instant::now() + down_for,
+            past_grace,
+            applied_before,
+        });
+    }
+
+    pub(super) async fn end_faults_due(&mut self) {
+        if let Some((id, until)) = self.paused
+            && Instant::now() >= until
+        {
+            self.paused = None;
+            if let Err(e) = self.nodes.pause(id, false) {
+                self.fail("resume failed", Some(id), "", "", &e.to_string(), "a fault");
+            }
+        }
+        if self
+            .down
+            .as_ref()
+            .is_some_and(|d| Instant::now() >= d.until)
+            && let Some(down) = self.down.take()
+        {
+            self.bring_back(down).await;
+        }
+    }
+
+    /// Restarts a node that was down; past grace, the others compact first. Then checks it.
+    pub(super) async fn bring_back(&mut self, down: Down) {
+        if down.past_grace {
+            for node in &self.nodes.procs {
+                if node.is_up() {
+                    let compacted =
+                        client::call_node(&node.addr, ClientCall::Compact, CATCH_UP).await;
+                    if !matches!(compacted, Ok(ClientReply::Done)) {
+                        tracing::warn!("node {} did not compact: {compacted:?}", node.id);
+                    }
+                }
+            }
+        }
+        let purged = self.leader_purged().await;
+        if let Err(e) = self.nodes.start(down.id) {
+            self.fail(
+                "restart failed",
+                Some(down.id),
+                "",
+                "",
+                &e.to_string(),
+                "a recovery",
+            );
+            return;
+        }
+        if purged.is_some() && purged >= down.applied_before.or(Some(0)) {
+            self.report.snapshot_catch_ups += 1;
+        }
+        self.check_replica(down.id, "after its recovery").await;
+    }
+
+    pub(super) async fn leader_purged(&self) -> Option<u64> {
+        let leader = self.leader().await?;
+        let node = self.nodes.get(leader)?;
+        client::status(&node.addr, Duration::from_secs(1))
+            .await
+            .ok()?
+            .purged
+    }
+}
