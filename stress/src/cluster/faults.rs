@@ -55,11 +55,11 @@ impl Run<'_> {
     }
 
     pub(super) async fn take_down(&mut self, id: u64, past_grace: bool) {
-        let applied_before = match self.nodes.get(id) {
+        let log_before = match self.nodes.get(id) {
             Some(node) => client::status(&node.addr, Duration::from_secs(1))
                 .await
                 .ok()
-                .and_then(|s| s.last_applied),
+                .and_then(|s| s.last_log),
             None => None,
         };
         if let Err(e) = self.nodes.kill(id) {
@@ -81,7 +81,7 @@ impl Run<'_> {
             id,
             until: Instant::now() + down_for,
             past_grace,
-            applied_before,
+            log_before,
         });
     }
 
@@ -129,7 +129,10 @@ impl Run<'_> {
             );
             return;
         }
-        if purged.is_some() && purged >= down.applied_before.or(Some(0)) {
+        // The leader no longer has the entry after the node's last: it must send a snapshot.
+        if let (Some(purged), Some(last)) = (purged, down.log_before)
+            && purged > last
+        {
             self.report.snapshot_catch_ups += 1;
         }
         self.check_replica(down.id, "after its recovery").await;

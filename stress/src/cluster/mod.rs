@@ -165,7 +165,8 @@ struct Down {
     id: u64,
     until: Instant,
     past_grace: bool,
-    applied_before: Option<u64>,
+    /// Its last log index when it went down, if it answered.
+    log_before: Option<u64>,
 }
 
 struct Run<'a> {
@@ -174,7 +175,8 @@ struct Run<'a> {
     model: Model,
     rng: SmallRng,
     report: ClusterReport,
-    /// The index of the last acknowledged write.
+    /// The index a replica must have applied before it is read: the last acknowledged
+    /// write's (at the end, the furthest any replica applied).
     last_acked: u64,
     down: Option<Down>,
     paused: Option<(u64, Instant)>,
