@@ -353,6 +353,11 @@ async fn kv_command(client: &mut Client, command: KvCommand, hex: bool) -> Resul
         KvCommand::Put { key, value, ttl } => {
             let (key, value) = arg_pair(&key, &value, hex).map_err(KvError::Args)?;
             let index = match ttl {
+                Some(ttl) if ttl < Duration::from_secs(1) => {
+                    return Err(KvError::Args(format!(
+                        "--ttl {ttl:?}: give at least 1s (a shorter one expires before it is read)"
+                    )));
+                }
                 Some(ttl) => client.put_with_ttl(&key, &value, ttl).await?,
                 None => client.put(&key, &value).await?,
             };

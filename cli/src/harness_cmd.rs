@@ -48,7 +48,7 @@ pub struct StressArgs {
     /// Stress a replicated Cairn of this many `cairn serve` processes (3 to 7) on loopback
     /// instead: node kills, leader pauses, followers down past the grace period; --duration,
     /// --seed, --keys, --grace, --json and --report apply.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["ops", "mix", "inject_errors", "reuse", "op_log", "expected_journal"])]
     cluster: Option<usize>,
     /// How long to run (`20s`, `10m`, `1h`; a bare number is seconds; ignored with --ops; 0 is
     /// refused as exercising nothing).
@@ -188,6 +188,7 @@ pub struct CrashArgs {
 
 /// `stress --cluster N`: the flags that apply, handed to the cluster stress.
 fn cluster(args: &StressArgs, nodes: usize) -> i32 {
+    stop_on_signals();
     crate::cluster_stress::run(&crate::cluster_stress::ClusterRun {
         nodes,
         keys: args.keys,

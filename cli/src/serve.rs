@@ -46,6 +46,13 @@ pub struct ServeArgs {
     /// The data's tombstone grace period (`1h`), fixed when the database is created [default: 0s].
     #[arg(long, value_parser = parse_duration)]
     grace: Option<Duration>,
+    /// Log entries kept behind each snapshot for followers a little behind [default: 1000];
+    /// one further behind is sent the snapshot.
+    #[arg(long)]
+    keep_behind_snapshot: Option<u64>,
+    /// Die (SIGKILL) when the process that started this one exits: for harnesses that run nodes.
+    #[arg(long, hide = true)]
+    die_with_parent: bool,
 }
 
 /// The config file's keys, each optional.
@@ -62,9 +69,19 @@ struct ServeFile {
     election_max: Option<String>,
     snapshot_every: Option<u64>,
     grace: Option<String>,
+    keep_behind_snapshot: Option<u64>,
 }
 
 pub fn run(args: &ServeArgs) -> i32 {
+    if args.die_with_parent {
+        let parent = rustix::process::getppid();
+        let set =
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
+        // Set too late if the parent is already gone (this process was handed to init).
+        if set.is_err() || rustix::process::getppid() != parent {
+            return 2;
+        }
+    }
     // openraft says much at info; its warnings and the node's own news are what an operator reads.
     crate::init_logging_with("warn,cairn=info,cairn_raft=info");
     let config = match node_config(args) {
@@ -164,6 +181,9 @@ fn node_config(args: &ServeArgs) -> Result<NodeConfig, String> {
     }
     if let Some(grace) = args.grace.or(from_file(file.grace)?) {
         config.tombstone_grace = grace;
+    }
+    if let Some(keep) = args.keep_behind_snapshot.or(file.keep_behind_snapshot) {
+        config.keep_behind_snapshot = keep;
     }
     if !config.peers.is_empty() && !config.peers.contains_key(&id) {
         return Err(format!("--peers must name this node ({id}) too"));

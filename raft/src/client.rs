@@ -246,7 +246,9 @@ impl Client {
 
     async fn exchange(&mut self, target: &str, call: &ClientCall) -> Result<ClientReply, Exchange> {
         let mut stream = match self.stream.take() {
-            Some((addr, stream)) if addr == target => stream,
+            // A connection the node closed meanwhile (it restarted) is not used: a write sent
+            // on it would be lost unseen and reported uncertain, though nothing arrived.
+            Some((addr, stream)) if addr == target && still_open(&stream) => stream,
             _ => connect(target, self.attempt_timeout)
                 .await
                 .map_err(Exchange::NotSent)?,
@@ -282,6 +284,13 @@ impl Client {
 enum Exchange {
     NotSent(std::io::Error),
     Lost(std::io::Error),
+}
+
+/// True when `stream` is open with nothing unread: a node never speaks first, so readable
+/// means closed (or out of step), and either way the connection is done.
+pub(crate) fn still_open(stream: &TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(stream.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
 fn timed_out(after: Duration) -> std::io::Error {

@@ -5,6 +5,8 @@
 //! call that fails or overruns its time on an open connection is a network error, and the
 //! connection is dropped, since a late reply would answer the wrong call.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, Unreachable};
@@ -24,9 +26,19 @@ type RpcError<E = openraft::error::Infallible> = RPCError<NodeId, BasicNode, Raf
 /// How long connecting to a peer may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Idle connections by peer address, which a [`Peer`] takes before it opens one and gives
+/// back when dropped: openraft makes a client for each round of heartbeats a linearizable read
+/// sends, and a new connection each time would leave sockets in `TIME_WAIT` by the thousand.
+type Idle = Arc<Mutex<HashMap<String, Vec<TcpStream>>>>;
+
+/// The most idle connections kept to one peer.
+const IDLE_PER_PEER: usize = 8;
+
 /// Makes a [`Peer`] for each node openraft talks to.
 #[derive(Debug, Clone, Default)]
-pub struct TcpNetwork;
+pub struct TcpNetwork {
+    idle: Idle,
+}
 
 impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
     type Network = Peer;
@@ -36,6 +48,7 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
             target,
             addr: node.addr.clone(),
             stream: None,
+            idle: Arc::clone(&self.idle),
         }
     }
 }
@@ -46,6 +59,19 @@ pub struct Peer {
     target: NodeId,
     addr: String,
     stream: Option<TcpStream>,
+    idle: Idle,
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if let Some(stream) = self.stream.take() {
+            let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+            let pool = idle.entry(self.addr.clone()).or_default();
+            if pool.len() < IDLE_PER_PEER {
+                pool.push(stream);
+            }
+        }
+    }
 }
 
 /// Why a call to a peer failed: it could not be reached, or the call failed on the way.
@@ -66,7 +92,7 @@ impl<E: std::error::Error> From<CallError> for RpcError<E> {
 impl Peer {
     /// Sends `call` and waits for its reply within `ttl`.
     async fn call(&mut self, call: &Call, ttl: Duration) -> Result<Reply, CallError> {
-        let mut stream = match self.stream.take() {
+        let mut stream = match self.stream.take().or_else(|| self.idle_stream()) {
             Some(stream) => stream,
             None => self.connect().await.map_err(CallError::Unreachable)?,
         };
@@ -90,6 +116,13 @@ impl Peer {
             .map_err(CallError::Network)?;
         self.stream = Some(stream);
         Ok(reply)
+    }
+
+    /// An idle connection to this peer that is still open, if there is one.
+    fn idle_stream(&self) -> Option<TcpStream> {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        let pool = idle.get_mut(&self.addr)?;
+        std::iter::from_fn(|| pool.pop()).find(crate::client::still_open)
     }
 
     async fn connect(&self) -> std::io::Result<TcpStream> {

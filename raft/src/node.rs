@@ -25,7 +25,10 @@ use tokio::task::JoinHandle;
 use crate::network::TcpNetwork;
 use crate::state_machine::StateMachine;
 use crate::types::{NodeId, TypeConfig};
-use crate::wire::{Call, ClientCall, ClientReply, NodeStatus, Reply, read_frame, write_frame};
+use crate::wire::{
+    Call, ClientCall, ClientReply, MAX_REQUEST, MAX_SCAN, NodeStatus, Reply, read_frame,
+    write_frame,
+};
 
 /// At most this many entries go in one append to a follower (openraft's default is 300; with
 /// values up to the engine's limit, a frame must stay under [`crate::wire::MAX_FRAME`]).
@@ -173,9 +176,15 @@ impl Node {
             .await
             .map_err(|e| ServeError::Raft(e.to_string()))?
             .map_err(ServeError::Storage)?;
-        let raft = Raft::new(config.id, raft_config, TcpNetwork, log, state.clone())
-            .await
-            .map_err(|e| ServeError::Raft(e.to_string()))?;
+        let raft = Raft::new(
+            config.id,
+            raft_config,
+            TcpNetwork::default(),
+            log,
+            state.clone(),
+        )
+        .await
+        .map_err(|e| ServeError::Raft(e.to_string()))?;
         let shared = Arc::new(Shared {
             raft: raft.clone(),
             state,
@@ -263,7 +272,7 @@ async fn answer(shared: &Shared, call: Call) -> Reply {
 async fn client(shared: &Shared, call: ClientCall) -> ClientReply {
     match call {
         ClientCall::Write(request) => {
-            if let Err(why) = request.validate() {
+            if let Err(why) = service_limit(&request).and_then(|()| request.validate()) {
                 return ClientReply::Invalid(why);
             }
             match shared.raft.client_write(request).await {
@@ -287,9 +296,11 @@ async fn client(shared: &Shared, call: ClientCall) -> ClientReply {
             if let Some(refused) = linearizable(shared).await {
                 return refused;
             }
-            local_scan(shared, start, end, limit).await
+            local_scan(shared, start, end, limit.min(MAX_SCAN)).await
         }
-        ClientCall::LocalScan { start, end, limit } => local_scan(shared, start, end, limit).await,
+        ClientCall::LocalScan { start, end, limit } => {
+            local_scan(shared, start, end, limit.min(MAX_SCAN)).await
+        }
         ClientCall::Compact => {
             let state = shared.state.clone();
             match tokio::task::spawn_blocking(move || state.compact()).await {
@@ -354,6 +365,24 @@ async fn local_scan(
         Ok(Err(e)) => ClientReply::Failed(e.to_string()),
         Err(e) => ClientReply::Failed(e.to_string()),
     }
+}
+
+/// Why a write is over what the service takes in one request, if it is.
+fn service_limit(request: &crate::types::Request) -> Result<(), String> {
+    use crate::types::Request;
+    let size = match request {
+        Request::Put { key, value } | Request::PutWithTtl { key, value, .. } => {
+            key.len() + value.len()
+        }
+        Request::Delete { key } => key.len(),
+        Request::DeleteRange { start, end } => start.len() + end.len(),
+    };
+    if size > MAX_REQUEST {
+        return Err(format!(
+            "a request of {size} bytes is over the service's limit of {MAX_REQUEST}"
+        ));
+    }
+    Ok(())
 }
 
 /// None once this node may serve a linearizable read; else what to answer.

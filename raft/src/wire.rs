@@ -24,6 +24,14 @@ use crate::types::{NodeId, Request, TypeConfig};
 /// limit (the node sends at most [`crate::node::MAX_PAYLOAD_ENTRIES`] entries per append).
 pub const MAX_FRAME: usize = 1 << 30;
 
+/// The most a client write may carry (key and value): with at most
+/// [`crate::node::MAX_PAYLOAD_ENTRIES`] entries per append, an append stays far under
+/// [`MAX_FRAME`], and under a heartbeat's time on a local network.
+pub const MAX_REQUEST: usize = 4 << 20;
+
+/// The most pairs one scan answers; ask again from after the last key for more.
+pub const MAX_SCAN: usize = 100_000;
+
 /// A call on a node.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Call {
@@ -201,8 +209,18 @@ where
             format!("a frame of {len} bytes is over the limit of {MAX_FRAME}"),
         ));
     }
-    let mut bytes = vec![0; len];
-    stream.read_exact(&mut bytes).await?;
+    // Memory grows with the bytes that arrive, not with the length a peer claims.
+    let mut bytes = Vec::with_capacity(len.min(1 << 20));
+    let read = (&mut *stream)
+        .take(len as u64)
+        .read_to_end(&mut bytes)
+        .await?;
+    if read < len {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("a frame of {len} bytes ended after {read}"),
+        ));
+    }
     postcard::from_bytes(&bytes)
         .map(Some)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("a bad message: {e}")))

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use cairn_raft::client;
-use cairn_raft::wire::{ClientCall, ClientReply};
+use cairn_raft::wire::{ClientCall, ClientReply, MAX_SCAN};
 
 use super::model::Wrong;
 use super::{CATCH_UP, Pairs, Run, now_ms, text};
@@ -15,7 +15,7 @@ impl Run<'_> {
     pub(super) fn judge_all(
         &mut self,
         pairs: &[(Vec<u8>, Vec<u8>)],
-        start: &[u8],
+        (start, end): (&[u8], Option<&[u8]>),
         when: (u64, u64),
         node: Option<u64>,
         what: &str,
@@ -27,7 +27,7 @@ impl Run<'_> {
         let mut keys: Vec<Vec<u8>> = self
             .model
             .keys()
-            .filter(|k| *k >= start)
+            .filter(|k| *k >= start && end.is_none_or(|end| *k < end))
             .map(<[u8]>::to_vec)
             .collect();
         keys.extend(read.keys().map(|k| k.to_vec()));
@@ -80,20 +80,14 @@ impl Run<'_> {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let from = now_ms();
-        let local = ClientCall::LocalScan {
-            start: Vec::new(),
-            end: None,
-            limit: usize::MAX,
-        };
-        match client::call_node(&addr, local, CATCH_UP).await {
-            Ok(ClientReply::Pairs(pairs)) => {
+        match local_scan_all(&addr).await {
+            Ok(pairs) => {
                 self.report.replica_checks += 1;
                 let to = now_ms();
-                self.judge_all(&pairs, b"", (from, to), Some(id), what);
+                self.judge_all(&pairs, (b"", None), (from, to), Some(id), what);
                 Some(pairs)
             }
-            other => {
-                let seen = format!("{other:?}");
+            Err(seen) => {
                 self.fail("unreadable replica", Some(id), "", "its data", &seen, what);
                 None
             }
@@ -150,6 +144,33 @@ impl Run<'_> {
                     );
                 }
             }
+        }
+    }
+}
+
+/// Every pair of the replica at `addr`, a page of [`MAX_SCAN`] at a time.
+async fn local_scan_all(addr: &str) -> Result<Pairs, String> {
+    let mut pairs = Pairs::new();
+    let mut start = Vec::new();
+    loop {
+        let page = ClientCall::LocalScan {
+            start: start.clone(),
+            end: None,
+            limit: MAX_SCAN,
+        };
+        match client::call_node(addr, page, CATCH_UP).await {
+            Ok(ClientReply::Pairs(page)) => {
+                let full = page.len() >= MAX_SCAN;
+                if let Some((last, _)) = page.last() {
+                    start.clone_from(last);
+                    start.push(0);
+                }
+                pairs.extend(page);
+                if !full {
+                    return Ok(pairs);
+                }
+            }
+            other => return Err(format!("{other:?}")),
         }
     }
 }

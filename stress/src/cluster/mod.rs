@@ -189,6 +189,7 @@ impl<'a> Run<'a> {
             grace: config.grace,
             snapshot_every: config.snapshot_every,
             election_min: config.election_min,
+            keep_behind_snapshot: 20,
         };
         let nodes = Nodes::new(&config.dir, config.nodes, settings).map_err(|e| e.to_string())?;
         Ok(Self {
@@ -312,7 +313,7 @@ impl<'a> Run<'a> {
                 }
             }
             73..95 => self.get(client, key, n).await,
-            _ => self.scan(client, key, n).await,
+            _ => self.scan(client, n).await,
         }
     }
 
@@ -378,14 +379,17 @@ impl<'a> Run<'a> {
         }
     }
 
-    async fn scan(&mut self, client: &mut Client, start: Vec<u8>, n: u64) {
-        let end = key_at(self.config.keys);
+    /// A linearizable scan of 50 keys' span, judged whole.
+    async fn scan(&mut self, client: &mut Client, n: u64) {
+        let first = self.rng.random_range(0..self.config.keys.max(1));
+        let (start, end) = (key_at(first), key_at(first + 50));
         let from = now_ms();
-        match client.scan(&start, Some(&end), usize::MAX).await {
+        match client.scan(&start, Some(&end), 1000).await {
             Ok(pairs) => {
                 self.report.reads += 1;
                 let to = now_ms();
-                self.judge_all(&pairs, &start, (from, to), None, &format!("op {n} (scan)"));
+                let what = format!("op {n} (scan)");
+                self.judge_all(&pairs, (&start, Some(&end)), (from, to), None, &what);
             }
             Err(ClientError::Unavailable(_)) => self.report.unavailable += 1,
             Err(e) => self.fail("read failed", None, "", "", &e.to_string(), "a scan"),

@@ -21,6 +21,8 @@ pub struct NodeSettings {
     pub snapshot_every: u64,
     /// Elections after this much silence, at least (at most twice it).
     pub election_min: Duration,
+    /// Log entries kept behind a snapshot: a node further behind catches up by snapshot.
+    pub keep_behind_snapshot: u64,
 }
 
 /// One node: its id, address, directory, and its process if it runs.
@@ -125,6 +127,11 @@ impl Nodes {
             .args(["--heartbeat", &ms(settings.election_min / 5)])
             .args(["--election-min", &ms(settings.election_min)])
             .args(["--election-max", &ms(settings.election_min * 2)])
+            .args([
+                "--keep-behind-snapshot",
+                &settings.keep_behind_snapshot.to_string(),
+            ])
+            .arg("--die-with-parent")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
