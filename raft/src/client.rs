@@ -197,6 +197,8 @@ impl Client {
             let sent = match self.exchange(&target, &call).await {
                 Ok(reply) => reply,
                 Err(Exchange::Lost(e)) if is_write => {
+                    // The next call starts elsewhere: this node may be stopped or gone.
+                    self.rotate();
                     return Err(ClientError::Uncertain(format!("{target}: {e}")));
                 }
                 Err(Exchange::NotSent(e) | Exchange::Lost(e)) => {
@@ -234,14 +236,19 @@ impl Client {
 
     /// Moves on to the next address, after a pause once every address was tried.
     async fn try_another(&mut self) {
+        self.rotate();
+        if self.next.is_multiple_of(self.addrs.len()) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Makes the next address the target.
+    fn rotate(&mut self) {
         self.stream = None;
         if let Some(addr) = self.addrs.get(self.next % self.addrs.len()) {
             self.target.clone_from(addr);
         }
         self.next += 1;
-        if self.next.is_multiple_of(self.addrs.len()) {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
     }
 
     async fn exchange(&mut self, target: &str, call: &ClientCall) -> Result<ClientReply, Exchange> {

@@ -34,7 +34,7 @@ pub mod codec;
 mod error;
 mod log_layout;
 mod log_store;
-mod network;
+pub mod network;
 pub mod node;
 mod snapshot;
 mod snapshot_data;

@@ -387,11 +387,23 @@ fn service_limit(request: &crate::types::Request) -> Result<(), String> {
 
 /// None once this node may serve a linearizable read; else what to answer.
 async fn linearizable(shared: &Shared) -> Option<ClientReply> {
+    if planted_local_reads() {
+        // The planted bug: reads skip the read index, so any node answers from its own state.
+        return None;
+    }
     match shared.raft.ensure_linearizable().await {
         Ok(_) => None,
         Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(to))) => Some(not_leader(&to)),
         Err(e) => Some(ClientReply::Failed(e.to_string())),
     }
+}
+
+/// True when the planted bug "local reads" is on: only in a build with the `planted-bugs`
+/// feature, and only with `CAIRN_PLANTED_BUG=local-reads` in the node's environment (how the
+/// cluster stress shows it catches a node serving stale reads).
+fn planted_local_reads() -> bool {
+    cfg!(feature = "planted-bugs")
+        && std::env::var("CAIRN_PLANTED_BUG").is_ok_and(|bug| bug == "local-reads")
 }
 
 fn write_error(e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> ClientReply {

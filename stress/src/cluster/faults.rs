@@ -8,7 +8,10 @@ use cairn_raft::client;
 use cairn_raft::wire::{ClientCall, ClientReply};
 use rand::Rng;
 
-use super::{CATCH_UP, Down, Run};
+use super::{CATCH_UP, Down, PAUSE_CAP, Run, now_ms, text};
+
+/// Reads sent to a resumed old leader.
+const PROBES: usize = 4;
 
 impl Run<'_> {
     /// The leader as a running, unpaused node sees it.
@@ -28,11 +31,19 @@ impl Run<'_> {
         None
     }
 
+    /// One fault: a follower down past the grace period (2 in 10), the leader paused (2 in
+    /// 10), or a node killed, the leader more often than not.
     pub(super) async fn fault(&mut self) {
         let leader = self.leader().await;
         let count = self.config.nodes;
         let random = u64::try_from(self.rng.random_range(1..=count)).unwrap_or(1);
-        let roll = self.rng.random_range(0..10);
+        // The first fault with a leader known pauses it, so even a short run probes a deposed
+        // leader's reads; later ones are drawn.
+        let roll = if self.report.pauses == 0 && leader.is_some() {
+            2
+        } else {
+            self.rng.random_range(0..10)
+        };
         let follower = (1..=u64::try_from(count).unwrap_or(3))
             .filter(|id| Some(*id) != leader)
             .nth(self.rng.random_range(0..count - 1));
@@ -86,13 +97,14 @@ impl Run<'_> {
     }
 
     pub(super) async fn end_faults_due(&mut self) {
+        // A paused leader stays paused until a write was acknowledged without it (or 15 s):
+        // then it is asked for that key as it wakes, still believing it leads.
         if let Some((id, until)) = self.paused
             && Instant::now() >= until
+            && (!self.written_while_paused.is_empty() || Instant::now() >= until + PAUSE_CAP)
         {
             self.paused = None;
-            if let Err(e) = self.nodes.pause(id, false) {
-                self.fail("resume failed", Some(id), "", "", &e.to_string(), "a fault");
-            }
+            self.resume_and_probe(id).await;
         }
         if self
             .down
@@ -101,6 +113,56 @@ impl Run<'_> {
             && let Some(down) = self.down.take()
         {
             self.bring_back(down).await;
+        }
+    }
+
+    /// Sends reads of keys put while node `id` was paused (up to [`PROBES`]) to it before it is
+    /// resumed, then resumes it: a deposed leader that serves reads without confirming its leadership
+    /// answers with what the key was before (a stale read); a correct one refuses, or answers
+    /// only once it has the new value.
+    async fn resume_and_probe(&mut self, id: u64) {
+        let mut keys = std::mem::take(&mut self.written_while_paused);
+        keys.dedup();
+        let addr = self
+            .nodes
+            .get(id)
+            .map(|n| n.addr.clone())
+            .unwrap_or_default();
+        let probes: Vec<_> = keys
+            .into_iter()
+            .rev()
+            .take(PROBES)
+            .map(|key| {
+                let addr = addr.clone();
+                tokio::spawn(async move {
+                    let from = now_ms();
+                    let call = ClientCall::Get { key: key.clone() };
+                    (key, from, client::call_node(&addr, call, CATCH_UP).await)
+                })
+            })
+            .collect();
+        // Time for the probes to connect and send; the stopped node's kernel takes both.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if let Err(e) = self.nodes.pause(id, false) {
+            self.fail("resume failed", Some(id), "", "", &e.to_string(), "a fault");
+            return;
+        }
+        for probe in probes {
+            let Ok((key, from, answer)) = probe.await else {
+                continue;
+            };
+            tracing::debug!("the resumed old leader, node {id}, answered {answer:?}");
+            if let Ok(ClientReply::Value(value)) = answer {
+                self.report.deposed_leader_reads += 1;
+                let to = now_ms();
+                // Whatever is wrong with it, it is the state from before the pause: stale.
+                if self.model.judge(&key, value.as_deref(), from, to).is_some() {
+                    let expected = self.model.describe(&key);
+                    let seen = value.as_deref().map_or_else(|| "absent".to_owned(), text);
+                    let what = "a read of the resumed old leader";
+                    self.fail("stale read", Some(id), &text(&key), &expected, &seen, what);
+                }
+            }
         }
     }
 

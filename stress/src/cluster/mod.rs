@@ -119,6 +119,8 @@ pub struct ClusterReport {
     pub behind_past_grace: u64,
     /// Recoveries where the leader had purged the log past the node's state: by snapshot.
     pub snapshot_catch_ups: u64,
+    /// Reads a resumed old leader answered (each judged; a correct one refuses most).
+    pub deposed_leader_reads: u64,
     /// Replicas read whole and judged.
     pub replica_checks: u64,
     /// What was found wrong (at most 20 are kept).
@@ -143,6 +145,8 @@ type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
 const MAX_FAILURES: usize = 20;
 const CATCH_UP: Duration = Duration::from_secs(30);
+/// The longest a leader stays paused past its time while no write is acknowledged without it.
+const PAUSE_CAP: Duration = Duration::from_secs(15);
 
 /// Runs the cluster stress.
 ///
@@ -180,6 +184,8 @@ struct Run<'a> {
     last_acked: u64,
     down: Option<Down>,
     paused: Option<(u64, Instant)>,
+    /// Keys whose puts were acknowledged while the leader was paused.
+    written_while_paused: Vec<Vec<u8>>,
 }
 
 impl<'a> Run<'a> {
@@ -205,6 +211,7 @@ impl<'a> Run<'a> {
             last_acked: 0,
             down: None,
             paused: None,
+            written_while_paused: Vec::new(),
         })
     }
 
@@ -329,6 +336,10 @@ impl<'a> Run<'a> {
     fn settle(&mut self, key: &[u8], state: Possible, written: Result<u64, ClientError>) {
         match written {
             Ok(index) => {
+                // A value put while the leader is paused: the old leader cannot have it.
+                if self.paused.is_some() && state.value.is_some() {
+                    self.written_while_paused.push(key.to_vec());
+                }
                 self.model.write(key, state, true);
                 self.acked(index);
             }
