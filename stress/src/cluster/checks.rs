@@ -113,16 +113,19 @@ impl Run<'_> {
             }
         }
         let mut replicas = Vec::new();
+        let from = now_ms();
         for id in ids {
             if let Some(pairs) = self.check_replica(id, "the end").await {
                 replicas.push((id, pairs));
             }
         }
-        // Values that expire may differ by the moment each replica was read; compare the rest.
+        // A value expiring while the replicas were read may be on some and not others; the
+        // rest must be the same everywhere.
+        let to = now_ms();
         let lasting = |pairs: &[(Vec<u8>, Vec<u8>)]| -> Pairs {
             pairs
                 .iter()
-                .filter(|(k, _)| !self.model.may_expire(k))
+                .filter(|(k, _)| !self.model.may_expire_between(k, from, to))
                 .cloned()
                 .collect()
         };

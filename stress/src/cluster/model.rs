@@ -141,11 +141,16 @@ impl Model {
         self.keys.keys().map(Vec::as_slice)
     }
 
-    /// True when a state `key` may be in expires.
-    pub fn may_expire(&self, key: &[u8]) -> bool {
-        self.keys
-            .get(key)
-            .is_some_and(|states| states.iter().any(|s| s.expires_at_ms.is_some()))
+    /// True when a state `key` may be in expires between `from_ms` and `to_ms`, give or take
+    /// [`CLOCK_SLACK_MS`]: replicas read in that time may differ on it.
+    pub fn may_expire_between(&self, key: &[u8], from_ms: u64, to_ms: u64) -> bool {
+        self.keys.get(key).is_some_and(|states| {
+            states.iter().any(|s| {
+                s.expires_at_ms.is_some_and(|at| {
+                    at + CLOCK_SLACK_MS >= from_ms && at <= to_ms + CLOCK_SLACK_MS
+                })
+            })
+        })
     }
 
     /// The states `key` may be in, as text for a report.
