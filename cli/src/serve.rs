@@ -1,6 +1,7 @@
 //! `cairn serve`: one node of a replicated Cairn (`cairn_raft::node`), configured by flags or a
 //! YAML file (flags win), logging to stderr, stopped cleanly by SIGTERM or Ctrl-C: it stops
-//! listening, stops openraft and closes its database, then exits 0.
+//! listening, stops openraft and closes its database, then exits 0. When openraft's core stops
+//! on its own (its storage failed), the node shuts down the same way and exits 2.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -113,9 +114,18 @@ async fn serve(config: NodeConfig) -> i32 {
         node.addr(),
         dir.display()
     );
-    let stopped = stop_signal().await;
-    tracing::info!("node {id}: {stopped}, shutting down");
+    let failed = tokio::select! {
+        stopped = stop_signal() => {
+            tracing::info!("node {id}: {stopped}, shutting down");
+            None
+        }
+        why = node.failed() => Some(why),
+    };
+    if let Some(why) = &failed {
+        tracing::error!("node {id}: raft stopped: {why}; shutting down");
+    }
     match node.shutdown().await {
+        Ok(()) if failed.is_some() => 2,
         Ok(()) => {
             tracing::info!("node {id} stopped");
             0

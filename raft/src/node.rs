@@ -209,6 +209,20 @@ impl Node {
         &self.raft
     }
 
+    /// Waits until openraft's core stops on its own (its storage failed, say) and says why;
+    /// a node whose core stopped serves nothing, so its process should end.
+    pub async fn failed(&self) -> String {
+        let mut metrics = self.raft.metrics();
+        loop {
+            if let Err(e) = &metrics.borrow().running_state {
+                return e.to_string();
+            }
+            if metrics.changed().await.is_err() {
+                return "openraft stopped".to_owned();
+            }
+        }
+    }
+
     /// Stops listening, closes every connection, stops openraft and closes the database.
     ///
     /// # Errors
