@@ -191,6 +191,22 @@ async fn add(cluster: &ClusterAddrs, node: &str) -> i32 {
         },
         Err(why) => return crate::bad_args(&why),
     };
+    // The leader would wait for an unreachable learner to catch up until the client gives up.
+    match client::status(&addr, cluster.timeout).await {
+        Ok(status) if status.id != id => {
+            return crate::bad_args(&format!("{addr} is node {}, not node {id}", status.id));
+        }
+        Ok(status) if !status.nodes.is_empty() && !status.nodes.contains_key(&id) => {
+            return crate::bad_args(&format!("node {id} at {addr} belongs to another cluster"));
+        }
+        Ok(_) => {}
+        Err(e) => {
+            eprintln!(
+                "cairn: node {id} at {addr} does not answer ({e}): start it with `cairn serve` first"
+            );
+            return FAILED;
+        }
+    }
     let Some(mut voters) = leader_voters(cluster).await else {
         return FAILED;
     };

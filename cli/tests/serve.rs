@@ -185,6 +185,10 @@ fn an_operators_mistakes_are_refused_with_exit_3() {
         let out = cairn(&args);
         assert_eq!(out.status.code(), Some(3), "cairn {args:?}: {}", text(&out));
     }
+    // A node that does not answer is not added (the leader would wait for it forever).
+    let out = cairn(&["cluster", "add", "--cluster", "127.0.0.1:1", "4=127.0.0.1:1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("start it with `cairn serve` first"), "{}", text(&out));
     let config = dir.path().join("node.yaml");
     std::fs::write(&config, "id: 1\nlisten: 127.0.0.1:1\nelection_min: 1s\n").expect("write");
     let out = cairn(&[
