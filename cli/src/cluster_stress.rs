@@ -109,10 +109,12 @@ fn print_summary(report: &ClusterReport) {
         report.reads,
     );
     println!(
-        "faults: {} kills ({} of the leader), {} leader pauses, {} followers down past the grace period; {} catch-ups by snapshot; {} replicas read whole and judged{}",
+        "faults: {} kills ({} of the leader), {} leader pauses ({} reads of the resumed old leader, {} answered), {} followers down past the grace period; {} catch-ups by snapshot; {} replicas read whole and judged{}",
         report.kills,
         report.leader_kills,
         report.pauses,
+        report.deposed_leader_probes,
+        report.deposed_leader_reads,
         report.behind_past_grace,
         report.snapshot_catch_ups,
         report.replica_checks,

@@ -186,9 +186,19 @@ fn an_operators_mistakes_are_refused_with_exit_3() {
         assert_eq!(out.status.code(), Some(3), "cairn {args:?}: {}", text(&out));
     }
     // A node that does not answer is not added (the leader would wait for it forever).
-    let out = cairn(&["cluster", "add", "--cluster", "127.0.0.1:1", "4=127.0.0.1:1"]);
+    let out = cairn(&[
+        "cluster",
+        "add",
+        "--cluster",
+        "127.0.0.1:1",
+        "4=127.0.0.1:1",
+    ]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("start it with `cairn serve` first"), "{}", text(&out));
+    assert!(
+        text(&out).contains("start it with `cairn serve` first"),
+        "{}",
+        text(&out)
+    );
     let config = dir.path().join("node.yaml");
     std::fs::write(&config, "id: 1\nlisten: 127.0.0.1:1\nelection_min: 1s\n").expect("write");
     let out = cairn(&[
@@ -225,7 +235,10 @@ fn a_short_cluster_stress_kills_nodes_and_finds_nothing_wrong() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     let count = |field: &str| report[field].as_u64().expect(field);
-    assert!(count("kills") + count("pauses") >= 2, "{report}");
+    // The first fault pauses the leader and probes it as it wakes; kills follow.
+    assert!(count("pauses") >= 1, "{report}");
+    assert!(count("deposed_leader_probes") >= 1, "{report}");
+    assert!(count("kills") >= 1, "{report}");
     assert!(count("replica_checks") >= 3, "{report}");
     assert!(count("acked_writes") >= 100, "{report}");
     assert!(count("reads") >= 20, "{report}");

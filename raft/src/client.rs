@@ -78,6 +78,14 @@ impl Client {
         self
     }
 
+    /// How long one node may take to answer before the client tries another (5 s, or the
+    /// deadline if shorter). A write whose answer takes longer is uncertain.
+    #[must_use]
+    pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.attempt_timeout = timeout.min(self.deadline);
+        self
+    }
+
     /// Sets `key` to `value`; the log index it was committed at.
     ///
     /// # Errors

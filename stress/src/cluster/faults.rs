@@ -147,6 +147,7 @@ impl Run<'_> {
             self.fail("resume failed", Some(id), "", "", &e.to_string(), "a fault");
             return;
         }
+        self.report.deposed_leader_probes += probes.len() as u64;
         for probe in probes {
             let Ok((key, from, answer)) = probe.await else {
                 continue;

@@ -119,7 +119,9 @@ pub struct ClusterReport {
     pub behind_past_grace: u64,
     /// Recoveries where the leader had purged the log past the node's state: by snapshot.
     pub snapshot_catch_ups: u64,
-    /// Reads a resumed old leader answered (each judged; a correct one refuses most).
+    /// Reads sent to a paused old leader as it was resumed.
+    pub deposed_leader_probes: u64,
+    /// Of those, the ones it answered with a value, each judged (a correct node refuses most).
     pub deposed_leader_reads: u64,
     /// Replicas read whole and judged.
     pub replica_checks: u64,
@@ -227,7 +229,9 @@ impl<'a> Run<'a> {
         }
         let mut client = Client::new(self.nodes.addrs())
             .map_err(|e| e.to_string())?
-            .deadline(Duration::from_secs(10));
+            .deadline(Duration::from_secs(10))
+            // A stopped leader holds each call this long before the client moves on.
+            .attempt_timeout(Duration::from_secs(2));
         let mut next_fault = Instant::now() + self.fault_gap();
         while started.elapsed() < self.config.duration
             && !crate::stop_requested()
