@@ -26,6 +26,10 @@
 //!   calls `Db::resume`), verifies every key, and the run goes on without a reopen. It may fail
 //!   operations but never serves wrong data, and loses no acknowledged write.
 //!
+//! - [`cluster`]: the cluster stress, `cairn serve` processes of a replicated Cairn driven
+//!   through the leader while nodes are killed, the leader paused and followers kept down past
+//!   the grace period; every read and every replica judged against the possible states.
+//!
 //! It tests through the public API only; it does not know the engine's internals.
 
 pub mod cluster;
