@@ -1,23 +1,27 @@
-//! `cairn stress --cluster N`: the cluster stress of `cairn_stress::cluster`, with this very
-//! binary's `serve` as each node, in a temporary directory (kept when the run fails) or the one
+//! `cairn stress --cluster N` and `cairn crashtest --cluster N`: the cluster stress of
+//! `cairn_stress::cluster` (the crash test injecting crashes alone), with this very binary's
+//! `serve` as each node, in a temporary directory (kept when the run fails) or the one
 //! given. Exit 0 when nothing was found wrong, 1 when something was, 2 when the cluster could
 //! not be set up.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cairn_stress::cluster::{ClusterConfig, ClusterReport, run_cluster};
+use cairn_stress::cluster::{ClusterConfig, ClusterReport, FaultKind, run_cluster};
 
 use crate::output::{FAILED, NO, print_json};
 
 /// What the `stress` flags ask of a cluster run.
 #[derive(Debug)]
 pub struct ClusterRun {
+    /// `stress` or `crashtest`, as the banner names it.
+    pub command: &'static str,
     pub nodes: usize,
     pub keys: Option<usize>,
     pub seed: u64,
     pub duration: Duration,
     pub grace: Option<Duration>,
+    pub faults: Vec<FaultKind>,
     pub dir: Option<PathBuf>,
     pub json: bool,
     pub report: Option<PathBuf>,
@@ -55,13 +59,17 @@ pub fn run(run: &ClusterRun) -> i32 {
     if let Some(grace) = run.grace {
         config.grace = grace;
     }
+    config.faults.clone_from(&run.faults);
+    let faults: Vec<_> = config.faults.iter().map(|f| f.name()).collect();
     eprintln!(
-        "cairn stress --cluster {}: seed {}, {} keys, grace {:?}, for {:?} in {}",
+        "cairn {} --cluster {}: seed {}, {} keys, grace {}, faults {}, for {} in {}",
+        run.command,
         config.nodes,
         config.seed,
         config.keys,
-        config.grace,
-        config.duration,
+        humantime::format_duration(config.grace),
+        faults.join(","),
+        humantime::format_duration(config.duration),
         dir.display()
     );
     let report = match run_cluster(&config) {
@@ -109,9 +117,12 @@ fn print_summary(report: &ClusterReport) {
         report.reads,
     );
     println!(
-        "faults: {} kills ({} of the leader), {} leader pauses ({} reads of the resumed old leader, {} answered), {} followers down past the grace period; {} catch-ups by snapshot; {} replicas read whole and judged{}",
+        "faults: {} node crashes ({} of the leader, {} by power cut, {} while installing a snapshot), {} whole-cluster power cuts, {} leader pauses ({} reads of the resumed old leader, {} answered), {} followers down past the grace period; {} catch-ups by snapshot; {} replicas read whole and judged{}",
         report.kills,
         report.leader_kills,
+        report.power_cuts,
+        report.crashes_while_installing,
+        report.cluster_crashes,
         report.pauses,
         report.deposed_leader_probes,
         report.deposed_leader_reads,
@@ -129,7 +140,7 @@ fn print_summary(report: &ClusterReport) {
             .node
             .map_or_else(|| "the leader".to_owned(), |n| format!("node {n}"));
         println!(
-            "  {} on {node} at {}: key {:?}: expected {}, read {}",
+            "  {} on {node}, {}: key {:?}: expected {}, read {}",
             failure.kind, failure.when, failure.key, failure.expected, failure.observed
         );
     }

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cairn_stress::CrashConfig;
+use cairn_stress::cluster::FaultKind;
 use cairn_stress::{Limit, OpWeights, StressConfig, StressError};
 use clap::{Args, Subcommand};
 
@@ -46,10 +47,15 @@ pub struct StressArgs {
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Stress a replicated Cairn of this many `cairn serve` processes (3 to 7) on loopback
-    /// instead: node kills, leader pauses, followers down past the grace period; --duration,
-    /// --seed, --keys, --grace, --json and --report apply.
+    /// instead: node kills and power cuts, leader pauses, followers down past the grace period,
+    /// the whole cluster's power cut; --duration, --seed, --keys, --grace, --faults, --json and
+    /// --report apply.
     #[arg(long, conflicts_with_all = ["ops", "mix", "inject_errors", "reuse", "op_log", "expected_journal"])]
     cluster: Option<usize>,
+    /// With --cluster, the faults to inject, comma-separated: kill, power-cut, pause,
+    /// past-grace, cluster-crash [default: all].
+    #[arg(long, requires = "cluster")]
+    faults: Option<String>,
     /// How long to run (`20s`, `10m`, `1h`; a bare number is seconds; ignored with --ops; 0 is
     /// refused as exercising nothing).
     #[arg(long, default_value = "60s", value_parser = output::parse_duration)]
@@ -155,9 +161,20 @@ pub struct CrashArgs {
     /// Seed of timing, writes and power-loss modes.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Keys in the key space.
-    #[arg(long, default_value_t = 10_000)]
-    keys: usize,
+    /// Keys in the key space [default: 10000; 500 with --cluster].
+    #[arg(long)]
+    keys: Option<usize>,
+    /// Crash a replicated Cairn of this many `cairn serve` processes (3 to 7) on loopback
+    /// instead, for --duration (60s when not given), checking every replica after each
+    /// recovery: node kills and power cuts, followers down past the grace period (crashed
+    /// again while installing a snapshot), the whole cluster's power cut; --seed, --keys,
+    /// --faults, --json and --report apply.
+    #[arg(long, conflicts_with_all = ["mode", "cycles", "kill_min", "kill_max", "sync_probability"])]
+    cluster: Option<usize>,
+    /// With --cluster, the faults to inject, comma-separated: kill, power-cut, past-grace,
+    /// cluster-crash, pause [default: all but pause].
+    #[arg(long, requires = "cluster")]
+    faults: Option<String>,
     /// Worker threads of each blackbox child (1 to 64).
     #[arg(long, default_value_t = 4, value_parser = output::parse_threads)]
     threads: usize,
@@ -188,13 +205,46 @@ pub struct CrashArgs {
 
 /// `stress --cluster N`: the flags that apply, handed to the cluster stress.
 fn cluster(args: &StressArgs, nodes: usize) -> i32 {
+    let faults = match args.faults.as_deref().map(FaultKind::parse_list) {
+        None => FaultKind::ALL.to_vec(),
+        Some(Ok(faults)) => faults,
+        Some(Err(why)) => return bad_args(&format!("--faults: {why}")),
+    };
     stop_on_signals();
     crate::cluster_stress::run(&crate::cluster_stress::ClusterRun {
+        command: "stress",
         nodes,
         keys: args.keys,
         seed: args.seed,
         duration: args.duration,
         grace: args.grace,
+        faults,
+        dir: args.db.path().map(Path::to_path_buf),
+        json: args.json,
+        report: args.report.clone(),
+    })
+}
+
+/// `crashtest --cluster N`: the cluster stress with crashes alone (by default).
+fn crashtest_cluster(args: &CrashArgs, nodes: usize) -> i32 {
+    let faults = match args.faults.as_deref().map(FaultKind::parse_list) {
+        None => FaultKind::CRASHES.to_vec(),
+        Some(Ok(faults)) => faults,
+        Some(Err(why)) => return bad_args(&format!("--faults: {why}")),
+    };
+    stop_on_signals();
+    crate::cluster_stress::run(&crate::cluster_stress::ClusterRun {
+        command: "crashtest",
+        nodes,
+        keys: args.keys,
+        seed: args.seed,
+        duration: if args.duration.is_zero() {
+            Duration::from_secs(60)
+        } else {
+            args.duration
+        },
+        grace: None,
+        faults,
         dir: args.db.path().map(Path::to_path_buf),
         json: args.json,
         report: args.report.clone(),
@@ -347,6 +397,10 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
     // Crashes make the engine complain by design (every write refused on a dead disk is an
     // error to it); the harness reports what matters.
     init_logging_with("cairn=off,error");
+    if let Some(nodes) = args.cluster {
+        return crashtest_cluster(args, nodes);
+    }
+    let keys = args.keys.unwrap_or(10_000);
     let modes: &[&str] = match args.mode.as_str() {
         "both" => &["blackbox", "power-loss"],
         "blackbox" => &["blackbox"],
@@ -365,7 +419,7 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
         Err(why) => return bad_args(&why),
     };
     let stress = StressConfig {
-        keys: args.keys,
+        keys,
         threads: args.threads,
         sync_probability: args.sync_probability,
         ..StressConfig::default()
@@ -401,7 +455,7 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
     eprintln!(
         "cairn crashtest: {} per mode, {} keys, seed {}, {}",
         modes.join(" and "),
-        args.keys,
+        keys,
         args.seed,
         describe_limit(args.cycles, cycles, args.duration)
     );

@@ -5,8 +5,10 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
+use cairn_fs::{FaultyFs, PowerLoss};
 use cairn_raft::node::{Node, NodeConfig};
 use clap::Args;
 use serde::Deserialize;
@@ -54,7 +56,18 @@ pub struct ServeArgs {
     /// Die (SIGKILL) when the process that started this one exits: for harnesses that run nodes.
     #[arg(long, hide = true)]
     die_with_parent: bool,
+    /// Testing only: the database's files go through a `FaultyFs`, and SIGUSR1 cuts the
+    /// node's power: every byte not synced is dropped, as a machine losing power would, and
+    /// the process exits 137 at once.
+    #[arg(long, hide = true)]
+    simulate_power_loss: bool,
+    /// Testing only: a snapshot install waits this long after each step it writes.
+    #[arg(long, hide = true, value_parser = parse_duration)]
+    install_pause: Option<Duration>,
 }
+
+/// What a node exits with after a simulated power cut: what a shell shows for SIGKILL.
+const POWER_CUT_EXIT: i32 = 137;
 
 /// The config file's keys, each optional.
 #[derive(Debug, Default, Deserialize)]
@@ -85,10 +98,15 @@ pub fn run(args: &ServeArgs) -> i32 {
     }
     // openraft says much at info; its warnings and the node's own news are what an operator reads.
     crate::init_logging_with("warn,cairn=info,cairn_raft=info");
-    let config = match node_config(args) {
+    let mut config = match node_config(args) {
         Ok(config) => config,
         Err(why) => return crate::bad_args(&why),
     };
+    let power = args.simulate_power_loss.then(|| power_switch(&config.dir));
+    if let Some(fs) = &power {
+        config.file_system = Some(Arc::new(fs.clone()));
+    }
+    config.install_pause = args.install_pause.unwrap_or_default();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -96,10 +114,40 @@ pub fn run(args: &ServeArgs) -> i32 {
         Ok(runtime) => runtime,
         Err(e) => return crate::output::failed("starting the runtime", &e),
     };
-    runtime.block_on(serve(config))
+    runtime.block_on(serve(config, power))
 }
 
-async fn serve(config: NodeConfig) -> i32 {
+/// The `FaultyFs` a node's database goes through when its power can be cut. Files a killed
+/// node's `FaultyFs` had moved aside on removal are gone for good (a kill undoes no removal).
+fn power_switch(dir: &Path) -> FaultyFs {
+    let _ = std::fs::remove_dir_all(dir.join(".faultyfs-trash"));
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos().into());
+    FaultyFs::new(seed)
+}
+
+/// Cuts the node's power: the disk stops taking writes, the files are rewound to what a disk
+/// would hold (all unsynced bytes dropped, a random tail of them kept, or random pages, in
+/// turn), and the process ends at once, as a machine's would.
+fn cut_power(id: u64, fs: &FaultyFs) -> ! {
+    fs.set_active(false);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::from(d.subsec_nanos()));
+    let mode = match seed % 3 {
+        0 => PowerLoss::DropAllUnsynced,
+        1 => PowerLoss::DropRandomTail { seed },
+        _ => PowerLoss::ReorderedPages { seed },
+    };
+    match fs.power_loss(mode) {
+        Ok(()) => eprintln!("cairn: node {id}: power cut ({mode:?})"),
+        Err(e) => eprintln!("cairn: node {id}: the simulated power cut failed: {e}"),
+    }
+    std::process::exit(POWER_CUT_EXIT)
+}
+
+async fn serve(config: NodeConfig, power: Option<FaultyFs>) -> i32 {
     let (id, dir) = (config.id, config.dir.clone());
     let node = match Node::start(config).await {
         Ok(node) => node,
@@ -115,6 +163,10 @@ async fn serve(config: NodeConfig) -> i32 {
         dir.display()
     );
     let failed = tokio::select! {
+        () = power_cut(power.is_some()) => match &power {
+            Some(fs) => cut_power(id, fs),
+            None => None,
+        },
         stopped = stop_signal() => {
             tracing::info!("node {id}: {stopped}, shutting down");
             None
@@ -133,6 +185,22 @@ async fn serve(config: NodeConfig) -> i32 {
         Err(e) => {
             eprintln!("cairn: node {id} did not stop cleanly: {e}");
             2
+        }
+    }
+}
+
+/// Waits for SIGUSR1 where the node's power can be cut; else forever.
+async fn power_cut(armed: bool) {
+    if !armed {
+        return std::future::pending().await;
+    }
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()) {
+        Ok(mut usr1) => {
+            usr1.recv().await;
+        }
+        Err(e) => {
+            tracing::error!("cannot wait for SIGUSR1, the power cut: {e}");
+            std::future::pending::<()>().await;
         }
     }
 }

@@ -1,6 +1,11 @@
-//! The cluster stress catches a node that serves reads without confirming its leadership (the
-//! planted bug "local reads", `--features planted-bugs`), as a stale read by the leader it
-//! paused and resumed; its bug-free twin, the same run without the bug, finds nothing.
+//! The cluster stress catches each planted node bug (`--features planted-bugs`), and its
+//! bug-free twin, the same run without the bug, finds nothing:
+//! - `local-reads` (a node serves reads without confirming its leadership): a stale read by
+//!   the leader the run paused and resumed;
+//! - `early-ack` (an append acknowledged before its sync): lost writes after the whole
+//!   cluster's power is cut;
+//! - `torn-install` (a snapshot recorded as applied before its data is written): lost writes
+//!   or resurrected deletes on the node crashed while it installed the snapshot.
 
 #![cfg(feature = "planted-bugs")]
 #![allow(
@@ -12,19 +17,18 @@ use std::process::{Command, Output};
 
 const CAIRN: &str = env!("CARGO_BIN_EXE_cairn");
 
-fn stress(seed: &str, bug: Option<&str>) -> (Output, serde_json::Value) {
+/// A cluster stress of `duration` injecting `faults`, with `bug` planted in every node.
+fn stress(
+    seed: &str,
+    faults: &str,
+    duration: &str,
+    bug: Option<&str>,
+) -> (Output, serde_json::Value) {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut command = Command::new(CAIRN);
     command
-        .args([
-            "stress",
-            "--cluster",
-            "3",
-            "--duration",
-            "25s",
-            "--seed",
-            seed,
-        ])
+        .args(["stress", "--cluster", "3", "--seed", seed])
+        .args(["--faults", faults, "--duration", duration])
         .args(["--json", "--db"])
         .arg(dir.path().join("run"));
     match bug {
@@ -40,21 +44,55 @@ fn stress(seed: &str, bug: Option<&str>) -> (Output, serde_json::Value) {
 /// load decides, and a probe can lose its race with the new leader's messages.
 const ATTEMPTS: usize = 3;
 
-#[test]
-fn local_reads_are_caught_as_stale_reads_and_the_twin_passes() {
+/// The twin passes having injected what `counter` counts; the bug is caught as one of `kinds`
+/// within [`ATTEMPTS`] runs.
+fn caught_beside_its_twin(bug: &str, faults: &str, duration: &str, counter: &str, kinds: &[&str]) {
     let seed = "2";
-    let (out, report) = stress(seed, None);
-    assert_eq!(out.status.code(), Some(0), "the twin: {report}");
-    assert!(report["pauses"].as_u64() >= Some(1), "{report}");
+    let (out, report) = stress(seed, faults, duration, None);
+    assert_eq!(out.status.code(), Some(0), "the twin of {bug}: {report}");
+    assert!(report[counter].as_u64() >= Some(1), "{counter}: {report}");
     let caught = (0..ATTEMPTS).any(|attempt| {
-        let (out, report) = stress(seed, Some("local-reads"));
-        println!("run {attempt} with the bug: {report}");
-        let stale = report["failures"]
+        let (out, report) = stress(seed, faults, duration, Some(bug));
+        println!("run {attempt} with {bug}: {report}");
+        let named = report["failures"]
             .as_array()
             .expect("failures")
             .iter()
-            .any(|f| f["kind"] == "stale read");
-        out.status.code() == Some(1) && stale
+            .any(|f| kinds.iter().any(|kind| f["kind"] == *kind));
+        out.status.code() == Some(1) && named
     });
-    assert!(caught, "local reads went unnoticed in {ATTEMPTS} runs");
+    assert!(caught, "{bug} went unnoticed in {ATTEMPTS} runs");
+}
+
+#[test]
+fn local_reads_are_caught_as_stale_reads_and_the_twin_passes() {
+    caught_beside_its_twin(
+        "local-reads",
+        "pause,kill",
+        "25s",
+        "pauses",
+        &["stale read"],
+    );
+}
+
+#[test]
+fn an_early_ack_is_caught_as_lost_writes_and_the_twin_passes() {
+    caught_beside_its_twin(
+        "early-ack",
+        "cluster-crash",
+        "10s",
+        "cluster_crashes",
+        &["lost write"],
+    );
+}
+
+#[test]
+fn a_torn_install_is_caught_on_the_crashed_node_and_the_twin_passes() {
+    caught_beside_its_twin(
+        "torn-install",
+        "past-grace",
+        "25s",
+        "crashes_while_installing",
+        &["lost write", "resurrected delete"],
+    );
 }

@@ -244,3 +244,22 @@ fn a_short_cluster_stress_kills_nodes_and_finds_nothing_wrong() {
     assert!(count("reads") >= 20, "{report}");
     assert_eq!(report["failures"], serde_json::json!([]), "{report}");
 }
+
+#[test]
+fn a_short_cluster_crashtest_cuts_every_nodes_power_and_loses_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(CAIRN)
+        .args(["crashtest", "--cluster", "3", "--duration", "8s"])
+        .args(["--faults", "cluster-crash", "--seed", "1", "--json", "--db"])
+        .arg(dir.path().join("run"))
+        .output()
+        .expect("run cairn");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let count = |field: &str| report[field].as_u64().expect(field);
+    assert!(count("cluster_crashes") >= 1, "{report}");
+    assert!(count("power_cuts") >= 3, "{report}");
+    assert!(count("replica_checks") >= 3, "{report}");
+    assert!(count("acked_writes") >= 100, "{report}");
+    assert_eq!(report["failures"], serde_json::json!([]), "{report}");
+}

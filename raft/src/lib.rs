@@ -36,6 +36,7 @@ mod log_layout;
 mod log_store;
 pub mod network;
 pub mod node;
+mod planted;
 mod snapshot;
 mod snapshot_data;
 mod snapshot_format;
@@ -77,7 +78,19 @@ pub fn open_with(
     dir: impl AsRef<Path>,
     data_options: CfOptions,
 ) -> StorageResult<(LogStore, StateMachine)> {
-    let db = Db::open(dir.as_ref(), node_options()).map_err(|e| {
+    open_with_options(dir, node_options(), data_options)
+}
+
+/// As [`open_with`], with the database's `options` (start from [`node_options`]).
+///
+/// # Errors
+/// The engine's, as a storage error.
+pub fn open_with_options(
+    dir: impl AsRef<Path>,
+    options: Options,
+    data_options: CfOptions,
+) -> StorageResult<(LogStore, StateMachine)> {
+    let db = Db::open(dir.as_ref(), options).map_err(|e| {
         // The store as a whole, not its log: the database did not open.
         let source = openraft::AnyError::error(format!("{}: {e}", dir.as_ref().display()));
         openraft::StorageError::from(openraft::StorageIOError::new(

@@ -27,6 +27,7 @@ use crate::error::{self, Malformed, StorageResult};
 use crate::log_layout::{
     COMMITTED, LAST_PURGED, LOG_FAMILY, META_FAMILY, VOTE, index_key, stage_purge,
 };
+use crate::planted::{Bug, planted};
 use crate::types::{NodeId, TypeConfig};
 
 /// The Raft log of one node, on a Cairn database. Cloning shares it (the clone is the log
@@ -198,8 +199,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         // Synced before the callback: an acknowledged entry survives power loss. On an error
         // the callback is dropped unanswered and openraft stops the node.
+        let sync = WriteOptions {
+            sync: !planted(Bug::EarlyAck),
+        };
         self.db
-            .write_opt(batch, &SYNC)
+            .write_opt(batch, &sync)
             .map_err(|e| error::write_logs(&e))?;
         callback.log_io_completed(Ok(()));
         Ok(())

@@ -17,12 +17,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cairn_fs::FileSystem;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 use crate::network::TcpNetwork;
+use crate::planted::{Bug, planted};
 use crate::state_machine::StateMachine;
 use crate::types::{NodeId, TypeConfig};
 use crate::wire::{
@@ -57,6 +59,12 @@ pub struct NodeConfig {
     /// The data's tombstone grace period, set when the database is created (the engine's
     /// `CfOptions::tombstone_grace`; a node's grace cannot change after that).
     pub tombstone_grace: Duration,
+    /// The file system the database's files go through: none for the real one, a `FaultyFs`
+    /// where a crash test cuts the node's power.
+    pub file_system: Option<Arc<dyn FileSystem>>,
+    /// Testing only: how long a snapshot install waits after each step it writes, so a crash
+    /// test can land a kill inside one (zero in service).
+    pub install_pause: Duration,
 }
 
 impl NodeConfig {
@@ -73,6 +81,8 @@ impl NodeConfig {
             snapshot_every: 10_000,
             keep_behind_snapshot: 1_000,
             tombstone_grace: Duration::ZERO,
+            file_system: None,
+            install_pause: Duration::ZERO,
         }
     }
 
@@ -172,10 +182,16 @@ impl Node {
         })?;
         let dir = config.dir.clone();
         let data = cairn::CfOptions::default().tombstone_grace(config.tombstone_grace);
-        let (log, state) = tokio::task::spawn_blocking(move || crate::open_with(dir, data))
-            .await
-            .map_err(|e| ServeError::Raft(e.to_string()))?
-            .map_err(ServeError::Storage)?;
+        let mut options = crate::node_options();
+        if let Some(fs) = &config.file_system {
+            options = options.file_system(Arc::clone(fs));
+        }
+        let (log, state) =
+            tokio::task::spawn_blocking(move || crate::open_with_options(dir, options, data))
+                .await
+                .map_err(|e| ServeError::Raft(e.to_string()))?
+                .map_err(ServeError::Storage)?;
+        let state = state.with_install_pause(config.install_pause);
         let raft = Raft::new(
             config.id,
             raft_config,
@@ -360,7 +376,7 @@ async fn client(shared: &Shared, call: ClientCall) -> ClientReply {
                 Err(e) => write_error(e),
             }
         }
-        ClientCall::Status => ClientReply::Status(status(&shared.raft)),
+        ClientCall::Status => ClientReply::Status(status(shared)),
     }
 }
 
@@ -401,8 +417,7 @@ fn service_limit(request: &crate::types::Request) -> Result<(), String> {
 
 /// None once this node may serve a linearizable read; else what to answer.
 async fn linearizable(shared: &Shared) -> Option<ClientReply> {
-    if planted_local_reads() {
-        // The planted bug: reads skip the read index, so any node answers from its own state.
+    if planted(Bug::LocalReads) {
         return None;
     }
     match shared.raft.ensure_linearizable().await {
@@ -410,14 +425,6 @@ async fn linearizable(shared: &Shared) -> Option<ClientReply> {
         Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(to))) => Some(not_leader(&to)),
         Err(e) => Some(ClientReply::Failed(e.to_string())),
     }
-}
-
-/// True when the planted bug "local reads" is on: only in a build with the `planted-bugs`
-/// feature, and only with `CAIRN_PLANTED_BUG=local-reads` in the node's environment (how the
-/// cluster stress shows it catches a node serving stale reads).
-fn planted_local_reads() -> bool {
-    cfg!(feature = "planted-bugs")
-        && std::env::var("CAIRN_PLANTED_BUG").is_ok_and(|bug| bug == "local-reads")
 }
 
 fn write_error(e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> ClientReply {
@@ -434,9 +441,9 @@ fn not_leader(to: &ForwardToLeader<NodeId, BasicNode>) -> ClientReply {
     )
 }
 
-/// What `raft`'s metrics say now.
-pub fn status(raft: &Raft<TypeConfig>) -> NodeStatus {
-    let metrics = raft.metrics().borrow().clone();
+/// What the node's metrics say now.
+fn status(shared: &Shared) -> NodeStatus {
+    let metrics = shared.raft.metrics().borrow().clone();
     let membership = metrics.membership_config.membership();
     NodeStatus {
         id: metrics.id,
@@ -452,5 +459,6 @@ pub fn status(raft: &Raft<TypeConfig>) -> NodeStatus {
             .nodes()
             .map(|(id, node)| (*id, node.addr.clone()))
             .collect(),
+        installing: shared.state.installing(),
     }
 }

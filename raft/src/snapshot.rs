@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{self, Malformed, StorageResult};
 use crate::log_layout::{LOG_FAMILY, META_FAMILY, stage_purge};
+use crate::planted::{Bug, planted};
 use crate::snapshot_data::{SnapshotData, delete_set, delete_sets_but};
 use crate::snapshot_format::{PairEncoder, decode_pairs};
 use crate::state_machine::{
@@ -259,6 +260,10 @@ impl StateMachine {
         mut data: Box<SnapshotData>,
     ) -> StorageResult<()> {
         let signature = Some(meta.signature());
+        let index = meta.last_log_id.map_or(0, |id| id.index);
+        self.installing
+            .store(index.saturating_add(1), Ordering::SeqCst);
+        let _done = Installing(&self.installing);
         let (set, len) = self
             .take_in(&mut data)
             .map_err(|e| error::write_snapshot(signature.clone(), &e))?;
@@ -277,6 +282,9 @@ impl StateMachine {
             return Err(error::read_snapshot(signature, &e));
         }
         let fail = |e: &Failure| error::write_snapshot(signature.clone(), e);
+        if planted(Bug::TornInstall) {
+            return self.torn_install(&record).map_err(|e| fail(&e));
+        }
         // From here, a restart finishes the install.
         let mut batch = WriteBatch::new();
         batch.put_cf(
@@ -287,7 +295,36 @@ impl StateMachine {
         self.db
             .write_opt(batch, &WriteOptions { sync: true })
             .map_err(|e| fail(&Failure::Engine(e)))?;
+        self.pause_after_step();
         self.complete_install(&record).map_err(|e| fail(&e))
+    }
+
+    /// The planted bug `torn-install`: the snapshot is recorded as applied (and the log
+    /// purged up to it) before the data is replaced, and nothing records that an install is
+    /// under way. A crash in between leaves a node that believes it holds the snapshot's state
+    /// and holds its old data.
+    fn torn_install(&self, record: &Recorded) -> Result<(), Failure> {
+        let mut batch = WriteBatch::new();
+        batch.put_cf(&self.state, LAST_APPLIED, json(&record.meta.last_log_id)?);
+        batch.put_cf(&self.state, MEMBERSHIP, json(&record.meta.last_membership)?);
+        batch.put_cf(&self.state, CURRENT, json(record)?);
+        if let (Some(upto), Ok(log), Ok(meta)) = (
+            record.meta.last_log_id,
+            self.db.column_family(LOG_FAMILY),
+            self.db.column_family(META_FAMILY),
+        ) {
+            stage_purge(&log, &meta, &mut batch, upto)?;
+        }
+        self.db.write_opt(batch, &WriteOptions { sync: true })?;
+        self.pause_after_step();
+        self.complete_install(record)
+    }
+
+    /// Testing only: waits [`StateMachine::with_install_pause`]'s pause.
+    fn pause_after_step(&self) {
+        if !self.install_pause.is_zero() {
+            std::thread::sleep(self.install_pause);
+        }
     }
 
     /// The set `data` is in, stored: its own when it is a receiving handle of this database
@@ -331,6 +368,7 @@ impl StateMachine {
                 }
                 if batch.size_bytes() >= INSTALL_BATCH {
                     self.db.write(std::mem::take(&mut batch))?;
+                    self.pause_after_step();
                 }
                 Ok::<_, Failure>(())
             },
@@ -368,6 +406,15 @@ impl StateMachine {
         self.recording
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Clears the installing flag when an install ends, however it ends.
+struct Installing<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl Drop for Installing<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::SeqCst);
     }
 }
 

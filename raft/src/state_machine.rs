@@ -45,6 +45,10 @@ pub struct StateMachine {
     /// Held while an install writes and while a snapshot is recorded or a build takes its
     /// view: a build never sees half an install, nor replaces the newer snapshot it recorded.
     pub(crate) recording: Arc<std::sync::Mutex<()>>,
+    /// While a received snapshot is being installed, the index it covers, plus one; else 0.
+    pub(crate) installing: Arc<AtomicU64>,
+    /// Testing only: how long an install waits after each step it writes.
+    pub(crate) install_pause: Duration,
 }
 
 pub(crate) type Membership = StoredMembership<NodeId, BasicNode>;
@@ -80,9 +84,24 @@ impl StateMachine {
             db,
             next_set: Arc::default(),
             recording: Arc::default(),
+            installing: Arc::default(),
+            install_pause: Duration::ZERO,
         };
         machine.recover_snapshots()?;
         Ok(machine)
+    }
+
+    /// Testing only: this state machine waits `pause` after each step of a snapshot install
+    /// it writes, so that a crash test can land a kill inside one.
+    #[must_use]
+    pub fn with_install_pause(mut self, pause: Duration) -> Self {
+        self.install_pause = pause;
+        self
+    }
+
+    /// While a snapshot a leader sent is being installed, the last log index it covers.
+    pub fn installing(&self) -> Option<u64> {
+        self.installing.load(Ordering::SeqCst).checked_sub(1)
     }
 
     /// The value of `key`, unless it is absent or expired.

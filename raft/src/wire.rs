@@ -158,6 +158,8 @@ pub struct NodeStatus {
     pub voters: BTreeSet<NodeId>,
     /// Every member (voters and learners) with its address.
     pub nodes: BTreeMap<NodeId, String>,
+    /// While it installs a snapshot a leader sent, the last log index the snapshot covers.
+    pub installing: Option<u64>,
 }
 
 /// Writes `message` as one frame.

@@ -1,14 +1,14 @@
-//! The run's faults: which node goes down (SIGKILL), is paused (SIGSTOP) or stays down past
-//! the grace period, and how it comes back (the others compacting first when it was down past
-//! the grace period), each recovery followed by a check of the node's data.
+//! The run's faults: which node goes down (SIGKILL or a power cut), is paused (SIGSTOP) or
+//! stays down past the grace period, and how it comes back (the others compacting first when
+//! it was down past the grace period), each recovery followed by a check of the node's data.
 
 use std::time::{Duration, Instant};
 
 use cairn_raft::client;
-use cairn_raft::wire::{ClientCall, ClientReply};
+use cairn_raft::wire::{ClientCall, ClientReply, NodeStatus};
 use rand::Rng;
 
-use super::{CATCH_UP, Down, PAUSE_CAP, Run, now_ms, text};
+use super::{CATCH_UP, Crash, Down, FaultKind, PAUSE_CAP, Run, now_ms, text};
 
 /// Reads sent to a resumed old leader.
 const PROBES: usize = 4;
@@ -31,25 +31,23 @@ impl Run<'_> {
         None
     }
 
-    /// One fault: a follower down past the grace period (2 in 10), the leader paused (2 in
-    /// 10), or a node killed, the leader more often than not.
+    /// One fault, drawn by weight among those the run injects: a node killed (the leader more
+    /// often than not) or its power cut, the leader paused, a follower down past the grace
+    /// period, or the whole cluster's power cut.
     pub(super) async fn fault(&mut self) {
         let leader = self.leader().await;
         let count = self.config.nodes;
         let random = u64::try_from(self.rng.random_range(1..=count)).unwrap_or(1);
-        // The first fault with a leader known pauses it, so even a short run probes a deposed
-        // leader's reads; later ones are drawn.
-        let roll = if self.report.pauses == 0 && leader.is_some() {
-            2
-        } else {
-            self.rng.random_range(0..10)
-        };
         let follower = (1..=u64::try_from(count).unwrap_or(3))
             .filter(|id| Some(*id) != leader)
             .nth(self.rng.random_range(0..count - 1));
-        match (roll, leader, follower) {
-            (0..2, _, Some(follower)) => self.take_down(follower, true).await,
-            (2..4, Some(leader), _) => {
+        let kind = self.draw_fault(leader.is_some());
+        match (kind, leader, follower) {
+            (FaultKind::PastGrace, _, Some(follower)) => {
+                let how = self.draw_crash();
+                self.take_down(follower, how, true).await;
+            }
+            (FaultKind::Pause, Some(leader), _) => {
                 let until = Instant::now() + self.config.election_min * 3;
                 if self.nodes.pause(leader, true).is_ok() {
                     self.report.pauses += 1;
@@ -57,15 +55,53 @@ impl Run<'_> {
                     self.paused = Some((leader, until));
                 }
             }
-            (_, Some(leader), _) if self.rng.random_bool(0.6) => {
-                self.report.leader_kills += 1;
-                self.take_down(leader, false).await;
+            (FaultKind::ClusterCrash, _, _) => self.cluster_crash().await,
+            (kind, leader, _) => {
+                let how = if kind == FaultKind::PowerCut {
+                    Crash::PowerCut
+                } else {
+                    Crash::Kill
+                };
+                let id = match leader {
+                    Some(leader) if self.rng.random_bool(0.6) => {
+                        self.report.leader_kills += 1;
+                        leader
+                    }
+                    _ => random,
+                };
+                self.take_down(id, how, false).await;
             }
-            _ => self.take_down(random, false).await,
         }
     }
 
-    pub(super) async fn take_down(&mut self, id: u64, past_grace: bool) {
+    /// The kind of the next fault. The first fault with a leader known pauses it where pauses
+    /// are injected, so even a short run probes a deposed leader's reads.
+    fn draw_fault(&mut self, leader_known: bool) -> FaultKind {
+        let kinds = &self.config.faults;
+        if self.report.pauses == 0 && leader_known && kinds.contains(&FaultKind::Pause) {
+            return FaultKind::Pause;
+        }
+        let total: u32 = kinds.iter().map(|k| k.weight()).sum();
+        let mut roll = self.rng.random_range(0..total.max(1));
+        for &kind in kinds {
+            if roll < kind.weight() {
+                return kind;
+            }
+            roll -= kind.weight();
+        }
+        FaultKind::Kill
+    }
+
+    /// How a node goes down: its power cut where power cuts are injected, one time in two.
+    pub(super) fn draw_crash(&mut self) -> Crash {
+        if self.config.faults.contains(&FaultKind::PowerCut) && self.rng.random_bool(0.5) {
+            Crash::PowerCut
+        } else {
+            Crash::Kill
+        }
+    }
+
+    pub(super) async fn take_down(&mut self, id: u64, how: Crash, past_grace: bool) {
         let log_before = match self.nodes.get(id) {
             Some(node) => client::status(&node.addr, Duration::from_secs(1))
                 .await
@@ -73,11 +109,10 @@ impl Run<'_> {
                 .and_then(|s| s.last_log),
             None => None,
         };
-        if let Err(e) = self.nodes.kill(id) {
+        if let Err(e) = self.crash(&[id], how) {
             self.fail("kill failed", Some(id), "", "", &e.to_string(), "a fault");
             return;
         }
-        self.report.kills += 1;
         let down_for = if past_grace {
             self.report.behind_past_grace += 1;
             self.config.grace * 2 + Duration::from_millis(500)
@@ -85,7 +120,8 @@ impl Run<'_> {
             Duration::from_millis(self.rng.random_range(200..1500))
         };
         tracing::info!(
-            "killed node {id}{}",
+            "{} node {id}{}",
+            how.done(),
             if past_grace { " (past grace)" } else { "" }
         );
         self.down = Some(Down {
@@ -94,6 +130,23 @@ impl Run<'_> {
             past_grace,
             log_before,
         });
+    }
+
+    /// Crashes the nodes `ids` at once, and counts them.
+    pub(super) fn crash(&mut self, ids: &[u64], how: Crash) -> std::io::Result<()> {
+        match how {
+            Crash::Kill => {
+                for &id in ids {
+                    self.nodes.kill(id)?;
+                }
+            }
+            Crash::PowerCut => {
+                self.nodes.cut_power(ids)?;
+                self.report.power_cuts += ids.len() as u64;
+            }
+        }
+        self.report.kills += ids.len() as u64;
+        Ok(())
     }
 
     pub(super) async fn end_faults_due(&mut self) {
@@ -180,16 +233,11 @@ impl Run<'_> {
                 }
             }
         }
+        if down.past_grace {
+            self.leader_snapshot_settled().await;
+        }
         let purged = self.leader_purged().await;
-        if let Err(e) = self.nodes.start(down.id) {
-            self.fail(
-                "restart failed",
-                Some(down.id),
-                "",
-                "",
-                &e.to_string(),
-                "a recovery",
-            );
+        if !self.restart(down.id) {
             return;
         }
         // The leader no longer has the entry after the node's last: it must send a snapshot.
@@ -197,16 +245,56 @@ impl Run<'_> {
             && purged > last
         {
             self.report.snapshot_catch_ups += 1;
+            // Half the time, the node crashes again in the middle of installing it.
+            if self.rng.random_bool(0.5) && !self.crash_while_installing(down.id).await {
+                return;
+            }
         }
         self.check_replica(down.id, "after its recovery").await;
     }
 
+    /// Starts node `id` again; false (and a failure) if it does not come up.
+    pub(super) fn restart(&mut self, id: u64) -> bool {
+        match self.nodes.start(id) {
+            Ok(()) => true,
+            Err(e) => {
+                let why = e.to_string();
+                self.fail("restart failed", Some(id), "", "", &why, "a recovery");
+                false
+            }
+        }
+    }
+
+    /// Waits (up to 5 s) until the leader has built the snapshots its log calls for, so the
+    /// snapshot a returning node is sent stays the newest while it installs: a newer one would
+    /// replace whatever a crash in the install left, and hide it.
+    async fn leader_snapshot_settled(&self) {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(5) {
+            if let Some(status) = self.leader_status().await
+                && status.last_applied.unwrap_or(0)
+                    < status.snapshot.unwrap_or(0) + self.config.snapshot_every
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     pub(super) async fn leader_purged(&self) -> Option<u64> {
+        self.leader_status().await?.purged
+    }
+
+    /// The index the leader's newest snapshot covers.
+    pub(super) async fn leader_snapshot(&self) -> Option<u64> {
+        self.leader_status().await?.snapshot
+    }
+
+    async fn leader_status(&self) -> Option<NodeStatus> {
         let leader = self.leader().await?;
         let node = self.nodes.get(leader)?;
         client::status(&node.addr, Duration::from_secs(1))
             .await
-            .ok()?
-            .purged
+            .ok()
     }
 }

@@ -1,7 +1,8 @@
 //! The cluster's node processes: each a `cairn serve` (the command given) on a loopback port
 //! of its own, with its database and its log file in the run's directory. A node is killed
-//! with SIGKILL, paused with SIGSTOP and resumed with SIGCONT, and restarted on the same
-//! database and port.
+//! with SIGKILL, has its power cut (SIGUSR1 to a node run with `--simulate-power-loss`: its
+//! unsynced bytes are dropped), is paused with SIGSTOP and resumed with SIGCONT, and is
+//! restarted on the same database and port.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -23,7 +24,13 @@ pub struct NodeSettings {
     pub election_min: Duration,
     /// Log entries kept behind a snapshot: a node further behind catches up by snapshot.
     pub keep_behind_snapshot: u64,
+    /// A snapshot install waits this long after each step it writes (`--install-pause`), so
+    /// a crash can land inside one.
+    pub install_pause: Duration,
 }
+
+/// What a node exits with after its power was cut (`cairn serve`'s `POWER_CUT_EXIT`).
+const POWER_CUT_EXIT: i32 = 137;
 
 /// One node: its id, address, directory, and its process if it runs.
 #[derive(Debug)]
@@ -131,7 +138,8 @@ impl Nodes {
                 "--keep-behind-snapshot",
                 &settings.keep_behind_snapshot.to_string(),
             ])
-            .arg("--die-with-parent")
+            .args(["--install-pause", &ms(settings.install_pause)])
+            .args(["--simulate-power-loss", "--die-with-parent"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -172,6 +180,48 @@ impl Nodes {
         Ok(())
     }
 
+    /// Cuts the power of the nodes `ids` at once (SIGUSR1 to each: every byte not synced is
+    /// dropped and the process exits), and reaps them.
+    ///
+    /// # Errors
+    /// If a signal fails, or a node does not end as a power cut ends it within 10 s (it is
+    /// killed then).
+    pub fn cut_power(&mut self, ids: &[u64]) -> std::io::Result<()> {
+        for &id in ids {
+            let node = self.get_mut(id)?;
+            if let Some(child) = &node.child {
+                kill_process(pid_of(child)?, Signal::USR1)?;
+            }
+        }
+        let mut result = Ok(());
+        for &id in ids {
+            let node = self.get_mut(id)?;
+            node.paused = false;
+            let Some(mut child) = node.child.take() else {
+                continue;
+            };
+            let started = Instant::now();
+            let status = loop {
+                if let Some(status) = child.try_wait()? {
+                    break Some(status);
+                }
+                if started.elapsed() > Duration::from_secs(10) {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            if status.and_then(|s| s.code()) != Some(POWER_CUT_EXIT) && result.is_ok() {
+                result = Err(std::io::Error::other(format!(
+                    "node {id} did not end as a power cut ends it ({status:?}); see {}",
+                    node.log.display()
+                )));
+            }
+        }
+        result
+    }
+
     /// Stops node `id` with SIGSTOP (`pause`) or lets it go on with SIGCONT.
     ///
     /// # Errors
@@ -182,12 +232,8 @@ impl Nodes {
             .child
             .as_ref()
             .ok_or_else(|| std::io::Error::other(format!("node {id} is down")))?;
-        let pid = i32::try_from(child.id())
-            .ok()
-            .and_then(Pid::from_raw)
-            .ok_or_else(|| std::io::Error::other("a pid out of range"))?;
         let signal = if pause { Signal::STOP } else { Signal::CONT };
-        kill_process(pid, signal)?;
+        kill_process(pid_of(child)?, signal)?;
         node.paused = pause;
         Ok(())
     }
@@ -211,6 +257,13 @@ impl Nodes {
         }
         Ok(())
     }
+}
+
+fn pid_of(child: &Child) -> std::io::Result<Pid> {
+    i32::try_from(child.id())
+        .ok()
+        .and_then(Pid::from_raw)
+        .ok_or_else(|| std::io::Error::other("a pid out of range"))
 }
 
 impl Drop for Nodes {
