@@ -1,15 +1,16 @@
 //! `cairn stress --cluster N` and `cairn crashtest --cluster N`: the cluster stress of
 //! `cairn_stress::cluster` (the crash test injecting crashes alone), with this very binary's
 //! `serve` as each node, in a temporary directory (kept when the run fails) or the one
-//! given. Exit 0 when nothing was found wrong, 1 when something was, 2 when the cluster could
-//! not be set up.
+//! given (new, empty or a stress's own). Exit 0 when nothing was found wrong, 1 when something
+//! was (or no fault was injected), 2 when the cluster could not be set up or the report not
+//! written, 3 for bad arguments.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cairn_stress::cluster::{ClusterConfig, ClusterReport, FaultKind, run_cluster};
 
-use crate::output::{FAILED, NO, print_json};
+use crate::output::{BAD_ARGS, FAILED, NO, print_json};
 
 /// What the `stress` flags ask of a cluster run.
 #[derive(Debug)]
@@ -33,6 +34,18 @@ pub fn run(run: &ClusterRun) -> i32 {
     }
     if run.duration.is_zero() {
         return crate::bad_args("--duration 0 exercises nothing");
+    }
+    if let Some(Err(code)) = run
+        .report
+        .as_deref()
+        .map(|p| crate::output::check_output_path("--report", p))
+    {
+        return code;
+    }
+    if let Some(dir) = &run.dir
+        && let Err(code) = claim(run.command, dir)
+    {
+        return code;
     }
     let program = match std::env::current_exe() {
         Ok(program) => program,
@@ -79,10 +92,12 @@ pub fn run(run: &ClusterRun) -> i32 {
             return FAILED;
         }
     };
+    let mut written = true;
     if let Some(path) = &run.report
         && let Err(e) = std::fs::write(path, serde_json::to_vec_pretty(&report).unwrap_or_default())
     {
         eprintln!("cairn: cannot write {}: {e}", path.display());
+        written = false;
     }
     if run.json {
         print_json(&report);
@@ -90,7 +105,7 @@ pub fn run(run: &ClusterRun) -> i32 {
         print_summary(&report);
     }
     if report.passed() {
-        0
+        if written { 0 } else { FAILED }
     } else {
         if let Some(temp) = temp {
             // Keep the nodes' logs and databases for whoever looks into it.
@@ -102,6 +117,35 @@ pub fn run(run: &ClusterRun) -> i32 {
         }
         NO
     }
+}
+
+/// Makes `dir` the run's own: a directory that is missing, empty or a stress's own, never a
+/// user's database (the nodes' databases and logs go there).
+fn claim(command: &str, dir: &Path) -> Result<(), i32> {
+    crate::db_arg::check_directory_if_present(dir)?;
+    match cairn_stress::claim(dir, false) {
+        Ok(_) => {}
+        Err(cairn_stress::StressError::Config(_)) => {
+            eprintln!(
+                "cairn {command}: {} is not empty and no stress created it: a cluster run puts \
+                 its nodes' databases and logs there (node-1, node-1.log, …); give a new or \
+                 empty directory",
+                dir.display()
+            );
+            return Err(BAD_ARGS);
+        }
+        Err(e) => {
+            eprintln!("cairn {command}: {e}");
+            return Err(e.exit_code());
+        }
+    }
+    let marked = std::fs::create_dir_all(dir)
+        .map_err(cairn_stress::StressError::from)
+        .and_then(|()| cairn_stress::mark(dir));
+    marked.map_err(|e| {
+        eprintln!("cairn {command}: {}: {e}", dir.display());
+        FAILED
+    })
 }
 
 fn print_summary(report: &ClusterReport) {
@@ -117,7 +161,7 @@ fn print_summary(report: &ClusterReport) {
         report.reads,
     );
     println!(
-        "faults: {} node crashes ({} of the leader, {} by power cut, {} while installing a snapshot), {} whole-cluster power cuts, {} leader pauses ({} reads of the resumed old leader, {} answered), {} followers down past the grace period; {} catch-ups by snapshot; {} replicas read whole and judged{}",
+        "faults: node crashes {} ({} of the leader, {} by power cut, {} during a snapshot install), whole-cluster power cuts {}, leader pauses {} (reads of the resumed old leader {}, answered {}), followers down past the grace period {}; catch-ups by snapshot {}; replicas read whole and judged {}{}",
         report.kills,
         report.leader_kills,
         report.power_cuts,
@@ -138,10 +182,15 @@ fn print_summary(report: &ClusterReport) {
     for failure in &report.failures {
         let node = failure
             .node
-            .map_or_else(|| "the leader".to_owned(), |n| format!("node {n}"));
+            .map_or_else(|| "the cluster".to_owned(), |n| format!("node {n}"));
+        let key = if failure.key.is_empty() {
+            String::new()
+        } else {
+            format!("key {:?}: ", failure.key)
+        };
         println!(
-            "  {} on {node}, {}: key {:?}: expected {}, read {}",
-            failure.kind, failure.when, failure.key, failure.expected, failure.observed
+            "  {} on {node}, {}: {key}expected {}, read {}",
+            failure.kind, failure.when, failure.expected, failure.observed
         );
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_fs::{FaultyFs, PowerLoss};
-use cairn_raft::node::{Node, NodeConfig};
+use cairn_raft::node::{Node, NodeConfig, ServeError};
 use clap::Args;
 use serde::Deserialize;
 
@@ -61,6 +61,9 @@ pub struct ServeArgs {
     /// the process exits 137 at once.
     #[arg(long, hide = true)]
     simulate_power_loss: bool,
+    /// Testing only: the seed of the power cut's choices (what it drops) [default: the clock].
+    #[arg(long, hide = true, requires = "simulate_power_loss")]
+    power_loss_seed: Option<u64>,
     /// Testing only: a snapshot install waits this long after each step it writes.
     #[arg(long, hide = true, value_parser = parse_duration)]
     install_pause: Option<Duration>,
@@ -102,9 +105,14 @@ pub fn run(args: &ServeArgs) -> i32 {
         Ok(config) => config,
         Err(why) => return crate::bad_args(&why),
     };
-    let power = args.simulate_power_loss.then(|| power_switch(&config.dir));
-    if let Some(fs) = &power {
-        config.file_system = Some(Arc::new(fs.clone()));
+    if let Err(code) = crate::db_arg::check_directory_if_present(&config.dir) {
+        return code;
+    }
+    let power = args
+        .simulate_power_loss
+        .then(|| power_switch(&config.dir, args.power_loss_seed));
+    if let Some(power) = &power {
+        config.file_system = Some(Arc::new(power.fs.clone()));
     }
     config.install_pause = args.install_pause.unwrap_or_default();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -119,39 +127,60 @@ pub fn run(args: &ServeArgs) -> i32 {
 
 /// The `FaultyFs` a node's database goes through when its power can be cut. Files a killed
 /// node's `FaultyFs` had moved aside on removal are gone for good (a kill undoes no removal).
-fn power_switch(dir: &Path) -> FaultyFs {
+fn power_switch(dir: &Path, seed: Option<u64>) -> PowerSwitch {
     let _ = std::fs::remove_dir_all(dir.join(".faultyfs-trash"));
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos().into());
-    FaultyFs::new(seed)
+    let seed = seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos().into())
+    });
+    PowerSwitch {
+        fs: FaultyFs::new(seed),
+        seed,
+    }
+}
+
+/// A node's file system whose power can be cut, and the seed of the cut.
+struct PowerSwitch {
+    fs: FaultyFs,
+    seed: u64,
 }
 
 /// Cuts the node's power: the disk stops taking writes, the files are rewound to what a disk
 /// would hold (all unsynced bytes dropped, a random tail of them kept, or random pages, in
 /// turn), and the process ends at once, as a machine's would.
-fn cut_power(id: u64, fs: &FaultyFs) -> ! {
+fn cut_power(id: u64, power: &PowerSwitch) -> ! {
+    let (fs, seed) = (&power.fs, power.seed);
     fs.set_active(false);
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::from(d.subsec_nanos()));
     let mode = match seed % 3 {
         0 => PowerLoss::DropAllUnsynced,
         1 => PowerLoss::DropRandomTail { seed },
         _ => PowerLoss::ReorderedPages { seed },
     };
     match fs.power_loss(mode) {
-        Ok(()) => eprintln!("cairn: node {id}: power cut ({mode:?})"),
-        Err(e) => eprintln!("cairn: node {id}: the simulated power cut failed: {e}"),
+        Ok(()) => {
+            eprintln!("cairn: node {id}: power cut ({mode:?})");
+            std::process::exit(POWER_CUT_EXIT)
+        }
+        Err(e) => {
+            // Not the cut's exit: the harness must not count a cut that did not happen.
+            eprintln!("cairn: node {id}: the simulated power cut failed: {e}");
+            std::process::exit(2)
+        }
     }
-    std::process::exit(POWER_CUT_EXIT)
 }
 
-async fn serve(config: NodeConfig, power: Option<FaultyFs>) -> i32 {
+async fn serve(config: NodeConfig, power: Option<PowerSwitch>) -> i32 {
     let (id, dir) = (config.id, config.dir.clone());
+    // Armed before the node starts: it listens (and a harness may signal) before it is ready.
+    let cut = power_cut(power.is_some());
+    let stop = stop_signal();
     let node = match Node::start(config).await {
         Ok(node) => node,
-        Err(e @ cairn_raft::node::ServeError::Config(_)) => return crate::bad_args(&e.to_string()),
+        Err(e @ ServeError::Config(_)) => return crate::bad_args(&e.to_string()),
+        Err(ServeError::Open { dir, source }) => {
+            return crate::db_arg::cannot_open(&dir, &source);
+        }
         Err(e) => {
             eprintln!("cairn: node {id} did not start: {e}");
             return 2;
@@ -163,11 +192,11 @@ async fn serve(config: NodeConfig, power: Option<FaultyFs>) -> i32 {
         dir.display()
     );
     let failed = tokio::select! {
-        () = power_cut(power.is_some()) => match &power {
+        () = cut => match &power {
             Some(fs) => cut_power(id, fs),
             None => None,
         },
-        stopped = stop_signal() => {
+        stopped = stop => {
             tracing::info!("node {id}: {stopped}, shutting down");
             None
         }
@@ -190,31 +219,45 @@ async fn serve(config: NodeConfig, power: Option<FaultyFs>) -> i32 {
 }
 
 /// Waits for SIGUSR1 where the node's power can be cut; else forever.
-async fn power_cut(armed: bool) {
-    if !armed {
-        return std::future::pending().await;
-    }
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()) {
-        Ok(mut usr1) => {
-            usr1.recv().await;
-        }
-        Err(e) => {
-            tracing::error!("cannot wait for SIGUSR1, the power cut: {e}");
-            std::future::pending::<()>().await;
+/// The handler is installed when this is called, not when the future is first polled.
+fn power_cut(armed: bool) -> impl std::future::Future<Output = ()> {
+    let usr1 = armed
+        .then(|| tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()));
+    async move {
+        match usr1 {
+            Some(Ok(mut usr1)) => {
+                usr1.recv().await;
+            }
+            Some(Err(e)) => {
+                tracing::error!("cannot wait for SIGUSR1, the power cut: {e}");
+                std::future::pending::<()>().await;
+            }
+            None => std::future::pending::<()>().await,
         }
     }
 }
 
-/// Waits for SIGTERM or Ctrl-C and names it.
-async fn stop_signal() -> &'static str {
-    let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-    else {
-        let _ = tokio::signal::ctrl_c().await;
-        return "interrupted";
-    };
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = tokio::signal::ctrl_c() => "interrupted",
+/// Waits for SIGTERM or Ctrl-C and names it. The handlers are installed when this is called,
+/// not when the future is first polled: a SIGTERM the moment the node listens stops it cleanly.
+fn stop_signal() -> impl std::future::Future<Output = &'static str> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    async move {
+        match (term, int) {
+            (Ok(mut term), Ok(mut int)) => tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "interrupted",
+            },
+            (Ok(mut term), Err(_)) => {
+                term.recv().await;
+                "SIGTERM"
+            }
+            (Err(_), _) => {
+                let _ = tokio::signal::ctrl_c().await;
+                "interrupted"
+            }
+        }
     }
 }
 
@@ -276,7 +319,7 @@ fn read_file(path: &Path) -> Result<ServeFile, String> {
 
 /// `1=127.0.0.1:7001` pairs into a map, each id once.
 pub fn parse_peers(pairs: &[String]) -> Result<BTreeMap<u64, String>, String> {
-    let mut peers = BTreeMap::new();
+    let mut peers: BTreeMap<u64, String> = BTreeMap::new();
     for pair in pairs {
         let (id, addr) = pair
             .split_once('=')
@@ -289,6 +332,12 @@ pub fn parse_peers(pairs: &[String]) -> Result<BTreeMap<u64, String>, String> {
             .ok_or_else(|| format!("{pair:?}: node ids are 1, 2, 3…"))?;
         if addr.trim().is_empty() {
             return Err(format!("{pair:?}: no address"));
+        }
+        if let Some((other, _)) = peers.iter().find(|(_, a)| a.as_str() == addr.trim()) {
+            return Err(format!(
+                "nodes {other} and {id} are both at {}: each node has an address of its own",
+                addr.trim()
+            ));
         }
         if peers.insert(id, addr.trim().to_owned()).is_some() {
             return Err(format!("node {id} is named twice"));

@@ -179,6 +179,18 @@ fn an_operators_mistakes_are_refused_with_exit_3() {
             "1",
         ],
         vec!["serve", "--id", "0", "--dir", db, "--listen", "127.0.0.1:1"],
+        // Two nodes at one address: one process would vote, and count, as both.
+        vec![
+            "serve",
+            "--id",
+            "1",
+            "--dir",
+            db,
+            "--listen",
+            "127.0.0.1:1",
+            "--peers",
+            "1=127.0.0.1:1,2=127.0.0.1:1",
+        ],
         vec!["cluster", "add", "--cluster", "127.0.0.1:1", "4"],
         vec!["kv", "--cluster", "127.0.0.1:1", "--hex", "get", "zz"],
     ] {
@@ -262,4 +274,44 @@ fn a_short_cluster_crashtest_cuts_every_nodes_power_and_loses_nothing() {
     assert!(count("replica_checks") >= 3, "{report}");
     assert!(count("acked_writes") >= 100, "{report}");
     assert_eq!(report["failures"], serde_json::json!([]), "{report}");
+}
+
+#[test]
+fn a_nodes_directory_started_as_another_node_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("node-1");
+    let db = db.to_str().expect("utf-8");
+    // Node 1 starts on its directory once, and stops.
+    let mut node = Command::new(CAIRN)
+        .args(["serve", "--id", "1", "--dir", db, "--listen", "127.0.0.1:0"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start node 1");
+    // It says it listens once its store is open and its id recorded.
+    let stderr = std::io::BufReader::new(node.stderr.take().expect("stderr"));
+    let mut lines = std::io::BufRead::lines(stderr).map_while(Result::ok);
+    let listening = lines.any(|line| line.contains("listening on"));
+    assert!(listening, "node 1 never listened");
+    // The rest is read to its end, so the node's last words have somewhere to go.
+    let drain = std::thread::spawn(move || lines.count());
+    let pid = rustix::process::Pid::from_raw(i32::try_from(node.id()).expect("pid")).expect("pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
+    assert_eq!(node.wait().expect("wait").code(), Some(0));
+    drain.join().expect("drain");
+    // The same directory as node 2: it would vote, and count, as a node it is not. A node
+    // that starts instead is stopped after 20 s, and the test fails.
+    let mut wrong = Command::new(CAIRN)
+        .args(["serve", "--id", "2", "--dir", db, "--listen", "127.0.0.1:0"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start");
+    let started = std::time::Instant::now();
+    while wrong.try_wait().expect("wait").is_none() && started.elapsed().as_secs() < 20 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = wrong.kill();
+    let out = wrong.wait_with_output().expect("wait");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{said}");
+    assert!(said.contains("holds node 1's database"), "{said}");
 }

@@ -15,6 +15,8 @@ pub const META_FAMILY: &str = "raft.meta";
 pub(crate) const VOTE: &[u8] = b"vote";
 pub(crate) const COMMITTED: &[u8] = b"committed";
 pub(crate) const LAST_PURGED: &[u8] = b"last_purged";
+/// The id of the node whose log this is, recorded at its first start.
+pub(crate) const NODE_ID: &[u8] = b"node_id";
 
 /// A log index as the key it is stored under: big-endian, so keys sort as indexes do.
 pub(crate) fn index_key(index: u64) -> [u8; 8] {

@@ -25,7 +25,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{self, Malformed, StorageResult};
 use crate::log_layout::{
-    COMMITTED, LAST_PURGED, LOG_FAMILY, META_FAMILY, VOTE, index_key, stage_purge,
+    COMMITTED, LAST_PURGED, LOG_FAMILY, META_FAMILY, NODE_ID, VOTE, index_key, stage_purge,
 };
 use crate::planted::{Bug, planted};
 use crate::types::{NodeId, TypeConfig};
@@ -50,6 +50,26 @@ impl LogStore {
         let log = crate::family(&db, LOG_FAMILY).map_err(|e| error::read_logs(&e))?;
         let meta = crate::family(&db, META_FAMILY).map_err(|e| error::read_logs(&e))?;
         Ok(Self { db, log, meta })
+    }
+
+    /// Records `id` as the node whose log this is, at its first start; later, the id recorded
+    /// if it is another (a directory started as the wrong node would vote and count twice).
+    ///
+    /// # Errors
+    /// The engine's, as a storage error.
+    pub fn claim_node_id(&self, id: NodeId) -> StorageResult<Option<NodeId>> {
+        let recorded: Option<NodeId> = self
+            .read_meta(NODE_ID)
+            .map_err(|e| error::read_logs(&boxed(e.as_ref())))?;
+        match recorded {
+            Some(recorded) if recorded != id => Ok(Some(recorded)),
+            Some(_) => Ok(None),
+            None => {
+                self.write_meta(NODE_ID, &id)
+                    .map_err(|e| error::write_logs(&boxed(e.as_ref())))?;
+                Ok(None)
+            }
+        }
     }
 
     /// The database the log lives in.

@@ -18,7 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_fs::FileSystem;
-use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
+use openraft::error::{
+    CheckIsLeaderError, ClientWriteError, ForwardToLeader, InitializeError, RaftError,
+};
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -35,6 +37,10 @@ use crate::wire::{
 /// At most this many entries go in one append to a follower (openraft's default is 300; with
 /// values up to the engine's limit, a frame must stay under [`crate::wire::MAX_FRAME`]).
 pub const MAX_PAYLOAD_ENTRIES: u64 = 64;
+
+/// How long a leader waits for a follower to take a snapshot chunk (the last one: to install
+/// the snapshot).
+const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 10_000;
 
 /// What a node is: its id, its database, its address, its peers and its timing.
 #[derive(Debug, Clone)]
@@ -96,6 +102,9 @@ impl NodeConfig {
             snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_every),
             max_in_snapshot_log_to_keep: self.keep_behind_snapshot,
             max_payload_entries: MAX_PAYLOAD_ENTRIES,
+            // openraft's 200 ms is shorter than installing a large snapshot takes: the final
+            // chunk's call timed out and was sent again while the install ran.
+            install_snapshot_timeout: INSTALL_SNAPSHOT_TIMEOUT_MS,
             ..Config::default()
         }
         .validate()
@@ -103,11 +112,31 @@ impl NodeConfig {
     }
 }
 
+/// The database at `dir`, and the log and state machine in it.
+fn open_store(
+    dir: PathBuf,
+    options: cairn::Options,
+    data: cairn::CfOptions,
+) -> Result<(crate::LogStore, StateMachine), ServeError> {
+    let db = cairn::Db::open(&dir, options).map_err(|source| ServeError::Open { dir, source })?;
+    let db = Arc::new(db);
+    let log = crate::LogStore::open(Arc::clone(&db)).map_err(ServeError::Storage)?;
+    let state = StateMachine::open_with(db, data).map_err(ServeError::Storage)?;
+    Ok((log, state))
+}
+
 /// Why a node did not start.
 #[derive(Debug)]
 pub enum ServeError {
-    /// The configuration is not usable (timing, ids).
+    /// The configuration is not usable (timing, ids, a directory that is another node's).
     Config(String),
+    /// The database did not open (missing, locked, damaged).
+    Open {
+        /// Its directory.
+        dir: PathBuf,
+        /// The engine's error.
+        source: cairn::Error,
+    },
     /// The database did not open.
     Storage(openraft::StorageError<NodeId>),
     /// The address could not be listened on.
@@ -125,6 +154,7 @@ impl std::fmt::Display for ServeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Config(why) => write!(f, "bad configuration: {why}"),
+            Self::Open { dir, source } => write!(f, "{}: {source}", dir.display()),
             Self::Storage(e) => write!(f, "the store did not open: {e}"),
             Self::Listen { addr, source } => write!(f, "cannot listen on {addr}: {source}"),
             Self::Raft(why) => write!(f, "raft did not start: {why}"),
@@ -186,11 +216,17 @@ impl Node {
         if let Some(fs) = &config.file_system {
             options = options.file_system(Arc::clone(fs));
         }
-        let (log, state) =
-            tokio::task::spawn_blocking(move || crate::open_with_options(dir, options, data))
-                .await
-                .map_err(|e| ServeError::Raft(e.to_string()))?
-                .map_err(ServeError::Storage)?;
+        let (log, state) = tokio::task::spawn_blocking(move || open_store(dir, options, data))
+            .await
+            .map_err(|e| ServeError::Raft(e.to_string()))??;
+        if let Some(recorded) = log.claim_node_id(config.id).map_err(ServeError::Storage)? {
+            return Err(ServeError::Config(format!(
+                "{} holds node {recorded}'s database, not node {}'s: give --id {recorded}, or \
+                 a directory of its own",
+                config.dir.display(),
+                config.id
+            )));
+        }
         let state = state.with_install_pause(config.install_pause);
         let raft = Raft::new(
             config.id,
@@ -358,6 +394,13 @@ async fn client(shared: &Shared, call: ClientCall) -> ClientReply {
             }
             match shared.raft.initialize(members).await {
                 Ok(()) => ClientReply::Done,
+                Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {
+                    ClientReply::Invalid(format!(
+                        "node {} already belongs to a cluster (it was initialized before, or \
+                         a leader added it): nothing to do",
+                        shared.config.id
+                    ))
+                }
                 Err(e) => ClientReply::Failed(e.to_string()),
             }
         }

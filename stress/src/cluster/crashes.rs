@@ -3,15 +3,17 @@
 
 use std::time::{Duration, Instant};
 
-use cairn_raft::client;
+use cairn_raft::client::{self, Client};
 use rand::Rng;
 
+use super::model::Possible;
 use super::{CATCH_UP, Crash, Run};
 
 impl Run<'_> {
     /// Cuts every node's power at once (a building losing power), starts them all again, and
-    /// checks that the cluster kept every acknowledged write: the new leader's log reaches the
-    /// last acknowledged entry, and every replica's data is judged.
+    /// checks that the cluster kept every acknowledged write: the first write acknowledged
+    /// after it must be placed past the last acknowledged before it (a cluster that lost
+    /// acknowledged entries hands their indexes out again), then every replica is judged.
     pub(super) async fn cluster_crash(&mut self) {
         let ids: Vec<u64> = self
             .nodes
@@ -32,35 +34,47 @@ impl Run<'_> {
             }
         }
         let what = "after the cluster's power cut";
-        let Some(log_end) = self.elected_log_end().await else {
-            let expected = "a leader elected";
+        let before = self.last_acked;
+        let Some(index) = self.first_write_after().await else {
+            let expected = "a write acknowledged";
             self.fail("no catch-up", None, "", expected, "none in 30 s", what);
             return;
         };
-        if log_end < self.last_acked {
-            let expected = format!("a log through index {} (acknowledged)", self.last_acked);
-            let observed = format!("the new leader's log ends at {log_end}");
+        if index <= before {
+            let expected =
+                format!("a new write placed after index {before}, the last acknowledged");
+            let observed = format!("placed at {index}: acknowledged entries are gone");
             self.fail("lost write", None, "", &expected, &observed, what);
-            // The replicas are judged key by key from where the log is.
-            self.last_acked = log_end;
+            // The replicas are judged key by key from where the log is now.
+            self.last_acked = index;
         }
         for id in ids {
             self.check_replica(id, what).await;
         }
     }
 
-    /// Where the log of a newly elected leader ends, once one is.
-    async fn elected_log_end(&self) -> Option<u64> {
+    /// Puts random keys through a client of its own, each judged into the model like any
+    /// other write, until one is acknowledged (within 30 s); its index.
+    async fn first_write_after(&mut self) -> Option<u64> {
+        let mut client = Client::new(self.nodes.addrs())
+            .ok()?
+            .deadline(Duration::from_secs(10))
+            .attempt_timeout(Duration::from_secs(2));
         let started = Instant::now();
         while started.elapsed() < CATCH_UP {
-            if let Some(leader) = self.leader().await
-                && let Some(node) = self.nodes.get(leader)
-                && let Ok(status) = client::status(&node.addr, Duration::from_secs(1)).await
-                && status.state == "Leader"
-            {
-                return Some(status.last_log.unwrap_or(0));
+            self.report.ops += 1;
+            let key = self.key();
+            let value = format!("s{}:{}", self.config.seed, self.report.ops).into_bytes();
+            let written = client.put(&key, &value).await;
+            let index = written.as_ref().ok().copied();
+            let state = Possible {
+                value: Some(value),
+                expires_at_ms: None,
+            };
+            self.settle(&key, state, written);
+            if index.is_some() {
+                return index;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         None
     }
@@ -91,13 +105,19 @@ impl Run<'_> {
         let within = self.config.install_pause + Duration::from_millis(50);
         let at = self.rng.random_range(Duration::ZERO..within);
         tokio::time::sleep(at).await;
+        // Counted only when it is still installing just before: the crash may come after.
+        let still = client::status(&addr, Duration::from_millis(500))
+            .await
+            .is_ok_and(|status| status.installing.is_some());
         let how = self.draw_crash();
         if let Err(e) = self.crash(&[id], how) {
             self.fail("kill failed", Some(id), "", "", &e.to_string(), "a fault");
             return false;
         }
-        self.report.crashes_while_installing += 1;
-        tracing::info!("{} node {id} while it installed a snapshot", how.done());
+        if still {
+            self.report.crashes_while_installing += 1;
+        }
+        tracing::info!("{} node {id} during its snapshot install", how.done());
         tokio::time::sleep(Duration::from_millis(200)).await;
         self.restart(id)
     }

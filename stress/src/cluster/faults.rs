@@ -49,14 +49,22 @@ impl Run<'_> {
             }
             (FaultKind::Pause, Some(leader), _) => {
                 let until = Instant::now() + self.config.election_min * 3;
-                if self.nodes.pause(leader, true).is_ok() {
-                    self.report.pauses += 1;
-                    tracing::info!("paused the leader, node {leader}");
-                    self.paused = Some((leader, until));
+                match self.nodes.pause(leader, true) {
+                    Ok(()) => {
+                        self.report.pauses += 1;
+                        tracing::info!("paused the leader, node {leader}");
+                        self.paused = Some((leader, until));
+                    }
+                    Err(e) => {
+                        let why = e.to_string();
+                        self.fail("pause failed", Some(leader), "", "", &why, "a fault");
+                    }
                 }
             }
+            // No leader to pause, or no follower: this fault waits for the next draw.
+            (FaultKind::Pause | FaultKind::PastGrace, _, _) => {}
             (FaultKind::ClusterCrash, _, _) => self.cluster_crash().await,
-            (kind, leader, _) => {
+            (kind @ (FaultKind::Kill | FaultKind::PowerCut), leader, _) => {
                 let how = if kind == FaultKind::PowerCut {
                     Crash::PowerCut
                 } else {
@@ -74,13 +82,18 @@ impl Run<'_> {
         }
     }
 
-    /// The kind of the next fault. The first fault with a leader known pauses it where pauses
-    /// are injected, so even a short run probes a deposed leader's reads.
+    /// The kind of the next fault: each kind the run injects once, the leader's pause first
+    /// (so even a short run probes a deposed leader's reads), then drawn by weight.
     fn draw_fault(&mut self, leader_known: bool) -> FaultKind {
-        let kinds = &self.config.faults;
-        if self.report.pauses == 0 && leader_known && kinds.contains(&FaultKind::Pause) {
-            return FaultKind::Pause;
+        // Each kind once first, a pause first, so that a short run meets every kind it asks for.
+        if let Some(at) = self
+            .undrawn
+            .iter()
+            .position(|k| leader_known || *k != FaultKind::Pause)
+        {
+            return self.undrawn.remove(at);
         }
+        let kinds = &self.config.faults;
         let total: u32 = kinds.iter().map(|k| k.weight()).sum();
         let mut roll = self.rng.random_range(0..total.max(1));
         for &kind in kinds {
@@ -269,16 +282,20 @@ impl Run<'_> {
     /// snapshot a returning node is sent stays the newest while it installs: a newer one would
     /// replace whatever a crash in the install left, and hide it.
     async fn leader_snapshot_settled(&self) {
+        let every = self.config.snapshot_every;
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(5) {
             if let Some(status) = self.leader_status().await
-                && status.last_applied.unwrap_or(0)
-                    < status.snapshot.unwrap_or(0) + self.config.snapshot_every
+                && let Some(applied) = status.last_applied
+                && status
+                    .snapshot
+                    .map_or(applied + 1 < every, |s| applied < s + every)
             {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        tracing::warn!("the leader's snapshots did not settle in 5 s; the node returns anyway");
     }
 
     pub(super) async fn leader_purged(&self) -> Option<u64> {

@@ -5,6 +5,7 @@
 //! restarted on the same database and port.
 
 use std::fs::File;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,6 +28,10 @@ pub struct NodeSettings {
     /// A snapshot install waits this long after each step it writes (`--install-pause`), so
     /// a crash can land inside one.
     pub install_pause: Duration,
+    /// Whether the nodes run their databases through `FaultyFs`, so their power can be cut.
+    pub power_loss: bool,
+    /// The seed of each start's power-cut seed.
+    pub seed: u64,
 }
 
 /// What a node exits with after its power was cut (`cairn serve`'s `POWER_CUT_EXIT`).
@@ -64,6 +69,8 @@ pub struct Nodes {
     /// The nodes, by position (node `i + 1` at `i`).
     pub procs: Vec<NodeProc>,
     peers: String,
+    /// How many starts so far; each start's power cut is seeded by it and the run's seed.
+    starts: u64,
 }
 
 impl Nodes {
@@ -95,6 +102,7 @@ impl Nodes {
             settings,
             procs,
             peers,
+            starts: 0,
         })
     }
 
@@ -122,11 +130,24 @@ impl Nodes {
     pub fn start(&mut self, id: u64) -> std::io::Result<()> {
         let settings = self.settings.clone();
         let peers = self.peers.clone();
+        self.starts += 1;
+        let cut_seed = settings
+            .seed
+            .wrapping_mul(1_000_003)
+            .wrapping_add(self.starts);
         let node = self.get_mut(id)?;
         let log = File::options().create(true).append(true).open(&node.log)?;
         let ms = |d: Duration| format!("{}ms", d.as_millis());
-        let mut child = Command::new(&settings.program)
-            .args(["serve", "--id", &id.to_string(), "--listen", &node.addr])
+        let mut command = Command::new(&settings.program);
+        // A group of its own: a Ctrl-C at the terminal is the harness's to handle (it stops
+        // the run and its nodes), not the nodes' to obey one by one.
+        command.process_group(0);
+        command.args(["serve", "--id", &id.to_string(), "--listen", &node.addr]);
+        if settings.power_loss {
+            let seed = cut_seed.to_string();
+            command.args(["--simulate-power-loss", "--power-loss-seed", &seed]);
+        }
+        let mut child = command
             .arg("--dir")
             .arg(&node.dir)
             .args(["--peers", &peers, "--grace", &ms(settings.grace)])
@@ -139,7 +160,7 @@ impl Nodes {
                 &settings.keep_behind_snapshot.to_string(),
             ])
             .args(["--install-pause", &ms(settings.install_pause)])
-            .args(["--simulate-power-loss", "--die-with-parent"])
+            .arg("--die-with-parent")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
