@@ -314,4 +314,20 @@ fn a_nodes_directory_started_as_another_node_is_refused() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{said}");
     assert!(said.contains("holds node 1's database"), "{said}");
+    // A user's database is no node's: serving it would add families beside the user's data.
+    let user = dir.path().join("user");
+    let user = user.to_str().expect("utf-8");
+    let out = cairn(&["put", user, "k", "v", "--create"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = cairn(&[
+        "serve",
+        "--id",
+        "1",
+        "--dir",
+        user,
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("no node's"), "{}", text(&out));
 }

@@ -118,11 +118,35 @@ fn open_store(
     options: cairn::Options,
     data: cairn::CfOptions,
 ) -> Result<(crate::LogStore, StateMachine), ServeError> {
-    let db = cairn::Db::open(&dir, options).map_err(|source| ServeError::Open { dir, source })?;
+    let db = cairn::Db::open(&dir, options).map_err(|source| ServeError::Open {
+        dir: dir.clone(),
+        source,
+    })?;
+    if !is_a_nodes(&db).map_err(|source| ServeError::Open {
+        dir: dir.clone(),
+        source,
+    })? {
+        return Err(ServeError::Config(format!(
+            "{} holds a database that is no node's: a node adds its raft.* families to it and \
+             serves only those; give a new directory",
+            dir.display()
+        )));
+    }
     let db = Arc::new(db);
     let log = crate::LogStore::open(Arc::clone(&db)).map_err(ServeError::Storage)?;
     let state = StateMachine::open_with(db, data).map_err(ServeError::Storage)?;
     Ok((log, state))
+}
+
+/// True when `db` is new or a node's: a node's has its log's families, a new one only an
+/// empty default family.
+fn is_a_nodes(db: &cairn::Db) -> cairn::Result<bool> {
+    let families = db.list_column_families();
+    if families.iter().any(|f| f == crate::META_FAMILY) {
+        return Ok(true);
+    }
+    let only_default = families.iter().all(|f| f == "default");
+    Ok(only_default && db.iter()?.next().is_none())
 }
 
 /// Why a node did not start.
