@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -114,16 +114,16 @@ impl NodeConfig {
 
 /// The database at `dir`, and the log and state machine in it.
 fn open_store(
-    dir: PathBuf,
+    dir: &Path,
     options: cairn::Options,
     data: cairn::CfOptions,
 ) -> Result<(crate::LogStore, StateMachine), ServeError> {
-    let db = cairn::Db::open(&dir, options).map_err(|source| ServeError::Open {
-        dir: dir.clone(),
+    let db = cairn::Db::open(dir, options).map_err(|source| ServeError::Open {
+        dir: dir.to_path_buf(),
         source,
     })?;
     if !is_a_nodes(&db).map_err(|source| ServeError::Open {
-        dir: dir.clone(),
+        dir: dir.to_path_buf(),
         source,
     })? {
         return Err(ServeError::Config(format!(
@@ -240,7 +240,7 @@ impl Node {
         if let Some(fs) = &config.file_system {
             options = options.file_system(Arc::clone(fs));
         }
-        let (log, state) = tokio::task::spawn_blocking(move || open_store(dir, options, data))
+        let (log, state) = tokio::task::spawn_blocking(move || open_store(&dir, options, data))
             .await
             .map_err(|e| ServeError::Raft(e.to_string()))??;
         if let Some(recorded) = log.claim_node_id(config.id).map_err(ServeError::Storage)? {
