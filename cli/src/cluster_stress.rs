@@ -161,10 +161,11 @@ fn print_summary(report: &ClusterReport) {
         report.reads,
     );
     println!(
-        "faults: node crashes {} ({} of the leader, {} by power cut, {} during a snapshot install), whole-cluster power cuts {}, leader pauses {} (reads of the resumed old leader {}, answered {}), followers down past the grace period {}; catch-ups by snapshot {}; replicas read whole and judged {}{}",
+        "faults: node crashes {} ({} of the leader, {} by power cut, {} during a put, {} during a snapshot install), whole-cluster power cuts {}, leader pauses {} (reads of the resumed old leader {}, answered {}), followers down past the grace period {}; catch-ups by snapshot {}; replicas read whole and judged {}{}",
         report.kills,
         report.leader_kills,
         report.power_cuts,
+        report.crashes_in_flight,
         report.crashes_while_installing,
         report.cluster_crashes,
         report.pauses,

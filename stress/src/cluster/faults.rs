@@ -77,7 +77,12 @@ impl Run<'_> {
                     }
                     _ => random,
                 };
-                self.take_down(id, how, false).await;
+                // Half the time in the middle of the next put: its answer may be lost.
+                if self.rng.random_bool(0.5) {
+                    self.crash_in_flight = Some((id, how));
+                } else {
+                    self.take_down(id, how, false).await;
+                }
             }
         }
     }
@@ -115,13 +120,28 @@ impl Run<'_> {
     }
 
     pub(super) async fn take_down(&mut self, id: u64, how: Crash, past_grace: bool) {
-        let log_before = match self.nodes.get(id) {
-            Some(node) => client::status(&node.addr, Duration::from_secs(1))
-                .await
-                .ok()
-                .and_then(|s| s.last_log),
-            None => None,
-        };
+        let log_before = self.log_end(id).await;
+        self.crash_down(id, how, past_grace, log_before);
+    }
+
+    /// Where node `id`'s log ends, if it answers.
+    pub(super) async fn log_end(&self, id: u64) -> Option<u64> {
+        let node = self.nodes.get(id)?;
+        client::status(&node.addr, Duration::from_secs(1))
+            .await
+            .ok()?
+            .last_log
+    }
+
+    /// Crashes node `id` now and keeps it down for a while (past the grace period, or 0.2 to
+    /// 1.5 s); `log_before` is where its log ended.
+    pub(super) fn crash_down(
+        &mut self,
+        id: u64,
+        how: Crash,
+        past_grace: bool,
+        log_before: Option<u64>,
+    ) {
         if let Err(e) = self.crash(&[id], how) {
             self.fail("kill failed", Some(id), "", "", &e.to_string(), "a fault");
             return;

@@ -1,7 +1,8 @@
 //! The cluster stress: a replicated Cairn of three (or five) `cairn serve` processes on loopback,
 //! driven by one client through the leader (puts, puts with a TTL, deletes, range deletes,
-//! linearizable gets and scans), while the run kills nodes (SIGKILL, the leader more often
-//! than not) and restarts them, pauses the leader (SIGSTOP) past an election, and keeps a
+//! linearizable gets and scans), while the run kills nodes or cuts their power (the leader
+//! more often than not; half the time while a put is in flight, so its answer may be lost) and
+//! restarts them, pauses the leader (SIGSTOP) past an election, and keeps a
 //! follower down for longer than the tombstone grace period while deletes happen and the
 //! others compact those tombstones away, then brings it back to catch up by log or snapshot.
 //!
@@ -11,7 +12,8 @@
 //! a stale read or a wrong value is a failure naming the seed, the node and the key. At the end
 //! the replicas must also hold the same data. A check that cannot read is a failure too.
 //!
-//! One fault at a time: a node down or paused leaves a quorum of the others, except when the
+//! The faults are `FaultKind`s (`--faults`). One fault at a time: a node down or paused
+//! leaves a quorum of the others, except when the
 //! whole cluster's power is cut at once (then every acknowledged write must be on disk on a
 //! quorum).
 
@@ -225,6 +227,8 @@ pub struct ClusterReport {
     pub cluster_crashes: u64,
     /// Nodes crashed while installing a snapshot.
     pub crashes_while_installing: u64,
+    /// Nodes crashed while a put was in flight (its answer may be lost).
+    pub crashes_in_flight: u64,
     /// Leaders paused with SIGSTOP past an election.
     pub pauses: u64,
     /// Followers kept down past the grace period while the others compacted deletes away.
@@ -302,6 +306,8 @@ struct Run<'a> {
     written_while_paused: Vec<Vec<u8>>,
     /// The kinds of fault not injected yet, in the order they come first.
     undrawn: Vec<FaultKind>,
+    /// A crash to make in the middle of the next put.
+    crash_in_flight: Option<(u64, Crash)>,
 }
 
 impl<'a> Run<'a> {
@@ -336,6 +342,7 @@ impl<'a> Run<'a> {
             down: None,
             paused: None,
             written_while_paused: Vec::new(),
+            crash_in_flight: None,
             undrawn: {
                 let mut kinds = config.faults.clone();
                 kinds.sort_by_key(|k| *k != FaultKind::Pause);
@@ -366,7 +373,8 @@ impl<'a> Run<'a> {
         {
             self.op(&mut client).await;
             self.end_faults_due().await;
-            if Instant::now() >= next_fault && self.down.is_none() && self.paused.is_none() {
+            let quiet = self.down.is_none() && self.paused.is_none();
+            if Instant::now() >= next_fault && quiet && self.crash_in_flight.is_none() {
                 self.fault().await;
                 next_fault = Instant::now() + self.fault_gap();
             }
@@ -419,7 +427,19 @@ impl<'a> Run<'a> {
                     value: Some(value.clone()),
                     expires_at_ms: None,
                 };
-                let written = client.put(&key, &value).await;
+                let written = match self.crash_in_flight.take() {
+                    Some((id, how)) => {
+                        let log_before = self.log_end(id).await;
+                        let after = Duration::from_micros(self.rng.random_range(0..3000));
+                        let crash = async {
+                            tokio::time::sleep(after).await;
+                            self.report.crashes_in_flight += 1;
+                            self.crash_down(id, how, false, log_before);
+                        };
+                        tokio::join!(client.put(&key, &value), crash).0
+                    }
+                    None => client.put(&key, &value).await,
+                };
                 self.settle(&key, state, written);
             }
             40..50 => {
