@@ -6,7 +6,8 @@
 //! ENGINE/WORKLOAD/ROUND --child-dir DIR`. The child runs that one workload, adds its memory
 //! figures to each row (`peak_rss_mb`, the process's peak resident set, mapped table pages
 //! included; `peak_anon_mb`, the most anonymous memory sampled every 5 ms: heap, memtables,
-//! caches), and prints the rows as JSON on stdout. Its stderr passes through. A child that
+//! caches) and what it had written to disk (`disk_write_mb`, from `/proc/self/io`), and
+//! prints the rows as JSON on stdout. Its stderr passes through. A child that
 //! fails, or prints no rows, fails the job: nothing is reported for it.
 
 use std::path::Path;
@@ -139,6 +140,7 @@ impl Printed {
 /// The workload's error.
 pub fn serve(spec: &str, dir: &Path, settings: &Settings) -> Result<()> {
     let job = Job::parse(spec)?;
+    let written_before = disk_written()?;
     let sampler = Sampler::start();
     let rows = workload::run(job.engine, job.workload, dir, settings, job.round);
     let anon = sampler.stop();
@@ -147,9 +149,16 @@ pub fn serve(spec: &str, dir: &Path, settings: &Settings) -> Result<()> {
     let (Some(peak), Some(anon)) = (peak, anon) else {
         return Err("could not read VmHWM and RssAnon from /proc/self/status".into());
     };
+    let written = disk_written()?.saturating_sub(written_before);
+    #[expect(clippy::cast_precision_loss, reason = "byte counts are far below 2^52")]
+    let written_mb = written as f64 / 1e6;
     let rows: Vec<Measurement> = rows?
         .into_iter()
-        .map(|m| m.with("peak_rss_mb", peak).with("peak_anon_mb", anon))
+        .map(|m| {
+            m.with("peak_rss_mb", peak)
+                .with("peak_anon_mb", anon)
+                .with("disk_write_mb", written_mb)
+        })
         .collect();
     println!("{}", serde_json::to_string(&rows)?);
     Ok(())
@@ -185,6 +194,24 @@ impl Sampler {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.join().ok().flatten()
     }
+}
+
+/// Bytes this process has had written to storage so far: `/proc/self/io`'s `write_bytes`
+/// less `cancelled_write_bytes` (pages dirtied in files deleted before they were written back,
+/// which never reached the disk). Buffered writes count when their pages are dirtied, so the
+/// figure does not wait for writeback.
+///
+/// # Errors
+/// If the file or either field cannot be read: the job fails rather than report no figure.
+fn disk_written() -> Result<u64> {
+    let io = std::fs::read_to_string("/proc/self/io")?;
+    let field = |name: &str| -> Result<u64> {
+        io.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| format!("/proc/self/io has no {name}").into())
+    };
+    Ok(field("write_bytes:")?.saturating_sub(field("cancelled_write_bytes:")?))
 }
 
 /// A `kB` figure of `/proc/self/status` (`field` with its colon), in MB.

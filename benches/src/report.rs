@@ -184,6 +184,7 @@ impl Report {
         self.write_table(&mut out);
         self.write_latency(&mut out);
         self.write_peak_memory(&mut out);
+        self.write_amplification(&mut out);
         self.write_queue(&mut out);
         self.write_deletion_figures(&mut out);
         self.write_targets(&mut out);
@@ -298,6 +299,44 @@ impl Report {
                 cell("peak_anon_mb")
             );
         }
+    }
+
+    /// Write amplification of the workloads that only put: the bytes the engine's process had
+    /// written to disk (`/proc/self/io`, its background work finished) over the key and value
+    /// bytes put, medians over the rounds.
+    fn write_amplification(&self, out: &mut String) {
+        let rows = ["fillseq", "fillrandom", "overwrite"];
+        let _ = writeln!(
+            out,
+            "\nwrite amplification (disk bytes written per byte put, background work finished)"
+        );
+        let _ = writeln!(
+            out,
+            "{:<10} {:>12} {:>12} {:>12}",
+            "engine", rows[0], rows[1], rows[2]
+        );
+        for &e in &self.engines {
+            let cell = |row: &str| match self.write_amp(row, e) {
+                Some(amp) => format!("{amp:.2}"),
+                None => "-".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "{:<10} {:>12} {:>12} {:>12}",
+                e.name(),
+                cell(rows[0]),
+                cell(rows[1]),
+                cell(rows[2])
+            );
+        }
+    }
+
+    /// `row`'s write amplification on `engine`, where both figures were measured.
+    pub fn write_amp(&self, row: &str, engine: EngineKind) -> Option<f64> {
+        let summary = self.summary(row, engine)?;
+        let disk = summary.extra.get("disk_write_mb")?;
+        let user = summary.extra.get("user_write_mb")?;
+        (*user > 0.0).then(|| disk / user)
     }
 
     /// A row of `engine` whose sample lacks `figure`: its peak would be a peak of the others.

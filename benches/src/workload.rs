@@ -242,6 +242,7 @@ pub fn run(
                 .wrapping_add(round * 100 + workload.index()),
         ),
         values: Values::new(settings.value_size, settings.seed ^ round),
+        put_bytes: 0,
     };
     let rows = match workload {
         Workload::FillSeq => ctx.fill_seq(),
@@ -258,6 +259,7 @@ pub fn run(
         Workload::Queue => ctx.queue(),
         Workload::SpaceAfterDelete => ctx.space_after_delete(),
     };
+    let rows = rows.and_then(|rows| ctx.with_user_bytes(workload, rows));
     let closed = engine.close();
     let removed = if settings.keep_dirs {
         Ok(())
@@ -282,16 +284,48 @@ struct Context<'a> {
     s: &'a Settings,
     rng: SmallRng,
     values: Values,
+    /// Key and value bytes put so far: what the user wrote.
+    put_bytes: u64,
 }
 
 impl Context<'_> {
     fn put_all(&mut self, order: impl IntoIterator<Item = u64>) -> Result<u64> {
         let mut n = 0;
         for i in order {
-            self.engine.put(&key(i), self.values.next_value())?;
+            self.put(i)?;
             n += 1;
         }
         Ok(n)
+    }
+
+    fn put(&mut self, i: u64) -> Result<()> {
+        self.engine.put(&key(i), self.values.next_value())?;
+        self.put_bytes += (KEY_LEN + self.s.value_size) as u64;
+        Ok(())
+    }
+
+    /// For the workloads that only put (`fillseq`, `fillrandom`, `overwrite`), the bytes the
+    /// user wrote, `user_write_mb`, on each row, once the engine has flushed and finished its
+    /// background work: the process's disk writes over them are its write amplification
+    /// (`child.rs` measures those). Other workloads are left as they are.
+    fn with_user_bytes(
+        &self,
+        workload: Workload,
+        rows: Vec<Measurement>,
+    ) -> Result<Vec<Measurement>> {
+        if !matches!(
+            workload,
+            Workload::FillSeq | Workload::FillRandom | Workload::Overwrite
+        ) {
+            return Ok(rows);
+        }
+        self.engine.flush()?;
+        self.engine.wait_idle()?;
+        let mb = as_f64(self.put_bytes) / 1e6;
+        Ok(rows
+            .into_iter()
+            .map(|m| m.with("user_write_mb", mb))
+            .collect())
     }
 
     /// Fills `0..num` in random order, flushes and waits: the start of every read workload.
@@ -339,7 +373,7 @@ impl Context<'_> {
         let start = Instant::now();
         for i in order {
             let put_start = Instant::now();
-            self.engine.put(&key(i), self.values.next_value())?;
+            self.put(i)?;
             latencies.push(put_start.elapsed());
         }
         let elapsed = start.elapsed();
