@@ -22,7 +22,9 @@ pub struct ClusterRun {
     pub seed: u64,
     pub duration: Duration,
     pub grace: Option<Duration>,
-    pub faults: Vec<FaultKind>,
+    /// `--faults` as given, and what it means when it is not.
+    pub faults: Option<String>,
+    pub default_faults: &'static [FaultKind],
     pub dir: Option<PathBuf>,
     pub json: bool,
     pub report: Option<PathBuf>,
@@ -32,6 +34,11 @@ pub fn run(run: &ClusterRun) -> i32 {
     if !(3..=7).contains(&run.nodes) {
         return crate::bad_args(&format!("--cluster {}: give 3 to 7 nodes", run.nodes));
     }
+    let faults = match run.faults.as_deref().map(FaultKind::parse_list) {
+        None => run.default_faults.to_vec(),
+        Some(Ok(faults)) => faults,
+        Some(Err(why)) => return crate::bad_args(&format!("--faults: {why}")),
+    };
     if run.duration.is_zero() {
         return crate::bad_args("--duration 0 exercises nothing");
     }
@@ -72,7 +79,7 @@ pub fn run(run: &ClusterRun) -> i32 {
     if let Some(grace) = run.grace {
         config.grace = grace;
     }
-    config.faults.clone_from(&run.faults);
+    config.faults = faults;
     let faults: Vec<_> = config.faults.iter().map(|f| f.name()).collect();
     eprintln!(
         "cairn {} --cluster {}: seed {}, {} keys, grace {}, faults {}, for {} in {}",

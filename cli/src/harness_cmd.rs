@@ -205,20 +205,16 @@ pub struct CrashArgs {
 
 /// `stress --cluster N`: the flags that apply, handed to the cluster stress.
 fn cluster(args: &StressArgs, nodes: usize) -> i32 {
-    let faults = match args.faults.as_deref().map(FaultKind::parse_list) {
-        None => FaultKind::ALL.to_vec(),
-        Some(Ok(faults)) => faults,
-        Some(Err(why)) => return bad_args(&format!("--faults: {why}")),
-    };
     stop_on_signals();
     crate::cluster_stress::run(&crate::cluster_stress::ClusterRun {
         command: "stress",
+        faults: args.faults.clone(),
+        default_faults: &FaultKind::ALL,
         nodes,
         keys: args.keys,
         seed: args.seed,
         duration: args.duration,
         grace: args.grace,
-        faults,
         dir: args.db.path().map(Path::to_path_buf),
         json: args.json,
         report: args.report.clone(),
@@ -227,14 +223,11 @@ fn cluster(args: &StressArgs, nodes: usize) -> i32 {
 
 /// `crashtest --cluster N`: the cluster stress with crashes alone (by default).
 fn crashtest_cluster(args: &CrashArgs, nodes: usize) -> i32 {
-    let faults = match args.faults.as_deref().map(FaultKind::parse_list) {
-        None => FaultKind::CRASHES.to_vec(),
-        Some(Ok(faults)) => faults,
-        Some(Err(why)) => return bad_args(&format!("--faults: {why}")),
-    };
     stop_on_signals();
     crate::cluster_stress::run(&crate::cluster_stress::ClusterRun {
         command: "crashtest",
+        faults: args.faults.clone(),
+        default_faults: &FaultKind::CRASHES,
         nodes,
         keys: args.keys,
         seed: args.seed,
@@ -244,7 +237,6 @@ fn crashtest_cluster(args: &CrashArgs, nodes: usize) -> i32 {
             args.duration
         },
         grace: None,
-        faults,
         dir: args.db.path().map(Path::to_path_buf),
         json: args.json,
         report: args.report.clone(),

@@ -224,29 +224,28 @@ fn an_operators_mistakes_are_refused_with_exit_3() {
     assert!(text(&out).contains("election_min"), "{}", text(&out));
 }
 
-/// The cluster stress, short: node kills and pauses happen, every replica is read whole and
-/// judged, nothing is wrong. (`cairn stress --cluster 3 --duration 10m` is the long run.)
-#[test]
-fn a_short_cluster_stress_kills_nodes_and_finds_nothing_wrong() {
+/// `cairn ARGS --cluster 3 --seed 1 --json` on a new directory, which must exit 0; its
+/// report, and a reader of its counters.
+fn passing_cluster_run(args: &[&str]) -> (serde_json::Value, impl Fn(&str) -> u64) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let run = dir.path().join("run");
     let out = Command::new(CAIRN)
-        .args([
-            "stress",
-            "--cluster",
-            "3",
-            "--duration",
-            "12s",
-            "--seed",
-            "1",
-        ])
-        .args(["--json", "--db"])
-        .arg(&run)
+        .args(args)
+        .args(["--cluster", "3", "--seed", "1", "--json", "--db"])
+        .arg(dir.path().join("run"))
         .output()
         .expect("run cairn");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    let count = |field: &str| report[field].as_u64().expect(field);
+    let counters = report.clone();
+    let count = move |field: &str| counters[field].as_u64().expect(field);
+    (report, count)
+}
+
+/// The cluster stress, short: node kills and pauses happen, every replica is read whole and
+/// judged, nothing is wrong. (`cairn stress --cluster 3 --duration 10m` is the long run.)
+#[test]
+fn a_short_cluster_stress_kills_nodes_and_finds_nothing_wrong() {
+    let (report, count) = passing_cluster_run(&["stress", "--duration", "12s"]);
     // The first fault pauses the leader and probes it as it wakes; kills follow.
     assert!(count("pauses") >= 1, "{report}");
     assert!(count("deposed_leader_probes") >= 1, "{report}");
@@ -259,16 +258,8 @@ fn a_short_cluster_stress_kills_nodes_and_finds_nothing_wrong() {
 
 #[test]
 fn a_short_cluster_crashtest_cuts_every_nodes_power_and_loses_nothing() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let out = Command::new(CAIRN)
-        .args(["crashtest", "--cluster", "3", "--duration", "8s"])
-        .args(["--faults", "cluster-crash", "--seed", "1", "--json", "--db"])
-        .arg(dir.path().join("run"))
-        .output()
-        .expect("run cairn");
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    let count = |field: &str| report[field].as_u64().expect(field);
+    let args = ["crashtest", "--duration", "8s", "--faults", "cluster-crash"];
+    let (report, count) = passing_cluster_run(&args);
     assert!(count("cluster_crashes") >= 1, "{report}");
     assert!(count("power_cuts") >= 3, "{report}");
     assert!(count("replica_checks") >= 3, "{report}");

@@ -305,16 +305,7 @@ impl StateMachine {
     /// and holds its old data.
     fn torn_install(&self, record: &Recorded) -> Result<(), Failure> {
         let mut batch = WriteBatch::new();
-        batch.put_cf(&self.state, LAST_APPLIED, json(&record.meta.last_log_id)?);
-        batch.put_cf(&self.state, MEMBERSHIP, json(&record.meta.last_membership)?);
-        batch.put_cf(&self.state, CURRENT, json(record)?);
-        if let (Some(upto), Ok(log), Ok(meta)) = (
-            record.meta.last_log_id,
-            self.db.column_family(LOG_FAMILY),
-            self.db.column_family(META_FAMILY),
-        ) {
-            stage_purge(&log, &meta, &mut batch, upto)?;
-        }
+        self.stage_installed(&mut batch, record)?;
         self.db.write_opt(batch, &WriteOptions { sync: true })?;
         self.pause_after_step();
         self.complete_install(record)
@@ -375,22 +366,29 @@ impl StateMachine {
         )?;
         let recorded: Option<Recorded> =
             self.read_state(CURRENT, None).map_err(|e| malformed(&e))?;
-        batch.put_cf(&self.state, LAST_APPLIED, json(&record.meta.last_log_id)?);
-        batch.put_cf(&self.state, MEMBERSHIP, json(&record.meta.last_membership)?);
-        batch.put_cf(&self.state, CURRENT, json(record)?);
         batch.delete_cf(&self.state, INSTALLING);
         if let Some(old) = recorded.filter(|r| r.set != record.set) {
             delete_set(&mut batch, &self.snaps, old.set);
         }
-        // The purge openraft asked for with this install, held back until now.
+        self.stage_installed(&mut batch, record)?;
+        self.db.write_opt(batch, &WriteOptions { sync: true })?;
+        Ok(())
+    }
+
+    /// Adds to `batch` what records `record` as installed: `last_applied`, membership, the
+    /// current snapshot, and the purge of the log up to it that openraft asked for with the
+    /// install (held back until now, see [`purge_limit`]).
+    fn stage_installed(&self, batch: &mut WriteBatch, record: &Recorded) -> Result<(), Failure> {
+        batch.put_cf(&self.state, LAST_APPLIED, json(&record.meta.last_log_id)?);
+        batch.put_cf(&self.state, MEMBERSHIP, json(&record.meta.last_membership)?);
+        batch.put_cf(&self.state, CURRENT, json(record)?);
         if let (Some(upto), Ok(log), Ok(meta)) = (
             record.meta.last_log_id,
             self.db.column_family(LOG_FAMILY),
             self.db.column_family(META_FAMILY),
         ) {
-            stage_purge(&log, &meta, &mut batch, upto)?;
+            stage_purge(&log, &meta, batch, upto)?;
         }
-        self.db.write_opt(batch, &WriteOptions { sync: true })?;
         Ok(())
     }
 
