@@ -242,7 +242,7 @@ impl Harness {
         let op_log = match &config.op_log {
             Some(p) => {
                 let mut file = std::fs::File::create(p)?;
-                file.write_all(crate::replay::header_line(&config, &db).as_bytes())?;
+                file.write_all(crate::op_log::header_line(&config, &db).as_bytes())?;
                 Some(Mutex::new(file))
             }
             None => None,

@@ -40,6 +40,7 @@ mod harness;
 mod held_model;
 mod held_readers;
 mod interrupt;
+mod op_log;
 pub mod progress;
 mod replay;
 mod report;
@@ -53,7 +54,8 @@ pub use config::{Limit, OpWeights, StressConfig};
 pub use crashtest::{CrashConfig, CrashReport, blackbox, power_loss, work_dir};
 pub use harness::{Harness, MIN_FAULT_CYCLES, STRESS_CF, StressError};
 pub use interrupt::{request_stop, stop_requested};
-pub use replay::{OpLogHeader, ReplaySettings, replay};
+pub use op_log::OpLogHeader;
+pub use replay::{ReplaySettings, replay};
 pub use report::{Failure, Failures, HeldCounts, StressReport, TtlCounts};
 pub use run::{
     FaultPlan, STRESS_MARKER, claim, mark, run_stress, run_with_fault_plan, run_with_faults,
