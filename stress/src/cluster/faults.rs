@@ -126,11 +126,7 @@ impl Run<'_> {
 
     /// Where node `id`'s log ends, if it answers.
     pub(super) async fn log_end(&self, id: u64) -> Option<u64> {
-        let node = self.nodes.get(id)?;
-        client::status(&node.addr, Duration::from_secs(1))
-            .await
-            .ok()?
-            .last_log
+        self.status_of(id).await?.last_log
     }
 
     /// Crashes node `id` now and keeps it down for a while (past the grace period, or 0.2 to
@@ -328,8 +324,12 @@ impl Run<'_> {
     }
 
     async fn leader_status(&self) -> Option<NodeStatus> {
-        let leader = self.leader().await?;
-        let node = self.nodes.get(leader)?;
+        self.status_of(self.leader().await?).await
+    }
+
+    /// What node `id` says of itself, if it answers within a second.
+    async fn status_of(&self, id: u64) -> Option<NodeStatus> {
+        let node = self.nodes.get(id)?;
         client::status(&node.addr, Duration::from_secs(1))
             .await
             .ok()
