@@ -150,6 +150,15 @@ pub fn serve(spec: &str, dir: &Path, settings: &Settings) -> Result<()> {
         return Err("could not read VmHWM and RssAnon from /proc/self/status".into());
     };
     let written = disk_written()?.saturating_sub(written_before);
+    // Every workload writes a database: nothing counted means the directory's file system
+    // does not count writes (tmpfs), not that the engine wrote nothing.
+    if written == 0 {
+        return Err(format!(
+            "{}: /proc/self/io counted no disk writes (a tmpfs directory?): give --dir on a disk",
+            dir.display()
+        )
+        .into());
+    }
     #[expect(clippy::cast_precision_loss, reason = "byte counts are far below 2^52")]
     let written_mb = written as f64 / 1e6;
     let rows: Vec<Measurement> = rows?

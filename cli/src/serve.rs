@@ -282,11 +282,17 @@ fn node_config(args: &ServeArgs) -> Result<NodeConfig, String> {
         .or(file.listen)
         .ok_or("give --listen (or listen: in --config)")?;
     let mut config = NodeConfig::new(id, dir, listen);
-    config.peers = if args.peers.is_empty() {
-        file.peers
+    // The file's peers get the flag's checks (ids from 1, one address each, none blank).
+    let from_file: Vec<String> = file
+        .peers
+        .iter()
+        .map(|(id, addr)| format!("{id}={addr}"))
+        .collect();
+    config.peers = parse_peers(if args.peers.is_empty() {
+        &from_file
     } else {
-        parse_peers(&args.peers)?
-    };
+        &args.peers
+    })?;
     let from_file = |text: Option<String>| text.as_deref().map(parse_duration).transpose();
     if let Some(heartbeat) = args.heartbeat.or(from_file(file.heartbeat)?) {
         config.heartbeat = heartbeat;

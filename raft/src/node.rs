@@ -138,15 +138,14 @@ fn open_store(
     Ok((log, state))
 }
 
-/// True when `db` is new or a node's: a node's has its log's families, a new one only an
-/// empty default family.
+/// True when `db` is new or a node's: an empty default family and no family but the node's
+/// own (`raft.*`, any of them: a first start can stop between creating one and the next).
 fn is_a_nodes(db: &cairn::Db) -> cairn::Result<bool> {
     let families = db.list_column_families();
-    if families.iter().any(|f| f == crate::META_FAMILY) {
-        return Ok(true);
-    }
-    let only_default = families.iter().all(|f| f == "default");
-    Ok(only_default && db.iter()?.next().is_none())
+    let ours = families
+        .iter()
+        .all(|f| f == "default" || f.starts_with("raft."));
+    Ok(ours && db.iter()?.next().is_none())
 }
 
 /// Why a node did not start.

@@ -40,6 +40,10 @@ impl Run<'_> {
             self.fail("no catch-up", None, "", expected, "none in 30 s", what);
             return;
         };
+        // The leader's log holds every acknowledged entry, so the first write it acknowledges
+        // goes after them. Not necessarily after a blank entry too: a node that led before the
+        // cut can lead again in its old term without one (seen: an honest run placed it at
+        // `before + 1`).
         if index <= before {
             let expected =
                 format!("a new write placed after index {before}, the last acknowledged");
