@@ -8,7 +8,7 @@ use cairn::{Db, Options};
 
 use cairn_sstable::{Compression, TableOptions};
 
-use super::{BLOOM_BITS_PER_KEY, CACHE_BYTES, Engine, RangeDelete};
+use super::{BLOOM_BITS_PER_KEY, CACHE_BYTES, Engine, Expiry, RangeDelete};
 use crate::Result;
 
 /// An open Cairn database.
@@ -103,6 +103,11 @@ impl Engine for CairnEngine {
         Ok(self.db.put(key, value)?)
     }
 
+    fn put_with_ttl(&self, key: &[u8], value: &[u8], ttl: std::time::Duration) -> Result<Expiry> {
+        self.db.put_with_ttl(key, value, ttl)?;
+        Ok(Expiry::Native)
+    }
+
     fn get(&self, key: &[u8]) -> Result<bool> {
         let value = self.db.get(key)?;
         Ok(black_box(value).is_some())
@@ -165,6 +170,16 @@ impl Engine for CairnEngine {
 
     fn wait_idle(&self) -> Result<()> {
         Ok(self.db.wait_for_background_work()?)
+    }
+
+    // Counted by reads and compactions alike: a workload compares it across reads of an idle
+    // database.
+    fn blocks_read(&self) -> Option<u64> {
+        Some(self.db.stats().data_blocks_read)
+    }
+
+    fn tombstones_pending(&self) -> Result<Option<u64>> {
+        Ok(Some(self.db.stats().tombstones_pending))
     }
 
     fn hold_snapshot(&self) -> Result<Box<dyn super::Held + '_>> {

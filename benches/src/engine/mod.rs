@@ -26,13 +26,35 @@ pub enum RangeDelete {
     KeyByKey,
 }
 
-/// One open database of one engine.
-pub trait Engine {
+/// How an engine carried out a put with a time to live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// The engine expires the key itself.
+    Native,
+    /// The engine has no per-key TTL: the key was put plainly, and the workload deletes it
+    /// when its time to live has passed.
+    ByWorkload,
+}
+
+/// One open database of one engine. `Sync`: `readwhilewriting` reads from several threads
+/// while one writes.
+pub trait Engine: Sync {
     /// Sets `key` to `value` (logged, not synced).
     ///
     /// # Errors
     /// The engine's error.
     fn put(&self, key: &[u8], value: &[u8]) -> Result<()>;
+
+    /// Sets `key` to `value`, to expire `ttl` from now. An engine without a per-key TTL puts
+    /// it plainly and says so: the caller then deletes it when `ttl` has passed.
+    ///
+    /// # Errors
+    /// The engine's error.
+    fn put_with_ttl(&self, key: &[u8], value: &[u8], ttl: std::time::Duration) -> Result<Expiry> {
+        let _ = ttl;
+        self.put(key, value)?;
+        Ok(Expiry::ByWorkload)
+    }
 
     /// Looks `key` up; true if it has a value. The value is read, not copied.
     ///
@@ -89,6 +111,21 @@ pub trait Engine {
     /// # Errors
     /// The engine's error.
     fn wait_idle(&self) -> Result<()>;
+
+    /// Data blocks the engine has fetched so far, from its block cache or its files, by reads
+    /// and by its background work; `None` if it does not count them.
+    fn blocks_read(&self) -> Option<u64> {
+        None
+    }
+
+    /// Point and range tombstones the engine still holds in memtables and tables, exactly;
+    /// `None` if it cannot say.
+    ///
+    /// # Errors
+    /// The engine's error.
+    fn tombstones_pending(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
 
     /// Takes a snapshot and holds it until the returned guard is dropped: what it sees, and the
     /// tombstones written after it, stay in the engine's tables meanwhile.
