@@ -144,3 +144,83 @@ pub fn draw(path: &Path, title: &str, engines: &[EngineKind], bars: &[Bars]) -> 
     root.present()?;
     Ok(())
 }
+
+/// Draws `churn`'s samples into a PNG at `path`: four panels over elapsed time, one line per
+/// engine each: the sizes of the files over live bytes, what the file system allocated to them
+/// over live bytes (fjall's journal is a sparse file), read p99, and operations per second.
+///
+/// # Errors
+/// If no font is found or the file cannot be written.
+pub fn draw_churn(
+    path: &Path,
+    title: &str,
+    series: &[(EngineKind, Vec<crate::churn::ChurnSample>)],
+) -> Result<()> {
+    type Pick = fn(&crate::churn::ChurnSample) -> f64;
+    const PANELS: [(&str, Pick); 4] = [
+        ("disk bytes / live key+value bytes", |s| s.disk_over_live),
+        ("allocated bytes / live key+value bytes", |s| {
+            s.allocated_bytes / s.live_bytes.max(1.0)
+        }),
+        ("read p99 in the interval, µs", |s| s.read_p99_us),
+        ("operations per second in the interval", |s| s.ops_per_sec),
+    ];
+    register_font()?;
+    let root = BitMapBackend::new(path, (WIDTH, 1400)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled(title, ("sans-serif", 22))?;
+    let x_max = series
+        .iter()
+        .flat_map(|(_, s)| s.iter().map(|x| x.elapsed_secs))
+        .fold(1.0_f64, f64::max);
+    for (area, (label, pick)) in root.split_evenly((PANELS.len(), 1)).iter().zip(PANELS) {
+        let y_max = series
+            .iter()
+            .flat_map(|(_, s)| s.iter().map(pick))
+            .filter(|y| y.is_finite())
+            .fold(0.0_f64, f64::max);
+        let y_max = if y_max > 0.0 { y_max * 1.15 } else { 1.0 };
+        let mut chart = ChartBuilder::on(area)
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(80)
+            .build_cartesian_2d(0.0..x_max * 1.02, 0.0..y_max)?;
+        chart
+            .configure_mesh()
+            .x_desc("seconds since the soak began")
+            .y_desc(label)
+            .y_label_formatter(&|y| {
+                if *y >= 1e3 {
+                    fmt_rate(*y)
+                } else {
+                    format!("{y:.2}")
+                }
+            })
+            .label_style(("sans-serif", 14))
+            .draw()?;
+        for (engine, samples) in series {
+            let c = color(*engine);
+            let points: Vec<(f64, f64)> =
+                samples.iter().map(|s| (s.elapsed_secs, pick(s))).collect();
+            chart
+                .draw_series(std::iter::once(PathElement::new(
+                    points.clone(),
+                    c.stroke_width(3),
+                )))?
+                .label(engine.name())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(3))
+                });
+            chart.draw_series(points.into_iter().map(|p| Circle::new(p, 4, c.filled())))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .label_font(("sans-serif", 15))
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}

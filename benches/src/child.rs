@@ -112,6 +112,8 @@ struct Printed {
     ops: u64,
     fraction: Option<f64>,
     fifths: Option<Vec<f64>>,
+    #[serde(default)]
+    churn: Option<Vec<crate::churn::ChurnSample>>,
     extra: Vec<(String, f64)>,
     note: Option<String>,
 }
@@ -127,6 +129,7 @@ impl Printed {
             ops: self.ops,
             fraction: self.fraction,
             fifths: self.fifths,
+            churn: self.churn,
             extra: self.extra,
             note: self.note,
         })

@@ -8,9 +8,12 @@
 
 mod chart;
 mod child;
+mod churn;
 mod disk;
 mod engine;
 mod keys;
+mod latency;
+mod readwhilewriting;
 mod report;
 mod workload;
 
@@ -36,9 +39,11 @@ struct Args {
     /// Engines, comma-separated (cairn, fjall, rocksdb) [default: every engine compiled in]
     #[arg(long, value_delimiter = ',')]
     engines: Vec<String>,
-    /// Workloads, comma-separated [default: all]: fillseq, fillrandom, overwrite, readrandom,
-    /// readmissing, seekrandom, scanall, delete90 (with `scan_after_delete` and
-    /// `scan_after_settle`), `scan_fresh10`, `delrange_scan`, queue, `space_after_delete`
+    /// Workloads, comma-separated [default: all but churn]: fillseq, fillrandom, overwrite,
+    /// readrandom, readmissing, seekrandom, scanall, delete90 (with `scan_after_delete` and
+    /// `scan_after_settle`), `scan_fresh10`, `delrange_scan`, `seek_deleted_runs`, queue,
+    /// `space_after_delete`, readwhilewriting (with `readwhilewriting_puts`); and churn, a soak
+    /// of --churn-secs (10 minutes) an engine, which runs only when named here
     #[arg(long, value_delimiter = ',')]
     workloads: Vec<String>,
     /// Keys per database
@@ -97,6 +102,28 @@ struct Args {
     /// Cairn only: KiB of zstd dictionary trained per zstd table [default: 0, none]
     #[arg(long, default_value_t = 0)]
     cairn_zstd_dictionary_kib: usize,
+    /// readwhilewriting: how long the writer and the readers run (seconds, or a duration such
+    /// as `30s`, `2m`)
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    rww_secs: Duration,
+    /// readwhilewriting: the writer's puts per second, paced against the clock
+    #[arg(long, default_value_t = 20_000)]
+    rww_write_rate: u64,
+    /// readwhilewriting: reader threads
+    #[arg(long, default_value_t = 1)]
+    rww_readers: usize,
+    /// churn: how long the soak runs (seconds, or a duration such as `10m`; 1800 for the full
+    /// run). Each job's --job-timeout-secs is counted after it.
+    #[arg(long, default_value = "600", value_parser = parse_duration)]
+    churn_secs: Duration,
+    /// churn: how often it samples disk bytes, tombstones, throughput and read p99 (seconds, or
+    /// a duration)
+    #[arg(long, default_value = "60", value_parser = parse_duration)]
+    churn_sample_secs: Duration,
+    /// Write the report to PREFIX.txt, the JSON to PREFIX.json, the chart to PREFIX.png and
+    /// the churn chart to PREFIX-churn.png (beside --json and --chart, if also given)
+    #[arg(long, value_name = "PREFIX")]
+    report: Option<PathBuf>,
     /// Seconds one engine's workload may run before its process is killed and the job counted
     /// as failed (a hung engine must not hang the run)
     #[arg(long, default_value_t = 1800)]
@@ -108,6 +135,14 @@ struct Args {
     /// Internal: the child's database directory
     #[arg(long, hide = true)]
     child_dir: Option<PathBuf>,
+}
+
+/// A duration given as bare seconds (`600`) or as humantime spells it (`10m`, `30s`).
+fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
+    match text.parse::<u64>() {
+        Ok(secs) => Ok(Duration::from_secs(secs)),
+        Err(_) => humantime::parse_duration(text).map_err(|e| e.to_string()),
+    }
 }
 
 fn compiled_engines() -> Vec<EngineKind> {
@@ -179,7 +214,7 @@ fn plan(args: &Args) -> Result<(Vec<EngineKind>, Vec<Workload>, Settings)> {
         }
     }
     if workloads.is_empty() {
-        workloads = Workload::ALL.to_vec();
+        workloads = Workload::default_list();
     }
     let settings = Settings {
         num: args.num,
@@ -196,6 +231,11 @@ fn plan(args: &Args) -> Result<(Vec<EngineKind>, Vec<Workload>, Settings)> {
         read_trigger: args.cairn_read_trigger,
         cairn_compression: args.cairn_compression,
         zstd_dictionary_bytes: args.cairn_zstd_dictionary_kib << 10,
+        rww_duration: args.rww_secs,
+        rww_write_rate: args.rww_write_rate,
+        rww_readers: args.rww_readers,
+        churn_duration: args.churn_secs,
+        churn_sample: args.churn_sample_secs,
     };
     if settings.memtable_bytes.is_some() && engines.iter().any(|e| !e.is_cairn()) {
         return Err("--memtable-mib applies to cairn alone: run it with --engines cairn".into());
@@ -250,7 +290,14 @@ fn run_rounds(
                     workload,
                     round,
                 };
-                match child::run(job, &dir, Duration::from_secs(args.job_timeout_secs)) {
+                // The soaks run for a set time: the timeout counts after it.
+                let soak = match workload {
+                    Workload::Churn => args.churn_secs,
+                    Workload::ReadWhileWriting => args.rww_secs,
+                    _ => Duration::ZERO,
+                };
+                let timeout = Duration::from_secs(args.job_timeout_secs) + soak;
+                match child::run(job, &dir, timeout) {
                     Ok(rows) => {
                         for m in rows {
                             eprintln!(
@@ -291,18 +338,38 @@ fn run_rounds(
     Ok(report)
 }
 
-/// Writes the JSON file and the chart if asked, then prints the report (last line: ratios).
+/// `path` with `suffix` appended to its name: `/tmp/small` and `.json` give `/tmp/small.json`.
+fn suffixed(path: &std::path::Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Writes the JSON files and the charts asked for (`--json`, `--chart`, `--report`), then
+/// prints the report (last line: ratios), and writes it to `--report`'s `.txt` too.
 fn write_outputs(args: &Args, report: &Report) {
-    if let Some(path) = &args.json {
+    let prefix = args.report.as_deref();
+    let jsons = args
+        .json
+        .iter()
+        .cloned()
+        .chain(prefix.map(|p| suffixed(p, ".json")));
+    for path in jsons {
         let written = serde_json::to_string_pretty(&report.json())
             .map_err(Error::from)
-            .and_then(|text| std::fs::write(path, text).map_err(Error::from));
+            .and_then(|text| std::fs::write(&path, text).map_err(Error::from));
         match written {
             Ok(()) => eprintln!("wrote {}", path.display()),
             Err(e) => eprintln!("cairn-bench: no JSON file: {e}"),
         }
     }
-    if let Some(path) = &args.chart {
+    // Each chart, and the churn chart beside it: `bench.png` and `bench-churn.png`.
+    let charts = args
+        .chart
+        .iter()
+        .cloned()
+        .chain(prefix.map(|p| suffixed(p, ".png")));
+    for path in charts {
         let bars: Vec<chart::Bars> = report
             .rows()
             .into_iter()
@@ -320,10 +387,34 @@ fn write_outputs(args: &Args, report: &Report) {
             "cairn-bench: median ops/s, {} keys x {} B values, {} run(s)",
             report.settings.num, report.settings.value_size, args.runs
         );
-        match chart::draw(path, &title, &report.engines, &bars) {
+        match chart::draw(&path, &title, &report.engines, &bars) {
             Ok(()) => eprintln!("wrote {}", path.display()),
             Err(e) => eprintln!("cairn-bench: no chart: {e}"),
         }
+        let series: Vec<_> = report
+            .engines
+            .iter()
+            .filter_map(|&e| Some((e, report.summary("churn", e)?.churn?)))
+            .collect();
+        if !series.is_empty() {
+            let churn_path = suffixed(&path.with_extension(""), "-churn.png");
+            let title = format!(
+                "churn: {} keys x {} B values, medians of {} run(s)",
+                report.settings.num, report.settings.value_size, args.runs
+            );
+            match chart::draw_churn(&churn_path, &title, &series) {
+                Ok(()) => eprintln!("wrote {}", churn_path.display()),
+                Err(e) => eprintln!("cairn-bench: no churn chart: {e}"),
+            }
+        }
     }
-    print!("{}", report.text());
+    let text = report.text();
+    if let Some(p) = prefix {
+        let path = suffixed(p, ".txt");
+        match std::fs::write(&path, &text) {
+            Ok(()) => eprintln!("wrote {}", path.display()),
+            Err(e) => eprintln!("cairn-bench: no report file: {e}"),
+        }
+    }
+    print!("{text}");
 }

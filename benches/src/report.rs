@@ -45,6 +45,8 @@ pub struct Summary {
     pub fraction: Option<f64>,
     /// Median operations per second of each fifth, for `queue`.
     pub fifths: Option<Vec<f64>>,
+    /// For `churn`: each sample's figures, medians over the rounds sample by sample.
+    pub churn: Option<Vec<crate::churn::ChurnSample>>,
     /// Medians of the extra figures.
     pub extra: BTreeMap<String, f64>,
     /// The engine's note on the row, if any.
@@ -114,6 +116,7 @@ impl Report {
                 })
                 .collect()
         });
+        let churn = first.churn.as_ref().map(|c| median_samples(&ms, c.len()));
         let mut extra = BTreeMap::new();
         for (name, _) in &first.extra {
             let values = ms
@@ -127,6 +130,7 @@ impl Report {
             ops_per_sec: median(ms.iter().map(|m| m.ops_per_sec()).collect()),
             fraction: (!fractions.is_empty()).then(|| median(fractions)),
             fifths,
+            churn,
             extra,
             note: ms.iter().find_map(|m| m.note.clone()),
             runs: ms.len(),
@@ -171,6 +175,36 @@ impl Report {
             .min_by(f64::total_cmp)
     }
 
+    /// The best peer's p99.9 latency on `row` over Cairn's, higher is better as every ratio
+    /// (a latency is better lower, so the peer's figure is on top): the lowest over the peers.
+    pub fn best_p999_ratio(&self, row: &str) -> Option<f64> {
+        let p999 = |e: EngineKind| self.summary(row, e)?.extra.get("p999_us").copied();
+        let cairn = p999(EngineKind::Cairn)?;
+        self.peers()
+            .into_iter()
+            .filter_map(|p| {
+                let peer = p999(p)?;
+                Some(if cairn > 0.0 {
+                    peer / cairn
+                } else {
+                    f64::INFINITY
+                })
+            })
+            .min_by(f64::total_cmp)
+    }
+
+    /// The ratios of every row, then `ROW_p999` for the rows that time each operation.
+    fn all_ratios(&self) -> Vec<(String, f64)> {
+        let rows = self.rows();
+        let throughput = rows
+            .iter()
+            .filter_map(|&row| Some((row.to_string(), self.best_ratio(row)?)));
+        let latency = rows
+            .iter()
+            .filter_map(|&row| Some((format!("{row}_p999"), self.best_p999_ratio(row)?)));
+        throughput.chain(latency).collect()
+    }
+
     /// `scan_after_settle` time over `scan_fresh10` time on `engine` (the bar: ≤ 1.5).
     pub fn settled_scan_vs_fresh(&self, engine: EngineKind) -> Option<f64> {
         let settled = self.summary("scan_after_settle", engine)?;
@@ -183,8 +217,12 @@ impl Report {
         let mut out = String::new();
         self.write_table(&mut out);
         self.write_latency(&mut out);
+        self.write_readwhilewriting(&mut out);
         self.write_peak_memory(&mut out);
         self.write_amplification(&mut out);
+        self.write_space_amplification(&mut out);
+        self.write_blocks_per_read(&mut out);
+        self.write_churn(&mut out);
         self.write_queue(&mut out);
         self.write_deletion_figures(&mut out);
         self.write_targets(&mut out);
@@ -331,6 +369,111 @@ impl Report {
         }
     }
 
+    /// Space amplification after each workload that knows the keys it left live: the bytes
+    /// of the database directory's files, once the engine has flushed and finished its
+    /// background work, over the live keys' key and value bytes.
+    fn write_space_amplification(&self, out: &mut String) {
+        let rows: Vec<&str> = self
+            .rows()
+            .into_iter()
+            .filter(|row| {
+                self.engines.iter().any(|&e| {
+                    self.summary(row, e)
+                        .is_some_and(|s| s.extra.contains_key("space_amp"))
+                })
+            })
+            .collect();
+        if rows.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "\nspace amplification after the workload, flushed, background work finished: file \
+             sizes / live key+value bytes, then allocated bytes / live bytes (fjall's journal \
+             is a sparse file), then (file MB / live MB)"
+        );
+        let _ = write!(out, "{:<22}", "after");
+        for e in &self.engines {
+            let _ = write!(out, " {:>24}", e.name());
+        }
+        out.push('\n');
+        for row in rows {
+            let _ = write!(out, "{row:<22}");
+            for &e in &self.engines {
+                let cell = self
+                    .summary(row, e)
+                    .and_then(|s| {
+                        let get = |k: &str| s.extra.get(k).copied();
+                        Some(format!(
+                            "{:.2} {:.2} ({:.0}/{:.0})",
+                            get("space_amp")?,
+                            get("space_amp_allocated")?,
+                            get("disk_mb")?,
+                            get("live_mb")?
+                        ))
+                    })
+                    .unwrap_or_else(|| "-".into());
+                let _ = write!(out, " {cell:>24}");
+            }
+            out.push('\n');
+        }
+        let _ = writeln!(
+            out,
+            "(live bytes are uncompressed and the values compress to about half, so 0.5 is \
+             a compressed copy and nothing more; delete90's figure is on scan_after_settle, \
+             the state it ends in; space_after_delete leaves no live key and has its own \
+             figure below; the JSON file also gives allocated_mb, what the file system \
+             allocated)"
+        );
+    }
+
+    /// Data blocks fetched per point read, where the engine counts them.
+    fn write_blocks_per_read(&self, out: &mut String) {
+        let rows = ["readrandom", "readmissing"];
+        let measured: Vec<(EngineKind, Vec<Option<f64>>)> = self
+            .engines
+            .iter()
+            .map(|&e| {
+                let cells = rows
+                    .iter()
+                    .map(|row| self.summary(row, e)?.extra.get("blocks_per_read").copied())
+                    .collect();
+                (e, cells)
+            })
+            .collect();
+        let ran = |e: EngineKind| rows.iter().any(|row| self.summary(row, e).is_some());
+        if !measured.iter().any(|(e, _)| ran(*e)) {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "\ndata blocks read per point read (from the block cache or the file)"
+        );
+        let _ = writeln!(out, "{:<10} {:>12} {:>12}", "engine", rows[0], rows[1]);
+        for (e, cells) in measured {
+            if !ran(e) {
+                continue;
+            }
+            let cell = |c: &Option<f64>, row: &str| match c {
+                Some(b) => format!("{b:.3}"),
+                None if self.summary(row, e).is_some() => "not counted".into(),
+                None => "-".into(),
+            };
+            let _ = writeln!(
+                out,
+                "{:<10} {:>12} {:>12}",
+                e.name(),
+                cell(cells.first().unwrap_or(&None), rows[0]),
+                cell(cells.get(1).unwrap_or(&None), rows[1])
+            );
+        }
+        let _ = writeln!(
+            out,
+            "(cairn: Stats::data_blocks_read; rocksdb: block cache data hits + misses, its \
+             statistics on at tickers only; fjall counts none without its metrics feature)"
+        );
+    }
+
     /// `row`'s write amplification on `engine`, where both figures were measured.
     pub fn write_amp(&self, row: &str, engine: EngineKind) -> Option<f64> {
         let summary = self.summary(row, engine)?;
@@ -360,9 +503,15 @@ impl Report {
             .max_by(|a, b| a.0.total_cmp(&b.0))
     }
 
-    /// Latency percentiles of `fillrandom`'s puts and `readrandom`'s gets, per engine.
+    /// Latency percentiles of `fillrandom`'s puts, `readrandom`'s gets, and
+    /// `readwhilewriting`'s gets and puts, per engine.
     fn write_latency(&self, out: &mut String) {
-        for (workload, op) in [("fillrandom", "put"), ("readrandom", "get")] {
+        for (workload, op) in [
+            ("fillrandom", "put"),
+            ("readrandom", "get"),
+            ("readwhilewriting", "get"),
+            ("readwhilewriting_puts", "put"),
+        ] {
             self.write_latency_of(out, workload, op);
         }
     }
@@ -548,10 +697,8 @@ impl Report {
 
     pub fn ratios_line(&self) -> String {
         let mut line = String::from("ratios:");
-        for row in self.rows() {
-            if let Some(r) = self.best_ratio(row) {
-                let _ = write!(line, " {row}={}", fmt_ratio(r));
-            }
+        for (row, r) in self.all_ratios() {
+            let _ = write!(line, " {row}={}", fmt_ratio(r));
         }
         line
     }
@@ -568,11 +715,7 @@ impl Report {
             }
             medians.insert(row.into(), per.into());
         }
-        let ratios: BTreeMap<&str, f64> = self
-            .rows()
-            .into_iter()
-            .filter_map(|row| Some((row, self.best_ratio(row)?)))
-            .collect();
+        let ratios: BTreeMap<String, f64> = self.all_ratios().into_iter().collect();
         let lz4: BTreeMap<&str, f64> = self
             .rows()
             .into_iter()
@@ -599,6 +742,30 @@ impl Report {
             "failures": self.failures,
         })
     }
+}
+
+/// Each of `n` churn samples, field by field the median over the rounds' `ms`.
+fn median_samples(ms: &[&Measurement], n: usize) -> Vec<crate::churn::ChurnSample> {
+    use crate::churn::ChurnSample;
+    let of = |i: usize, pick: fn(&ChurnSample) -> Option<f64>| -> Option<f64> {
+        let values: Vec<f64> = ms
+            .iter()
+            .filter_map(|m| pick(m.churn.as_ref()?.get(i)?))
+            .collect();
+        (!values.is_empty()).then(|| median(values))
+    };
+    (0..n)
+        .map(|i| ChurnSample {
+            elapsed_secs: of(i, |s| Some(s.elapsed_secs)).unwrap_or(0.0),
+            disk_bytes: of(i, |s| Some(s.disk_bytes)).unwrap_or(0.0),
+            allocated_bytes: of(i, |s| Some(s.allocated_bytes)).unwrap_or(0.0),
+            live_bytes: of(i, |s| Some(s.live_bytes)).unwrap_or(0.0),
+            disk_over_live: of(i, |s| Some(s.disk_over_live)).unwrap_or(0.0),
+            tombstones_pending: of(i, |s| s.tombstones_pending),
+            ops_per_sec: of(i, |s| Some(s.ops_per_sec)).unwrap_or(0.0),
+            read_p99_us: of(i, |s| Some(s.read_p99_us)).unwrap_or(0.0),
+        })
+        .collect()
 }
 
 /// `extra[key]` in megabytes with its unit, or "not measured" when the run did not record it
@@ -686,6 +853,11 @@ mod tests {
             read_trigger: None,
             cairn_compression: crate::engine::cairn::CairnCompression::Default,
             zstd_dictionary_bytes: 0,
+            rww_duration: std::time::Duration::from_secs(1),
+            rww_write_rate: 10,
+            rww_readers: 1,
+            churn_duration: std::time::Duration::from_secs(1),
+            churn_sample: std::time::Duration::from_secs(1),
         }
     }
 
@@ -696,6 +868,7 @@ mod tests {
             ops,
             fraction: None,
             fifths: None,
+            churn: None,
             extra: Vec::new(),
             note: None,
         };

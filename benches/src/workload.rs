@@ -51,6 +51,24 @@ pub struct Settings {
     pub cairn_compression: crate::engine::cairn::CairnCompression,
     /// Bytes of zstd dictionary Cairn trains per zstd table (0: none).
     pub zstd_dictionary_bytes: usize,
+    /// How long `readwhilewriting` reads and writes.
+    #[serde(serialize_with = "as_secs")]
+    pub rww_duration: Duration,
+    /// Puts per second of `readwhilewriting`'s writer.
+    pub rww_write_rate: u64,
+    /// Reader threads of `readwhilewriting`.
+    pub rww_readers: usize,
+    /// How long `churn` runs.
+    #[serde(serialize_with = "as_secs")]
+    pub churn_duration: Duration,
+    /// How often `churn` records a sample.
+    #[serde(serialize_with = "as_secs")]
+    pub churn_sample: Duration,
+}
+
+/// A duration in the JSON file: seconds.
+fn as_secs<S: serde::Serializer>(d: &Duration, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
 }
 
 /// A workload of the command line. Some yield several rows: `delete90` yields `delete90`,
@@ -83,11 +101,15 @@ pub enum Workload {
     Queue,
     /// Bytes on disk after deleting every key and settling, as a fraction of the peak.
     SpaceAfterDelete,
+    /// One writer at a fixed rate and readers of present keys, for a fixed time.
+    ReadWhileWriting,
+    /// A delete-heavy soak: inserts, TTL puts, point and range deletes at a steady size.
+    Churn,
 }
 
 impl Workload {
     /// Every workload, in the order they run.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 15] = [
         Self::FillSeq,
         Self::FillRandom,
         Self::Overwrite,
@@ -101,7 +123,17 @@ impl Workload {
         Self::SeekDeletedRuns,
         Self::Queue,
         Self::SpaceAfterDelete,
+        Self::ReadWhileWriting,
+        Self::Churn,
     ];
+
+    /// What runs without `--workloads`: all but `churn`, a soak of ten minutes an engine.
+    pub fn default_list() -> Vec<Self> {
+        Self::ALL
+            .into_iter()
+            .filter(|&w| w != Self::Churn)
+            .collect()
+    }
 
     /// The workload's name on the command line.
     pub fn name(self) -> &'static str {
@@ -119,6 +151,8 @@ impl Workload {
             Self::SeekDeletedRuns => "seek_deleted_runs",
             Self::Queue => "queue",
             Self::SpaceAfterDelete => "space_after_delete",
+            Self::ReadWhileWriting => "readwhilewriting",
+            Self::Churn => "churn",
         }
     }
 
@@ -129,6 +163,7 @@ impl Workload {
     pub fn parse(name: &str) -> Result<Self> {
         match name {
             "scan_after_delete" | "scan_after_settle" => Ok(Self::Delete90),
+            "readwhilewriting_puts" => Ok(Self::ReadWhileWriting),
             _ => Self::ALL
                 .into_iter()
                 .find(|w| w.name() == name)
@@ -165,6 +200,9 @@ pub const ROWS: &[&str] = &[
     "seek_deleted_runs",
     "queue",
     "space_after_delete",
+    "readwhilewriting",
+    "readwhilewriting_puts",
+    "churn",
 ];
 
 /// One row of one run: how long it took and how much it did.
@@ -180,6 +218,8 @@ pub struct Measurement {
     pub fraction: Option<f64>,
     /// For `queue`: operations per second in each fifth of the operations done.
     pub fifths: Option<Vec<f64>>,
+    /// For `churn`: its samples over time.
+    pub churn: Option<Vec<crate::churn::ChurnSample>>,
     /// Further figures: bytes on disk, settle time, the parts of `delrange_scan`.
     pub extra: Vec<(String, f64)>,
     /// How the engine did it, where engines differ (a range delete key by key).
@@ -187,16 +227,22 @@ pub struct Measurement {
 }
 
 impl Measurement {
-    fn timed(row: &'static str, elapsed: Duration, ops: u64) -> Self {
+    pub(crate) fn timed(row: &'static str, elapsed: Duration, ops: u64) -> Self {
         Self {
             row,
             secs: elapsed.as_secs_f64(),
             ops,
             fraction: None,
             fifths: None,
+            churn: None,
             extra: Vec::new(),
             note: None,
         }
+    }
+
+    /// A row of `ops` operations in `secs` seconds.
+    pub(crate) fn timed_secs(row: &'static str, secs: f64, ops: u64) -> Self {
+        Self::timed(row, Duration::from_secs_f64(secs.max(0.0)), ops)
     }
 
     /// Operations per second.
@@ -210,6 +256,7 @@ impl Measurement {
         }
     }
 
+    /// `self` with the extra figure `name`.
     pub fn with(mut self, name: &str, value: f64) -> Self {
         self.extra.push((name.to_string(), value));
         self
@@ -243,6 +290,7 @@ pub fn run(
         ),
         values: Values::new(settings.value_size, settings.seed ^ round),
         put_bytes: 0,
+        live_keys: None,
     };
     let rows = match workload {
         Workload::FillSeq => ctx.fill_seq(),
@@ -258,8 +306,10 @@ pub fn run(
         Workload::SeekDeletedRuns => ctx.seek_deleted_runs(),
         Workload::Queue => ctx.queue(),
         Workload::SpaceAfterDelete => ctx.space_after_delete(),
+        Workload::ReadWhileWriting => crate::readwhilewriting::run(&mut ctx),
+        Workload::Churn => crate::churn::run(&mut ctx),
     };
-    let rows = rows.and_then(|rows| ctx.with_user_bytes(workload, rows));
+    let rows = rows.and_then(|rows| ctx.with_amplification(workload, rows));
     let closed = engine.close();
     let removed = if settings.keep_dirs {
         Ok(())
@@ -273,19 +323,23 @@ pub fn run(
 }
 
 #[expect(clippy::cast_precision_loss, reason = "byte counts are far below 2^52")]
-fn as_f64(n: u64) -> f64 {
+pub(crate) fn as_f64(n: u64) -> f64 {
     n as f64
 }
 
-struct Context<'a> {
-    kind: EngineKind,
-    engine: &'a dyn Engine,
-    dir: &'a Path,
-    s: &'a Settings,
-    rng: SmallRng,
-    values: Values,
+/// One workload's run on one engine: what the workloads share.
+pub(crate) struct Context<'a> {
+    pub(crate) kind: EngineKind,
+    pub(crate) engine: &'a dyn Engine,
+    pub(crate) dir: &'a Path,
+    pub(crate) s: &'a Settings,
+    pub(crate) rng: SmallRng,
+    pub(crate) values: Values,
     /// Key and value bytes put so far: what the user wrote.
     put_bytes: u64,
+    /// The keys the workload knows it left live (each `KEY_LEN + value_size` bytes), for its
+    /// space amplification; `None` where it cannot know them exactly.
+    pub(crate) live_keys: Option<u64>,
 }
 
 impl Context<'_> {
@@ -304,32 +358,60 @@ impl Context<'_> {
         Ok(())
     }
 
-    /// For the workloads that only put (`fillseq`, `fillrandom`, `overwrite`), the bytes the
-    /// user wrote, `user_write_mb`, on each row, once the engine has flushed and finished its
-    /// background work: the process's disk writes over them are its write amplification
-    /// (`child.rs` measures those). Other workloads are left as they are.
-    fn with_user_bytes(
+    /// The figures of the state a workload left, once the engine has flushed and finished its
+    /// background work:
+    ///
+    /// - for the workloads that only put (`fillseq`, `fillrandom`, `overwrite`), the bytes the
+    ///   user wrote, `user_write_mb`, on each row: the process's disk writes over them are its
+    ///   write amplification (`child.rs` measures those);
+    /// - where the workload knows the keys it left live, its space amplification on its
+    ///   row (`delete90`'s on `scan_after_settle`): `disk_mb` (the sizes of the directory's files, once they stop changing),
+    ///   `allocated_mb` (what the file system allocated to them), `live_mb` (the live keys'
+    ///   key and value bytes) and `space_amp`, `disk_mb / live_mb`.
+    ///
+    /// Other workloads' rows are left as they are.
+    fn with_amplification(
         &self,
         workload: Workload,
-        rows: Vec<Measurement>,
+        mut rows: Vec<Measurement>,
     ) -> Result<Vec<Measurement>> {
-        if !matches!(
+        let put_only = matches!(
             workload,
             Workload::FillSeq | Workload::FillRandom | Workload::Overwrite
-        ) {
+        );
+        let live = self.live_keys.filter(|&n| n > 0);
+        if !put_only && live.is_none() {
             return Ok(rows);
         }
         self.engine.flush()?;
         self.engine.wait_idle()?;
-        let mb = as_f64(self.put_bytes) / 1e6;
-        Ok(rows
-            .into_iter()
-            .map(|m| m.with("user_write_mb", mb))
-            .collect())
+        if put_only {
+            let mb = as_f64(self.put_bytes) / 1e6;
+            rows = rows
+                .into_iter()
+                .map(|m| m.with("user_write_mb", mb))
+                .collect();
+        }
+        // On the row named after the workload; `delete90`'s on the row of the state it ends
+        // in, `scan_after_settle`, its last.
+        let at = rows
+            .iter()
+            .position(|m| m.row == workload.name() && workload != Workload::Delete90)
+            .unwrap_or(rows.len().saturating_sub(1));
+        if let Some(keys) = live
+            && at < rows.len()
+        {
+            let live_bytes = keys * (KEY_LEN + self.s.value_size) as u64;
+            let disk = settled_dir_bytes(self.dir)?;
+            let allocated = allocated_bytes(self.dir)?;
+            let m = rows.remove(at);
+            rows.insert(at, with_space(m, disk, allocated, live_bytes));
+        }
+        Ok(rows)
     }
 
     /// Fills `0..num` in random order, flushes and waits: the start of every read workload.
-    fn filled(&mut self) -> Result<()> {
+    pub(crate) fn filled(&mut self) -> Result<()> {
         let order = shuffled(self.s.num, &mut self.rng);
         self.put_all(order)?;
         self.engine.flush()?;
@@ -362,6 +444,7 @@ impl Context<'_> {
     fn fill_seq(&mut self) -> Result<Vec<Measurement>> {
         let start = Instant::now();
         let n = self.put_all(0..self.s.num)?;
+        self.live_keys = Some(n);
         Ok(vec![Measurement::timed("fillseq", start.elapsed(), n)])
     }
 
@@ -378,6 +461,7 @@ impl Context<'_> {
         }
         let elapsed = start.elapsed();
         let n = latencies.len() as u64;
+        self.live_keys = Some(n);
         Ok(vec![with_latencies(
             Measurement::timed("fillrandom", elapsed, n),
             latencies,
@@ -391,6 +475,7 @@ impl Context<'_> {
         let targets: Vec<u64> = (0..num).map(|_| self.rng.random_range(0..num)).collect();
         let start = Instant::now();
         let n = self.put_all(targets)?;
+        self.live_keys = Some(num);
         Ok(vec![Measurement::timed("overwrite", start.elapsed(), n)])
     }
 
@@ -403,15 +488,19 @@ impl Context<'_> {
     }
 
     /// Looks up `reads` keys `key_of(i)` for random indexes `i` of a filled database; returns
-    /// the time taken, the number of hits and, if asked for, each lookup's latency.
+    /// the time taken, the number of hits, if asked for each lookup's latency, and the data
+    /// blocks read per lookup where the engine counts them (its background work is finished
+    /// before, so what it counts is the lookups').
     fn timed_lookups(
         &mut self,
         key_of: fn(u64) -> [u8; KEY_LEN],
         each: bool,
-    ) -> Result<(Duration, u64, Vec<Duration>)> {
+    ) -> Result<(Duration, u64, Vec<Duration>, Option<f64>)> {
         self.filled()?;
+        self.live_keys = Some(self.s.num);
         let targets = self.random_targets();
         let mut latencies = Vec::with_capacity(if each { targets.len() } else { 0 });
+        let blocks_before = self.engine.blocks_read();
         let start = Instant::now();
         let mut hits = 0;
         for &i in &targets {
@@ -421,36 +510,43 @@ impl Context<'_> {
                 latencies.push(t.elapsed());
             }
         }
-        Ok((start.elapsed(), hits, latencies))
+        let elapsed = start.elapsed();
+        let per_lookup = match (blocks_before, self.engine.blocks_read()) {
+            (Some(before), Some(after)) if !targets.is_empty() => {
+                Some(as_f64(after.saturating_sub(before)) / as_f64(targets.len() as u64))
+            }
+            _ => None,
+        };
+        Ok((elapsed, hits, latencies, per_lookup))
     }
 
     /// Random lookups of present keys, each timed: the throughput and the latency percentiles
     /// a reader sees.
     fn read_random(&mut self) -> Result<Vec<Measurement>> {
-        let (elapsed, hits, latencies) = self.timed_lookups(key, true)?;
+        let (elapsed, hits, latencies, blocks) = self.timed_lookups(key, true)?;
         if hits != self.s.reads {
             return Err(format!("readrandom: {hits} hits of {} reads", self.s.reads).into());
         }
-        Ok(vec![with_latencies(
-            Measurement::timed("readrandom", elapsed, hits),
-            latencies,
+        Ok(vec![with_blocks(
+            with_latencies(Measurement::timed("readrandom", elapsed, hits), latencies),
+            blocks,
         )])
     }
 
     fn read_missing(&mut self) -> Result<Vec<Measurement>> {
-        let (elapsed, hits, _) = self.timed_lookups(missing_key, false)?;
+        let (elapsed, hits, _, blocks) = self.timed_lookups(missing_key, false)?;
         if hits != 0 {
             return Err(format!("readmissing: {hits} hits on absent keys").into());
         }
-        Ok(vec![Measurement::timed(
-            "readmissing",
-            elapsed,
-            self.s.reads,
+        Ok(vec![with_blocks(
+            Measurement::timed("readmissing", elapsed, self.s.reads),
+            blocks,
         )])
     }
 
     fn seek_random(&mut self) -> Result<Vec<Measurement>> {
         self.filled()?;
+        self.live_keys = Some(self.s.num);
         let num = self.s.num;
         let targets = self.random_targets();
         let start = Instant::now();
@@ -470,6 +566,7 @@ impl Context<'_> {
 
     fn scan_all(&mut self) -> Result<Vec<Measurement>> {
         self.filled()?;
+        self.live_keys = Some(self.s.num);
         Ok(vec![self.timed_scan("scanall", self.s.num)?])
     }
 
@@ -484,6 +581,7 @@ impl Context<'_> {
             .filter(|i| i % 10 != 0)
             .collect();
         let survivors = self.s.num - u64::try_from(doomed.len())?;
+        self.live_keys = Some(survivors);
         let start = Instant::now();
         for &i in &doomed {
             self.engine.delete(&key(i))?;
@@ -511,6 +609,7 @@ impl Context<'_> {
             .filter(|i| i % 10 == 0)
             .collect();
         let n = self.put_all(kept)?;
+        self.live_keys = Some(n);
         self.engine.flush()?;
         self.engine.wait_idle()?;
         Ok(vec![self.timed_scan("scan_fresh10", n)?])
@@ -519,6 +618,7 @@ impl Context<'_> {
     fn delrange_scan(&mut self) -> Result<Vec<Measurement>> {
         self.filled()?;
         let half = self.s.num / 2;
+        self.live_keys = Some(self.s.num - half);
         let start = Instant::now();
         let how = self.engine.delete_range(&key(0), &key(half))?;
         let delete = start.elapsed();
@@ -561,6 +661,8 @@ impl Context<'_> {
             first += len + GAP;
         }
         self.engine.flush()?;
+        let deleted: u64 = runs.iter().map(|&(_, len)| len).sum();
+        self.live_keys = Some(num - deleted);
         let targets: Vec<(u64, u64)> = (0..self.s.reads)
             .filter_map(|_| runs.get(self.rng.random_range(0..runs.len())).copied())
             .collect();
@@ -623,6 +725,7 @@ impl Context<'_> {
         for i in 0..items {
             self.engine.put(&queue_key(i), self.values.next_value())?;
         }
+        self.live_keys = Some(items);
         let cap = Duration::from_secs(self.s.queue_cap_secs);
         let mut ends: Vec<f64> = Vec::with_capacity(usize::try_from(self.s.queue_ops)?);
         let start = Instant::now();
@@ -701,6 +804,27 @@ impl Context<'_> {
         });
         Ok(vec![m])
     }
+}
+
+/// `m` with the data blocks read per lookup, `blocks_per_read`, where the engine counts them.
+fn with_blocks(m: Measurement, blocks_per_read: Option<f64>) -> Measurement {
+    match blocks_per_read {
+        Some(b) => m.with("blocks_per_read", b),
+        None => m,
+    }
+}
+
+/// `m` with its space amplification: `disk` bytes in the directory (and `allocated` by the
+/// file system) over `live` bytes of live keys and values.
+pub(crate) fn with_space(m: Measurement, disk: u64, allocated: u64, live: u64) -> Measurement {
+    m.with("disk_mb", as_f64(disk) / 1e6)
+        .with("allocated_mb", as_f64(allocated) / 1e6)
+        .with("live_mb", as_f64(live) / 1e6)
+        .with("space_amp", as_f64(disk) / as_f64(live.max(1)))
+        .with(
+            "space_amp_allocated",
+            as_f64(allocated) / as_f64(live.max(1)),
+        )
 }
 
 /// `m` with the latency percentiles of `latencies` (p50 to p99.99 and the worst, in µs).
