@@ -7,7 +7,8 @@
 //! - one in four is a **point read** of a random live plain key, timed; it must find it;
 //! - the others **insert** a new key: plain (key `i`, the next index after every key so far),
 //!   or one in four with a **TTL** (key `t…`, a space of its own) of `min(30 s, duration / 4)`
-//!   while fewer than `num / 4` of those are live;
+//!   while fewer than `num / 4` of those are live and at most `num / 4` were put per TTL period
+//!   (so their expiries spread evenly);
 //! - after an insert, while more than `num` keys are live, old plain keys are **deleted**,
 //!   half of the keys by **point deletes** of random live keys in the older half of the
 //!   plain keys, half by **range deletes** of runs of 50 to 500 keys from the oldest on.
@@ -237,8 +238,12 @@ pub(crate) fn run(ctx: &mut Context<'_>) -> Result<Vec<Measurement>> {
             continue;
         }
         // An insert.
-        let ttl_turn = ctx.rng.random_range(0..4) == 0;
-        if ttl_turn && (m.ttl_expiry.len() as u64) < ttl_cap {
+        // TTL puts are paced at `ttl_cap` a TTL period at most, so their expiries spread
+        // evenly over time: unpaced, the cap filled in a second and every key expired at once.
+        let ttl_turn = ctx.rng.random_range(0..4) == 0
+            && c.ttl_puts * ttl_ms < ttl_cap * now_ms.max(1)
+            && (m.ttl_expiry.len() as u64) < ttl_cap;
+        if ttl_turn {
             let i = m.ttl_low + m.ttl_expiry.len() as u64;
             let how = engine.put_with_ttl(&ttl_key(i), ctx.values.next_value(), ttl)?;
             by_workload = how == Expiry::ByWorkload;
