@@ -191,6 +191,9 @@ impl DbInner {
         // A panic (a compaction filter's, say) must not leave the compaction registered, or
         // `close` would wait for it forever: clean up, stop, and let the panic go on.
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if let Some(tables) = self.movable_tables(running) {
+                return self.install_move(running, &tables);
+            }
             match self.compaction_job(running, &mut outputs) {
                 Ok(Some(output)) => self.install_compaction(running, &outputs.numbers, &output),
                 Ok(None) => Ok(Outcome::Abandoned),
@@ -380,6 +383,108 @@ impl DbInner {
             Outcome::Installed {
                 dropped: output.drops,
                 outputs: numbers.to_vec(),
+            }
+        } else {
+            Outcome::Abandoned
+        })
+    }
+
+    /// The input tables of `running` if it can be done by moving them down a level as they are,
+    /// in one MANIFEST edit (the trivial move of LevelDB and `RocksDB`): a push down for size
+    /// (never one asked for, or for tombstones, a deadline or expiry) whose inputs overlap
+    /// nothing in the output level nor one another, whose level keeps the same compression, and
+    /// where a rewrite could drop nothing a table records: no tombstones, no expiring values, no
+    /// compaction filter, one version per key kept. Versions a flush kept of one key stay until
+    /// a later rewrite (`shadowed` drops later, never earlier). A moved table overlapping too
+    /// much of the level below it is rewritten instead, as a compaction's output would be cut.
+    fn movable_tables(&self, running: &Running) -> Option<Vec<Arc<FileMeta>>> {
+        let pick = &running.pick;
+        let compression = &self.options.compression;
+        if !matches!(pick.reason, Reason::Level0 | Reason::LevelSize)
+            || pick.input_level == pick.output_level
+            || !pick.output_level_inputs.is_empty()
+            || self.options.compaction_filter.is_some()
+            || compression.at(pick.input_level) != compression.at(pick.output_level)
+        {
+            return None;
+        }
+        let sv = self.super_version();
+        let cf_options = sv.cf_options(running.cf).ok()?;
+        if cf_options.ttl.is_some() || cf_options.max_versions != 1 {
+            return None;
+        }
+        let version = sv.version.cf(running.cf)?;
+        let mut tables: Vec<Arc<FileMeta>> = version
+            .levels
+            .get(pick.input_level)?
+            .iter()
+            .filter(|f| pick.inputs.contains(&f.number))
+            .cloned()
+            .collect();
+        if tables.len() != pick.inputs.len()
+            || tables.iter().any(|f| {
+                f.num_point_tombstones + f.num_range_tombstones > 0 || f.earliest_expiry.is_some()
+            })
+        {
+            return None;
+        }
+        tables.sort_by(|a, b| a.smallest.cmp(&b.smallest));
+        if tables
+            .windows(2)
+            .any(|w| matches!(w, [a, b] if a.largest >= b.smallest))
+        {
+            return None;
+        }
+        let level_files = |level: usize| version.levels.get(level).into_iter().flatten();
+        let overlap_at = |level: usize, f: &FileMeta| {
+            level_files(level)
+                .filter(|g| g.smallest <= f.largest && g.largest >= f.smallest)
+                .map(|g| g.file_size)
+                .sum::<u64>()
+        };
+        let target = self.options.compaction.target_file_size;
+        let limit = target.saturating_mul(GRANDPARENT_OVERLAP_FACTOR);
+        let fits = tables.iter().all(|f| {
+            overlap_at(pick.output_level, f) == 0 && overlap_at(pick.output_level + 1, f) <= limit
+        });
+        fits.then_some(tables)
+    }
+
+    /// Moves `tables` from the pick's input level to its output level in one MANIFEST edit.
+    fn install_move(&self, running: &Running, tables: &[Arc<FileMeta>]) -> Result<Outcome> {
+        let pick = &running.pick;
+        let deleted_files = tables
+            .iter()
+            .map(|f| (running.cf, pick.input_level, f.number))
+            .collect();
+        let new_files = tables
+            .iter()
+            .map(|f| (running.cf, pick.output_level, FileMeta::clone(f)))
+            .collect();
+        let installed = self.log_and_apply(
+            |state| {
+                Ok(state
+                    .meta
+                    .cfs
+                    .contains_key(&running.cf)
+                    .then_some(VersionEdit {
+                        new_files,
+                        deleted_files,
+                        ..VersionEdit::default()
+                    }))
+            },
+            |_| self.stats.note_trivial_move(tables.len()),
+        )?;
+        tracing::debug!(
+            from = pick.input_level,
+            to = pick.output_level,
+            tables = tables.len(),
+            "tables moved down a level"
+        );
+        Ok(if installed.is_some() {
+            Outcome::Installed {
+                dropped: DropCounts::default(),
+                outputs: Vec::new(),
             }
         } else {
             Outcome::Abandoned

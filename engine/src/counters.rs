@@ -21,6 +21,7 @@ pub(crate) struct Counters {
     pub(crate) immutable_memtables_peak: AtomicU64,
     pub(crate) table_bytes_written: AtomicU64,
     pub(crate) compactions: AtomicU64,
+    pub(crate) trivial_moves: AtomicU64,
     pub(crate) compaction_bytes_read: AtomicU64,
     pub(crate) single_delete_misuse: AtomicU64,
     pub(crate) drops: Mutex<DropCounts>,
@@ -54,6 +55,11 @@ impl Counters {
 
     pub(crate) fn note_table_written(&self, bytes: u64) {
         self.table_bytes_written.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn note_trivial_move(&self, tables: usize) {
+        self.trivial_moves
+            .fetch_add(tables as u64, Ordering::Relaxed);
     }
 
     pub(crate) fn note_compaction(&self, job: &cairn_compaction::job::JobOutput) {

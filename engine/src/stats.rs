@@ -106,6 +106,9 @@ pub struct Stats {
     pub oldest_droppable_tombstone_age: Option<Duration>,
     /// Compactions run.
     pub compactions: u64,
+    /// Tables compactions moved down a level as they were, with no rewrite (not counted in
+    /// `compactions`).
+    pub trivial_moves: u64,
     /// Bytes read by compactions.
     pub bytes_read: u64,
     /// Bytes written to tables by flushes and compactions.
@@ -203,6 +206,7 @@ impl crate::inner::DbInner {
             tombstones_droppable,
             oldest_droppable_tombstone_age,
             compactions: c.compactions.load(Ordering::Relaxed),
+            trivial_moves: c.trivial_moves.load(Ordering::Relaxed),
             bytes_read: c.compaction_bytes_read.load(Ordering::Relaxed),
             bytes_written,
             dropped: *c
