@@ -393,10 +393,9 @@ impl DbInner {
     /// in one MANIFEST edit (the trivial move of LevelDB and `RocksDB`): a push down for size
     /// (never one asked for, or for tombstones, a deadline or expiry) whose inputs overlap
     /// nothing in the output level nor one another, whose level keeps the same compression, and
-    /// where a rewrite could drop nothing a table records: no tombstones, no expiring values, no
-    /// compaction filter, one version per key kept. Versions a flush kept of one key stay until
-    /// a later rewrite (`shadowed` drops later, never earlier). A moved table overlapping too
-    /// much of the level below it is rewritten instead, as a compaction's output would be cut.
+    /// where a rewrite could drop nothing (see [`rewrite_would_keep_all`](Self::rewrite_would_keep_all)).
+    /// A table overlapping too much of the level below its new one is rewritten instead, as a
+    /// compaction's output would be cut there.
     fn movable_tables(&self, running: &Running) -> Option<Vec<Arc<FileMeta>>> {
         let pick = &running.pick;
         let compression = &self.options.compression;
@@ -422,9 +421,7 @@ impl DbInner {
             .cloned()
             .collect();
         if tables.len() != pick.inputs.len()
-            || tables.iter().any(|f| {
-                f.num_point_tombstones + f.num_range_tombstones > 0 || f.earliest_expiry.is_some()
-            })
+            || !tables.iter().all(|f| self.rewrite_would_keep_all(f))
         {
             return None;
         }
@@ -435,22 +432,33 @@ impl DbInner {
         {
             return None;
         }
-        let level_files = |level: usize| version.levels.get(level).into_iter().flatten();
-        let overlap_at = |level: usize, f: &FileMeta| {
-            level_files(level)
-                .filter(|g| g.smallest <= f.largest && g.largest >= f.smallest)
-                .map(|g| g.file_size)
-                .sum::<u64>()
-        };
         let target = self.options.compaction.target_file_size;
         let limit = target.saturating_mul(GRANDPARENT_OVERLAP_FACTOR);
         let fits = tables.iter().all(|f| {
-            overlap_at(pick.output_level, f) == 0 && overlap_at(pick.output_level + 1, f) <= limit
+            overlap_bytes(version, pick.output_level, f) == 0
+                && overlap_bytes(version, pick.output_level + 1, f) <= limit
         });
         fits.then_some(tables)
     }
 
+    /// True if rewriting `table` alone could drop nothing from it: it holds no tombstone, no
+    /// value with a TTL, and no older version of any key (a flush writes every version its
+    /// memtable held; moved whole to the last level, the older ones would stay there for good).
+    /// A table that cannot be opened, or from before tables counted their older versions, is
+    /// rewritten.
+    fn rewrite_would_keep_all(&self, table: &FileMeta) -> bool {
+        table.num_point_tombstones + table.num_range_tombstones == 0
+            && table.earliest_expiry.is_none()
+            && self
+                .tables
+                .table(table)
+                .is_ok_and(|t| t.properties().older_versions == Some(0))
+    }
+
     /// Moves `tables` from the pick's input level to its output level in one MANIFEST edit.
+    /// The tables are checked again against the version the edit applies to: if another change
+    /// took one away or put a table in the way, the move is abandoned (a later pick redoes it)
+    /// rather than recorded against a version it no longer fits.
     fn install_move(&self, running: &Running, tables: &[Arc<FileMeta>]) -> Result<Outcome> {
         let pick = &running.pick;
         let deleted_files = tables
@@ -463,31 +471,34 @@ impl DbInner {
             .collect();
         let installed = self.log_and_apply(
             |state| {
-                Ok(state
-                    .meta
-                    .cfs
-                    .contains_key(&running.cf)
-                    .then_some(VersionEdit {
-                        new_files,
-                        deleted_files,
-                        ..VersionEdit::default()
-                    }))
+                let fits = state.meta.version.cf(running.cf).is_some_and(|v| {
+                    tables.iter().all(|f| {
+                        v.levels
+                            .get(pick.input_level)
+                            .is_some_and(|l| l.iter().any(|g| g.number == f.number))
+                            && overlap_bytes(v, pick.output_level, f) == 0
+                    })
+                });
+                Ok(fits.then_some(VersionEdit {
+                    new_files,
+                    deleted_files,
+                    ..VersionEdit::default()
+                }))
             },
             |_| self.stats.note_trivial_move(tables.len()),
         )?;
+        if installed.is_none() {
+            return Ok(Outcome::Abandoned);
+        }
         tracing::debug!(
             from = pick.input_level,
             to = pick.output_level,
             tables = tables.len(),
             "tables moved down a level"
         );
-        Ok(if installed.is_some() {
-            Outcome::Installed {
-                dropped: DropCounts::default(),
-                outputs: Vec::new(),
-            }
-        } else {
-            Outcome::Abandoned
+        Ok(Outcome::Installed {
+            dropped: DropCounts::default(),
+            outputs: Vec::new(),
         })
     }
 
@@ -874,4 +885,16 @@ fn overlaps(range: &(Bound<Bytes>, Bound<Bytes>), start: &Bytes, end: &Bytes) ->
         Bound::Unbounded => true,
     };
     after_start && before_end
+}
+
+/// Bytes of the tables of `level` that overlap `table`'s keys.
+fn overlap_bytes(version: &crate::version::CfVersion, level: usize, table: &FileMeta) -> u64 {
+    version
+        .levels
+        .get(level)
+        .into_iter()
+        .flatten()
+        .filter(|g| g.smallest <= table.largest && g.largest >= table.smallest)
+        .map(|g| g.file_size)
+        .sum()
 }

@@ -119,7 +119,6 @@ fn with_compactions_off_a_write_at_l0_stop_fails_and_compact_range_clears_the_wa
     assert_eq!(db.get("k9").expect("get").as_deref(), Some(&b"v"[..]));
 }
 
-/// Polls `db` until `done` holds of its stats (a deadlock shows as the test's own timeout).
 /// Waits for `done` to hold of the stats; fails (never hangs) if it does not within a minute.
 fn wait_for_stats(db: &Db, done: impl Fn(&cairn::Stats) -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);

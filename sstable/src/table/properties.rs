@@ -45,6 +45,9 @@ pub struct TableProperties {
     pub smallest_tombstone_seqno: Option<SeqNo>,
     /// The earliest `write_time + ttl` of any `Put` with a cell TTL, in ms.
     pub earliest_expiry: Option<u64>,
+    /// Point entries whose user key is the previous entry's: older versions of a key stored
+    /// after its newest. `None` for a table from before the count existed.
+    pub older_versions: Option<u64>,
     /// Bytes of user keys (without trailers) across point entries.
     pub raw_key_bytes: u64,
     /// Bytes of user values across point entries.
@@ -152,6 +155,7 @@ impl TableProperties {
         let optional = [
             ("earliest_expiry", self.earliest_expiry),
             ("newest_write_time", self.newest_write_time),
+            ("older_versions", self.older_versions),
             ("oldest_tombstone_time", self.oldest_tombstone_time),
             ("oldest_write_time", self.oldest_write_time),
             ("smallest_tombstone_seqno", self.smallest_tombstone_seqno),
@@ -245,6 +249,7 @@ impl TableProperties {
             b"num_puts" => self.num_puts = v,
             b"num_range_tombstones" => self.num_range_tombstones = v,
             b"num_single_deletes" => self.num_single_deletes = v,
+            b"older_versions" => self.older_versions = Some(v),
             b"oldest_tombstone_time" => self.oldest_tombstone_time = Some(v),
             b"oldest_write_time" => self.oldest_write_time = Some(v),
             b"zstd_dictionary_bytes" => self.zstd_dictionary_bytes = v,

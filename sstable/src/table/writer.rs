@@ -163,6 +163,8 @@ impl TableWriter {
         if new_user_key {
             self.bloom.add_hash(bloom_hash(parsed.user_key));
         }
+        let older = self.properties.older_versions.unwrap_or(0);
+        self.properties.older_versions = Some(older + u64::from(!new_user_key));
         self.properties.add_entry(
             parsed.user_key.len(),
             parsed.seqno,
