@@ -118,3 +118,43 @@ fn a_fifo_queue_does_not_pile_up_tombstones_at_its_head() -> cairn::Result<()> {
     assert_eq!(db.iter()?.count(), 1000);
     Ok(())
 }
+
+/// A run of deleted keys that reads learned counts toward the read trigger once, not once per
+/// seek past it: with a snapshot holding the deletes, no compaction can clear them, and every
+/// seek reported the range again (taking the state lock and waking the background threads).
+#[test]
+fn seeks_past_a_learned_run_report_it_once() -> cairn::Result<()> {
+    let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
+    let options = Options::default().disable_auto_compactions(true);
+    let db = Db::open(dir.path(), options)?;
+    let mut batch = WriteBatch::new();
+    for i in 0..3_001u32 {
+        batch.put(format!("key{i:08}"), "value");
+    }
+    db.write(batch)?;
+    let held = db.snapshot();
+    let mut batch = WriteBatch::new();
+    for i in 0..3_000u32 {
+        batch.delete(format!("key{i:08}"));
+    }
+    db.write(batch)?;
+    db.flush()?;
+    for _ in 0..100 {
+        let first = db.range("key".."kez")?.next().transpose()?.map(|(k, _)| k);
+        assert_eq!(first.as_deref(), Some(&b"key00003000"[..]));
+    }
+    let stats = db.stats();
+    assert!(
+        stats.deleted_runs_recorded >= 1,
+        "no run learned: {stats:?}"
+    );
+    // The first seek steps over the deletes and reports them; the second skips the run it
+    // learned and reports that once; the other 98 report nothing.
+    assert!(
+        (1..=2).contains(&stats.read_triggers),
+        "{} reports from 100 seeks",
+        stats.read_triggers
+    );
+    assert_eq!(held.get("key00000000")?.as_deref(), Some(&b"value"[..]));
+    Ok(())
+}
