@@ -134,7 +134,10 @@ impl Engine for CairnEngine {
             };
             black_box(entry);
             read += 1;
-            cursor.next()?;
+            // No step past the last entry asked for (fjall's `take(n)` makes none).
+            if read < n {
+                cursor.next()?;
+            }
         }
         Ok(read)
     }
@@ -152,7 +155,10 @@ impl Engine for CairnEngine {
         while let Some(entry) = cursor.key().zip(cursor.value()) {
             black_box(entry);
             read += 1;
-            cursor.next()?;
+            // No step past the last entry asked for (fjall's `take(n)` makes none).
+            if read < n {
+                cursor.next()?;
+            }
         }
         Ok(read)
     }

@@ -75,7 +75,8 @@ pub trait Engine: Sync {
     fn delete_range(&self, start: &[u8], end: &[u8]) -> Result<RangeDelete>;
 
     /// Seeks to the first key at or after `start` and reads up to `n` entries from there;
-    /// returns how many it read.
+    /// returns how many it read. Every engine steps `n - 1` times, never past the last entry
+    /// asked for.
     ///
     /// # Errors
     /// The engine's error.
