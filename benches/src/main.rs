@@ -169,18 +169,60 @@ fn main() -> ExitCode {
             }
         };
     }
-    match plan(&args).and_then(|(engines, workloads, settings)| {
+    let checked = check_args(&args).and_then(|()| plan(&args));
+    match checked.and_then(|(engines, workloads, settings)| {
         let report = run_rounds(&args, engines, &workloads, settings)?;
-        write_outputs(&args, &report);
-        Ok(report)
+        let written = write_outputs(&args, &report);
+        Ok((report, written))
     }) {
-        Ok(report) if report.failures.is_empty() => ExitCode::SUCCESS,
+        Ok((report, true)) if report.failures.is_empty() => ExitCode::SUCCESS,
         Ok(_) => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("cairn-bench: {e}");
             ExitCode::from(2)
         }
     }
+}
+
+/// Refuses, before anything runs, arguments that would measure nothing (a zero count or
+/// duration, which used to report zeros that read as results) and outputs that could not be
+/// written (found only after the whole run, which then lost its JSON and chart).
+fn check_args(args: &Args) -> Result<()> {
+    let zero = [
+        ("--num", args.num == 0),
+        ("--reads", args.reads == Some(0)),
+        ("--runs", args.runs == 0),
+        ("--rww-secs", args.rww_secs.is_zero()),
+        ("--rww-write-rate", args.rww_write_rate == 0),
+        ("--rww-readers", args.rww_readers == 0),
+        ("--churn-secs", args.churn_secs.is_zero()),
+    ];
+    if let Some((flag, _)) = zero.iter().find(|(_, bad)| *bad) {
+        return Err(format!("{flag} must be above 0").into());
+    }
+    if args.churn_sample_secs < Duration::from_secs(1) {
+        return Err("--churn-sample-secs must be at least 1s".into());
+    }
+    let prefix = args.report.as_deref();
+    let outputs = args
+        .json
+        .iter()
+        .chain(&args.chart)
+        .cloned()
+        .chain(prefix.map(|p| suffixed(p, ".txt")));
+    for path in outputs {
+        if path.file_name().is_none() || path.as_os_str().to_string_lossy().ends_with('/') {
+            return Err(format!("{}: names a directory, not a file", path.display()).into());
+        }
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+        if let Some(dir) = parent.filter(|d| !d.is_dir()) {
+            return Err(format!("{}: no directory {}", path.display(), dir.display()).into());
+        }
+    }
+    if prefix.is_some_and(|p| p.as_os_str().to_string_lossy().ends_with('/')) {
+        return Err("--report takes a file prefix (reports/run1), not a directory".into());
+    }
+    Ok(())
 }
 
 /// The engines, workloads and settings the arguments ask for.
@@ -346,8 +388,10 @@ fn suffixed(path: &std::path::Path, suffix: &str) -> PathBuf {
 }
 
 /// Writes the JSON files and the charts asked for (`--json`, `--chart`, `--report`), then
-/// prints the report (last line: ratios), and writes it to `--report`'s `.txt` too.
-fn write_outputs(args: &Args, report: &Report) {
+/// prints the report (last line: ratios), and writes it to `--report`'s `.txt` too; false if
+/// any of them could not be written (each failure is said on stderr).
+fn write_outputs(args: &Args, report: &Report) -> bool {
+    let mut all = true;
     let prefix = args.report.as_deref();
     let jsons = args
         .json
@@ -360,7 +404,10 @@ fn write_outputs(args: &Args, report: &Report) {
             .and_then(|text| std::fs::write(&path, text).map_err(Error::from));
         match written {
             Ok(()) => eprintln!("wrote {}", path.display()),
-            Err(e) => eprintln!("cairn-bench: no JSON file: {e}"),
+            Err(e) => {
+                eprintln!("cairn-bench: no JSON file: {e}");
+                all = false;
+            }
         }
     }
     // Each chart, and the churn chart beside it: `bench.png` and `bench-churn.png`.
@@ -389,7 +436,10 @@ fn write_outputs(args: &Args, report: &Report) {
         );
         match chart::draw(&path, &title, &report.engines, &bars) {
             Ok(()) => eprintln!("wrote {}", path.display()),
-            Err(e) => eprintln!("cairn-bench: no chart: {e}"),
+            Err(e) => {
+                eprintln!("cairn-bench: no chart: {e}");
+                all = false;
+            }
         }
         let series: Vec<_> = report
             .engines
@@ -404,7 +454,10 @@ fn write_outputs(args: &Args, report: &Report) {
             );
             match chart::draw_churn(&churn_path, &title, &series) {
                 Ok(()) => eprintln!("wrote {}", churn_path.display()),
-                Err(e) => eprintln!("cairn-bench: no churn chart: {e}"),
+                Err(e) => {
+                    eprintln!("cairn-bench: no churn chart: {e}");
+                    all = false;
+                }
             }
         }
     }
@@ -413,8 +466,12 @@ fn write_outputs(args: &Args, report: &Report) {
         let path = suffixed(p, ".txt");
         match std::fs::write(&path, &text) {
             Ok(()) => eprintln!("wrote {}", path.display()),
-            Err(e) => eprintln!("cairn-bench: no report file: {e}"),
+            Err(e) => {
+                eprintln!("cairn-bench: no report file: {e}");
+                all = false;
+            }
         }
     }
     print!("{text}");
+    all
 }
