@@ -475,3 +475,41 @@ fn write_outputs(args: &Args, report: &Report) -> bool {
     print!("{text}");
     all
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Args, check_args};
+
+    fn checked(args: &[&str]) -> Result<(), String> {
+        let args = Args::try_parse_from(std::iter::once("cairn-bench").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        check_args(&args).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn arguments_that_would_measure_nothing_or_lose_the_results_are_refused() {
+        assert_eq!(checked(&[]), Ok(()));
+        for bad in [
+            &["--num", "0"][..],
+            &["--reads", "0"],
+            &["--runs", "0"],
+            &["--rww-secs", "0s"],
+            &["--rww-write-rate", "0"],
+            &["--rww-readers", "0"],
+            &["--churn-secs", "0"],
+            &["--churn-sample-secs", "500ms"],
+            &["--report", "/nonexistent-dir/run"],
+            &["--report", "/tmp/"],
+            &["--json", "/nonexistent-dir/a.json"],
+            &["--chart", "/nonexistent-dir/a.png"],
+        ] {
+            assert!(checked(bad).is_err(), "{bad:?} accepted");
+        }
+        assert_eq!(
+            checked(&["--report", "/tmp/run", "--churn-secs", "2m"]),
+            Ok(())
+        );
+    }
+}
