@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use crate::Result;
 use crate::engine::EngineKind;
-use crate::workload::{self, Measurement, ROWS, Settings, Workload};
+use crate::settings::Settings;
+use crate::workload::{self, Measurement, ROWS, Workload};
 
 /// One workload on one engine in one round.
 #[derive(Debug, Clone, Copy)]

@@ -15,6 +15,8 @@ mod keys;
 mod latency;
 mod readwhilewriting;
 mod report;
+mod report_soak;
+mod settings;
 mod workload;
 
 use std::path::PathBuf;
@@ -25,7 +27,8 @@ use clap::Parser;
 
 use crate::engine::EngineKind;
 use crate::report::{Failure, Report, Sample};
-use crate::workload::{Settings, Workload};
+use crate::settings::Settings;
+use crate::workload::Workload;
 
 /// The error of anything that can fail here.
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -98,7 +101,7 @@ struct Args {
     cairn_read_trigger: Option<u64>,
     /// Cairn only: how it compresses its tables, to compare codecs side by side
     #[arg(long, value_enum, default_value_t)]
-    cairn_compression: engine::cairn::CairnCompression,
+    cairn_compression: settings::CairnCompression,
     /// Cairn only: KiB of zstd dictionary trained per zstd table [default: 0, none]
     #[arg(long, default_value_t = 0)]
     cairn_zstd_dictionary_kib: usize,

@@ -218,66 +218,6 @@ pub(crate) fn with_percentiles(m: Measurement, h: &Histogram) -> Measurement {
         .with("max_us", h.max_us())
 }
 
-impl crate::report::Report {
-    /// The worst whole second of `readwhilewriting` per engine, and the puts/s it did (its
-    /// latency tables are with the others').
-    pub(crate) fn write_readwhilewriting(&self, out: &mut String) {
-        use std::fmt::Write as _;
-        let rows: Vec<_> = self
-            .engines
-            .iter()
-            .filter_map(|&e| {
-                Some((
-                    e,
-                    self.summary("readwhilewriting", e)?,
-                    self.summary("readwhilewriting_puts", e)?,
-                ))
-            })
-            .collect();
-        if rows.is_empty() {
-            return;
-        }
-        let s = &self.settings;
-        let _ = writeln!(
-            out,
-            "\nreadwhilewriting ({} s, {} reader(s), a writer at {} puts/s): medians over runs",
-            s.rww_duration.as_secs_f64(),
-            s.rww_readers,
-            s.rww_write_rate
-        );
-        let _ = writeln!(
-            out,
-            "{:<10} {:>10} {:>10} {:>18} {:>23} {:>23}",
-            "engine",
-            "reads/s",
-            "puts/s",
-            "worst-second reads",
-            "worst-second get p99 us",
-            "worst-second put p99 us"
-        );
-        for (e, reads, puts) in rows {
-            let get = |s: &crate::report::Summary, k: &str| {
-                s.extra
-                    .get(k)
-                    .map_or_else(|| "-".to_string(), |v| format!("{v:.1}"))
-            };
-            let _ = writeln!(
-                out,
-                "{:<10} {:>10} {:>10} {:>18} {:>23} {:>23}",
-                e.name(),
-                crate::report::fmt_rate(reads.ops_per_sec),
-                crate::report::fmt_rate(puts.ops_per_sec),
-                reads
-                    .extra
-                    .get("worst_second_reads")
-                    .map_or_else(|| "-".to_string(), |v| format!("{v:.0}")),
-                get(&reads, "worst_second_p99_us"),
-                get(&puts, "worst_second_p99_us")
-            );
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,8 @@ use std::fmt::Write as _;
 use serde_json::json;
 
 use crate::engine::EngineKind;
-use crate::workload::{Measurement, Settings};
+use crate::settings::Settings;
+use crate::workload::Measurement;
 
 /// One row of one engine in one round.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -851,7 +852,7 @@ mod tests {
             uncompressed: false,
             memtable_bytes: None,
             read_trigger: None,
-            cairn_compression: crate::engine::cairn::CairnCompression::Default,
+            cairn_compression: crate::settings::CairnCompression::Default,
             zstd_dictionary_bytes: 0,
             rww_duration: std::time::Duration::from_secs(1),
             rww_write_rate: 10,

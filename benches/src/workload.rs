@@ -16,60 +16,10 @@ use crate::Result;
 use crate::disk::{allocated_bytes, dir_bytes, settled_dir_bytes};
 use crate::engine::{Engine, EngineKind, RangeDelete};
 use crate::keys::{KEY_LEN, Values, key, missing_key, queue_key, shuffled};
+use crate::settings::Settings;
 
 /// Entries a `seekrandom` read takes: the one sought and ten `next`s.
 const SEEK_ENTRIES: usize = 11;
-
-/// What a run is asked to do.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Settings {
-    /// Keys written by fills.
-    pub num: u64,
-    /// Bytes per value.
-    pub value_size: usize,
-    /// Lookups and seeks of the read workloads.
-    pub reads: u64,
-    /// Seed of every random order.
-    pub seed: u64,
-    /// Queue operations (a pop and a push each).
-    pub queue_ops: u64,
-    /// Items in the queue.
-    pub queue_items: u64,
-    /// The queue's time cap per engine, in seconds.
-    pub queue_cap_secs: u64,
-    /// Idle seconds a peer gets, after its own wait, to settle after mass deletes.
-    pub idle_secs: u64,
-    /// Keep each database's directory for inspection instead of removing it.
-    pub keep_dirs: bool,
-    /// Tables uncompressed, in every engine.
-    pub uncompressed: bool,
-    /// Cairn's memtable size, if not its default.
-    pub memtable_bytes: Option<usize>,
-    /// Cairn's read trigger (tombstones a scan steps over), if not its default.
-    pub read_trigger: Option<u64>,
-    /// How Cairn compresses its tables (`--uncompressed` overrides it).
-    pub cairn_compression: crate::engine::cairn::CairnCompression,
-    /// Bytes of zstd dictionary Cairn trains per zstd table (0: none).
-    pub zstd_dictionary_bytes: usize,
-    /// How long `readwhilewriting` reads and writes.
-    #[serde(serialize_with = "as_secs")]
-    pub rww_duration: Duration,
-    /// Puts per second of `readwhilewriting`'s writer.
-    pub rww_write_rate: u64,
-    /// Reader threads of `readwhilewriting`.
-    pub rww_readers: usize,
-    /// How long `churn` runs.
-    #[serde(serialize_with = "as_secs")]
-    pub churn_duration: Duration,
-    /// How often `churn` records a sample.
-    #[serde(serialize_with = "as_secs")]
-    pub churn_sample: Duration,
-}
-
-/// A duration in the JSON file: seconds.
-fn as_secs<S: serde::Serializer>(d: &Duration, s: S) -> std::result::Result<S::Ok, S::Error> {
-    s.serialize_f64(d.as_secs_f64())
-}
 
 /// A workload of the command line. Some yield several rows: `delete90` yields `delete90`,
 /// `scan_after_delete` and `scan_after_settle`.

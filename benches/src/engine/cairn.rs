@@ -6,58 +6,13 @@ use std::path::Path;
 
 use cairn::{Db, Options};
 
-use cairn_sstable::{Compression, TableOptions};
+use cairn_sstable::TableOptions;
 
 use super::{BLOOM_BITS_PER_KEY, CACHE_BYTES, Engine, Expiry, RangeDelete};
 use crate::Result;
+use crate::settings::CairnCompression;
 
 /// An open Cairn database.
-/// How Cairn compresses its tables in a run (`--cairn-compression`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum CairnCompression {
-    /// Cairn's defaults.
-    #[default]
-    Default,
-    /// No compression anywhere (what `--uncompressed` gives every engine).
-    None,
-    /// LZ4 everywhere (what fjall offers).
-    Lz4,
-    /// zstd level 3 everywhere.
-    Zstd,
-    /// LZ4 above the last level, zstd level 3 in it.
-    Lz4Zstd,
-    /// None above the last level, zstd level 3 in it.
-    NoneZstd,
-}
-
-impl CairnCompression {
-    /// The compression above the last level and in it; `None` for the engine's defaults.
-    fn levels(self) -> Option<(Compression, Compression)> {
-        let zstd = Compression::Zstd(3);
-        match self {
-            Self::Default => Option::None,
-            Self::None => Some((Compression::None, Compression::None)),
-            Self::Lz4 => Some((Compression::Lz4, Compression::Lz4)),
-            Self::Zstd => Some((zstd, zstd)),
-            Self::Lz4Zstd => Some((Compression::Lz4, zstd)),
-            Self::NoneZstd => Some((Compression::None, zstd)),
-        }
-    }
-
-    /// How the report names it.
-    pub fn describe(self) -> &'static str {
-        match self {
-            Self::Default => "Cairn's default (lz4 above the last level, zstd 3 in it)",
-            Self::None => "none",
-            Self::Lz4 => "lz4",
-            Self::Zstd => "zstd 3",
-            Self::Lz4Zstd => "lz4 above the last level, zstd 3 in it",
-            Self::NoneZstd => "none above the last level, zstd 3 in it",
-        }
-    }
-}
-
 pub struct CairnEngine {
     db: Db,
 }

@@ -178,11 +178,11 @@ impl EngineKind {
     }
 
     /// The compression the engine's tables use here.
-    pub fn compression(self, settings: &crate::workload::Settings) -> &'static str {
+    pub fn compression(self, settings: &crate::settings::Settings) -> &'static str {
         match self {
             _ if settings.uncompressed => "none",
             Self::Cairn => settings.cairn_compression.describe(),
-            Self::CairnLz4 => cairn::CairnCompression::Lz4.describe(),
+            Self::CairnLz4 => crate::settings::CairnCompression::Lz4.describe(),
             Self::Rocksdb => "lz4 above the bottommost level, zstd in it (as Cairn's default)",
             Self::Fjall => "lz4 (fjall offers no zstd)",
         }
@@ -213,13 +213,13 @@ impl EngineKind {
     ///
     /// # Errors
     /// The engine's error, or if the engine was not compiled in.
-    pub fn open(self, dir: &Path, settings: &crate::workload::Settings) -> Result<Box<dyn Engine>> {
+    pub fn open(self, dir: &Path, settings: &crate::settings::Settings) -> Result<Box<dyn Engine>> {
         let uncompressed = settings.uncompressed;
         match self {
             Self::Cairn => Ok(Box::new(cairn::CairnEngine::open(
                 dir,
                 if uncompressed {
-                    cairn::CairnCompression::None
+                    crate::settings::CairnCompression::None
                 } else {
                     settings.cairn_compression
                 },
@@ -230,9 +230,9 @@ impl EngineKind {
             Self::CairnLz4 => Ok(Box::new(cairn::CairnEngine::open(
                 dir,
                 if uncompressed {
-                    cairn::CairnCompression::None
+                    crate::settings::CairnCompression::None
                 } else {
-                    cairn::CairnCompression::Lz4
+                    crate::settings::CairnCompression::Lz4
                 },
                 settings.memtable_bytes,
                 settings.read_trigger,
