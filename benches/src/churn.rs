@@ -201,15 +201,12 @@ pub(crate) fn run(ctx: &mut Context<'_>) -> Result<Vec<Measurement>> {
             c.ttl_expired += 1;
         }
         if now >= next_sample {
-            let secs = now.duration_since(last_sample).as_secs_f64();
-            let s = sample(ctx, &m, entry, start, now)?;
-            let s = ChurnSample {
-                ops_per_sec: as_f64(interval_ops) / secs,
-                read_p99_us: interval.quantile_us(0.99),
-                ..s
+            let since = Span {
+                start,
+                last_sample,
+                now,
             };
-            progress(ctx, &s);
-            samples.push(s);
+            samples.push(sample(ctx, &m, entry, since, interval_ops, &interval)?);
             interval = Histogram::new();
             interval_ops = 0;
             last_sample = now;
@@ -300,14 +297,12 @@ pub(crate) fn run(ctx: &mut Context<'_>) -> Result<Vec<Measurement>> {
     let now = Instant::now();
     let secs = now.duration_since(last_sample).as_secs_f64();
     if secs >= every.as_secs_f64() / 10.0 {
-        let s = sample(ctx, &m, entry, start, now)?;
-        let s = ChurnSample {
-            ops_per_sec: as_f64(interval_ops) / secs,
-            read_p99_us: interval.quantile_us(0.99),
-            ..s
+        let since = Span {
+            start,
+            last_sample,
+            now,
         };
-        progress(ctx, &s);
-        samples.push(s);
+        samples.push(sample(ctx, &m, entry, since, interval_ops, &interval)?);
     }
     let elapsed = start.elapsed();
     // What is left once the engine has caught up: TTL keys that expire meanwhile are
@@ -391,25 +386,38 @@ fn progress(ctx: &Context<'_>, s: &ChurnSample) {
 }
 
 /// A sample of the directory, the model and the engine now (the rates are the caller's).
+/// When a sample is taken: the soak's start, the sample before, and now.
+struct Span {
+    start: Instant,
+    last_sample: Instant,
+    now: Instant,
+}
+
+/// Takes a sample of the interval `span` ends, in which the loop did `ops` operations with
+/// the reads timed in `reads`, and prints it.
 fn sample(
     ctx: &Context<'_>,
     m: &Model,
     entry: u64,
-    start: Instant,
-    now: Instant,
+    span: Span,
+    ops: u64,
+    reads: &Histogram,
 ) -> Result<ChurnSample> {
     let disk = as_f64(dir_bytes(ctx.dir)?);
     let live = as_f64(m.live() * entry);
-    Ok(ChurnSample {
-        elapsed_secs: now.duration_since(start).as_secs_f64(),
+    let secs = span.now.duration_since(span.last_sample).as_secs_f64();
+    let s = ChurnSample {
+        elapsed_secs: span.now.duration_since(span.start).as_secs_f64(),
         disk_bytes: disk,
         allocated_bytes: as_f64(allocated_bytes(ctx.dir)?),
         live_bytes: live,
         disk_over_live: disk / live.max(1.0),
         tombstones_pending: ctx.engine.tombstones_pending()?.map(as_f64),
-        ops_per_sec: 0.0,
-        read_p99_us: 0.0,
-    })
+        ops_per_sec: as_f64(ops) / secs,
+        read_p99_us: reads.quantile_us(0.99),
+    };
+    progress(ctx, &s);
+    Ok(s)
 }
 
 /// Untimed checks of both sides: a deleted plain key reads absent, a TTL key expired over a
