@@ -387,6 +387,7 @@ fn progress(ctx: &Context<'_>, s: &ChurnSample) {
 
 /// A sample of the directory, the model and the engine now (the rates are the caller's).
 /// When a sample is taken: the soak's start, the sample before, and now.
+#[derive(Clone, Copy)]
 struct Span {
     start: Instant,
     last_sample: Instant,
