@@ -60,7 +60,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -99,11 +99,6 @@ pub(crate) struct Run {
     /// The deleted entries reads stepped over to learn it (those of the runs it took in
     /// included): what a read that seeks past it would have stepped over, for the read trigger.
     deleted: u64,
-    /// Whether a read that skipped it counted its deletes toward the read trigger already:
-    /// each run counts once, or every seek past it would report its range again, taking the
-    /// state lock and waking the background threads (a million seeks past a few hundred runs
-    /// held by a snapshot did, at 12 µs a seek).
-    reported: AtomicBool,
 }
 
 impl Run {
@@ -149,12 +144,10 @@ impl RunMap {
         self.overlapping(lower, upper).next().is_some()
     }
 
-    /// The deleted entries of the runs a reader at `at` may skip within `[start, end)` that no
-    /// read reported before; they are reported now. (A union starts unreported: its parts'
-    /// deletes count once more.)
-    pub(crate) fn report_deleted_within(&self, start: &[u8], end: &[u8], at: ReadPoint) -> u64 {
+    /// The deleted entries of the runs a reader at `at` may skip within `[start, end)`.
+    pub(crate) fn deleted_within(&self, start: &[u8], end: &[u8], at: ReadPoint) -> u64 {
         self.overlapping(start, Some(end))
-            .filter(|(_, run)| run.usable_at(at) && !run.reported.swap(true, Ordering::Relaxed))
+            .filter(|(_, run)| run.usable_at(at))
             .map(|(_, run)| run.deleted)
             .sum()
     }
@@ -272,7 +265,6 @@ impl ConvertedRuns {
             view: at.view,
             ended_at: AtomicU64::new(SeqNo::MAX),
             deleted,
-            reported: AtomicBool::new(false),
         });
         let mut state = self.lock();
         state.pending.push(Arc::clone(&run));
@@ -383,7 +375,6 @@ fn add(map: &mut RunMap, run: &Arc<Run>) -> bool {
             view,
             ended_at: AtomicU64::new(SeqNo::MAX),
             deleted,
-            reported: AtomicBool::new(false),
         }),
     );
     true
@@ -452,7 +443,7 @@ mod tests {
         assert!(!map.any_within(b"", Some(b"b")));
         assert!(!map.any_within(b"d", Some(b"c")), "an inverted range");
         assert!(!map.any_within(b"c", Some(b"c")), "an empty one");
-        assert_eq!(map.report_deleted_within(b"e", b"a", at(20)), 0);
+        assert_eq!(map.deleted_within(b"e", b"a", at(20)), 0);
     }
 
     #[test]
@@ -466,21 +457,16 @@ mod tests {
         assert_eq!(cover(&runs, "f", 20), run("b", "g"));
         let map = runs.snapshot().expect("runs");
         assert_eq!(
-            map.report_deleted_within(b"a", b"w", at(20)),
+            map.deleted_within(b"a", b"w", at(20)),
             120,
             "its own and the two taken in"
         );
         assert_eq!(
-            map.report_deleted_within(b"a", b"w", at(11)),
+            map.deleted_within(b"a", b"w", at(11)),
             0,
             "newer than the reader"
         );
-        assert_eq!(map.report_deleted_within(b"g", b"x", at(20)), 0);
-        assert_eq!(
-            map.report_deleted_within(b"a", b"w", at(20)),
-            0,
-            "reported once"
-        );
+        assert_eq!(map.deleted_within(b"g", b"x", at(20)), 0);
         assert!(
             !recorded(&runs, "c", "z", 5),
             "older than a run it overlaps"
@@ -503,8 +489,8 @@ mod tests {
         assert_eq!(cover_in(&runs, "b", view(7)), run("b", "f"));
         assert_eq!(cover_in(&runs, "b", view(6)), None);
         let map = runs.snapshot().expect("runs");
-        assert_eq!(map.report_deleted_within(b"a", b"z", view(6)), 0);
-        assert_eq!(map.report_deleted_within(b"a", b"z", view(7)), 80);
+        assert_eq!(map.deleted_within(b"a", b"z", view(6)), 0);
+        assert_eq!(map.deleted_within(b"a", b"z", view(7)), 80);
     }
 
     #[test]

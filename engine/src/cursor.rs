@@ -154,7 +154,7 @@ impl Walk {
         let stepped = run.deleted + self.hidden().saturating_sub(run.hidden);
         let skipped = self.skipped_runs() > run.skipped_runs;
         if skipped {
-            let deleted = rules.runs.report_deleted_within(&self.run_start, &self.key);
+            let deleted = rules.runs.deleted_within(&self.run_start, &self.key);
             trigger.cover(&self.run_start, deleted);
         }
         if stepped >= MIN_STEPPED || (stepped > 0 && skipped) {

@@ -584,13 +584,12 @@ impl RunSink<'_> {
         }
     }
 
-    /// The deleted entries the recorded runs of the view within `[start, end)` stand for, less
-    /// those an earlier read reported; all are reported from now on.
-    pub(crate) fn report_deleted_within(&self, start: &[u8], end: &[u8]) -> u64 {
+    /// The deleted entries the recorded runs of the view within `[start, end)` stand for.
+    pub(crate) fn deleted_within(&self, start: &[u8], end: &[u8]) -> u64 {
         self.sv
             .memtables(self.cf)
             .filter_map(|mem| mem.converted_runs())
-            .map(|runs| runs.report_deleted_within(start, end, self.at()))
+            .map(|runs| runs.deleted_within(start, end, self.at()))
             .sum()
     }
 
