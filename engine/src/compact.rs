@@ -442,8 +442,9 @@ impl DbInner {
     }
 
     /// True if rewriting `table` alone could drop nothing from it: it holds no tombstone, no
-    /// value with a TTL, and no older version of any key (a flush writes every version its
-    /// memtable held; moved whole to the last level, the older ones would stay there for good).
+    /// value with a TTL, and no key twice (no older version within the table; a flush writes
+    /// every version its memtable held; moved whole to the last level, the older ones would
+    /// stay there for good).
     /// A table that cannot be opened, or from before tables counted their older versions, is
     /// rewritten.
     fn rewrite_would_keep_all(&self, table: &FileMeta) -> bool {
