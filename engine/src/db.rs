@@ -165,9 +165,9 @@ impl Db {
     }
 
     /// The sequence number up to which every write is synced to disk: a crash or a power loss
-    /// now keeps each of them. It moves with synced writes and with memtable switches (which
-    /// seal the old log); it lags [`latest_seqno`](Self::latest_seqno) by the unsynced
-    /// writes. It speaks for the writes this handle holds: those its open recovered (flushed
+    /// now keeps each of them. It moves with synced writes (which sync every log before them)
+    /// and with flushes (whose tables hold the memtables' writes); it lags
+    /// [`latest_seqno`](Self::latest_seqno) by the unsynced writes. It speaks for the writes this handle holds: those its open recovered (flushed
     /// into synced tables, so all durable) and those made since; a write an earlier crash lost
     /// is not among them, even if its number is lower. A read-only handle syncs nothing: 0.
     pub fn durable_seqno(&self) -> SeqNo {

@@ -6,6 +6,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use cairn_fs::FileSystem;
 use cairn_sstable::{
@@ -74,6 +75,12 @@ impl DbInner {
         })();
         self.release_outputs(numbers);
         result?;
+        // The log needs no sync now. Let go before this thread's sweep deletes it; another
+        // thread's sweep may get there first, and a sync meanwhile then seals an unlinked file
+        // (harmless: nobody reads it).
+        if let Some(flushed) = self.lock_wal().retire_through(memset.log_number) {
+            self.durable_seqno.fetch_max(flushed, Ordering::AcqRel);
+        }
         self.delete_obsolete_files();
         Ok(())
     }

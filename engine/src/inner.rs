@@ -17,6 +17,7 @@ use cairn_wal::LogWriter;
 
 use crate::counters::Counters;
 use crate::error::{Error, Result, StopCause};
+use crate::live_logs::LiveLogs;
 use crate::manifest::{ManifestState, ManifestWriter};
 use crate::options::Options;
 use crate::snapshot_list::SnapshotList;
@@ -49,7 +50,7 @@ pub(crate) struct DbInner {
     pub(crate) manifest: Mutex<ManifestWriter>,
     pub(crate) super_version: RwLock<Arc<SuperVersion>>,
     pub(crate) writes: WriteQueue<DbInner>,
-    pub(crate) wal: Mutex<LogWriter>,
+    pub(crate) wal: Mutex<LiveLogs>,
     /// Tells this open database from every other in the process: a column family handle of
     /// another one must not write or read here.
     pub(crate) instance: u64,
@@ -242,7 +243,7 @@ impl DbInner {
             manifest: Mutex::new(parts.manifest),
             super_version: RwLock::new(Arc::new(sv)),
             writes: WriteQueue::default(),
-            wal: Mutex::new(parts.wal),
+            wal: Mutex::new(LiveLogs::new(parts.wal)),
             instance: NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed),
             visible_seqno: AtomicU64::new(last_seqno),
             // Open flushed what it recovered into synced tables; a reader makes nothing durable.
@@ -266,7 +267,7 @@ impl DbInner {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    pub(crate) fn lock_wal(&self) -> MutexGuard<'_, LogWriter> {
+    pub(crate) fn lock_wal(&self) -> MutexGuard<'_, LiveLogs> {
         self.wal
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

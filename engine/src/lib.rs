@@ -53,6 +53,7 @@ mod futile;
 mod inner;
 mod iterator;
 mod level_iter;
+mod live_logs;
 mod log_dump;
 mod log_record;
 mod manifest;

@@ -2,8 +2,9 @@
 //! and new memtables and a new log take their place.
 //!
 //! Only a leader of the write queue freezes, so no write can land in a memtable being frozen;
-//! it does its I/O (the old log's sync, the new log's creation and the directory sync) without
-//! the state lock, which every write takes to find room. Background work that wants the
+//! it does its I/O (the new log's creation and the directory sync) without the state lock,
+//! which every write takes to find room. The old log is closed unsynced: the next synced write
+//! seals it first, and a flush of its memtables lets it go (see `live_logs`). Background work that wants the
 //! memtables frozen (a deadline, a scan over tombstones) asks, and the next leader does it.
 
 use std::sync::atomic::Ordering;
@@ -25,15 +26,10 @@ impl DbInner {
         mut state: MutexGuard<'a, DbState>,
     ) -> Result<MutexGuard<'a, DbState>> {
         let number = state.take_file_number();
+        let closing = state.mem.log_number;
         drop(state);
         let opened = (|| -> Result<LogWriter> {
-            // Sync the old log first: a later synced write must never survive power loss while
-            // an earlier unsynced one in the old log does not. Sealed, since it takes no more
-            // records: if the new log stays empty, recovery takes this one for the last and would
-            // otherwise read damage in its synced records as a torn tail.
-            let sealed = self.visible_seqno.load(Ordering::Acquire);
-            self.lock_wal().seal()?;
-            self.durable_seqno.fetch_max(sealed, Ordering::AcqRel);
+            self.lock_wal().end_current()?;
             let file = self.fs.create(&filename::log_path(&self.dir, number))?;
             self.fs.sync_dir(&self.dir)?;
             Ok(LogWriter::new(file))
@@ -47,7 +43,9 @@ impl DbInner {
                 return Err(e);
             }
         };
-        *self.lock_wal() = wal;
+        // Only the leader writes, so the old log's last record has the visible seqno.
+        let last_seqno = self.visible_seqno.load(Ordering::Acquire);
+        self.lock_wal().switch(closing, last_seqno, wal);
         let fresh = Arc::new(MemSet::new(number, state.meta.cfs.keys().copied()));
         let frozen = std::mem::replace(&mut state.mem, fresh);
         state.imm.push_back(frozen);

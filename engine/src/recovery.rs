@@ -274,6 +274,7 @@ pub(crate) fn replay_logs(
     let mut last_seqno = meta.last_seqno;
     for (number, file) in logs {
         let path = file.path().to_path_buf();
+        let file_len = file.len();
         let at_tail = last_log.is_none_or(|&last| number >= last);
         let log_mode = match (tail, mode) {
             (Tail::MaybeLive, RecoveryMode::AbsoluteConsistency) if at_tail => {
@@ -320,20 +321,33 @@ pub(crate) fn replay_logs(
         }
         // A log held one running memtable set: the next log's writes never met this one's.
         cut(&mut memset)?;
-        if let Some(damage) = reader.stopped_at() {
-            if mode == RecoveryMode::PointInTime {
-                // Nothing after the first damage is replayed, in any log.
-                tracing::warn!(file = %damage.file.display(), offset = damage.offset, "log replay stopped at damage");
-                break;
-            }
-            if Some(&number) != last_log {
-                // Older logs are synced before a new one starts: damage there is no torn tail.
+        if reader.stopped_at().is_none() && Some(&number) != last_log && !reader.ended_with_mark() {
+            // A switch ends a log with a mark; one before the last without it lost its unsynced
+            // tail to a power loss (it was closed unsynced, `live_logs`), and the later logs
+            // hold only unsynced writes: replaying them would leave a hole before them.
+            if mode == RecoveryMode::AbsoluteConsistency {
                 return Err(Error::corruption(
-                    &damage.file,
-                    damage.offset,
-                    format!("damaged log before the last one: {}", damage.kind),
+                    &path,
+                    file_len,
+                    "log before the last one ends without its end mark: its tail was lost",
                 ));
             }
+            tracing::warn!(file = %path.display(), "log replay stopped at a log before the last one that lost its tail: later logs held only unsynced writes");
+            break;
+        }
+        if let Some(damage) = reader.stopped_at() {
+            // Nothing after it is replayed, in any log. In `PointInTime` that is the mode's
+            // rule. Otherwise the reader stopped at a torn tail no sync mark covers: a log
+            // before the last one was then closed unsynced (`live_logs`) and a power loss tore
+            // it, and nothing after the tear was synced — a sync in a later log seals this one
+            // first — so the later logs hold only writes no one was promised, and replaying
+            // them would leave a hole before them.
+            if Some(&number) != last_log {
+                tracing::warn!(file = %damage.file.display(), offset = damage.offset, "log replay stopped at a torn log before the last one: later logs held only unsynced writes");
+            } else if mode == RecoveryMode::PointInTime {
+                tracing::warn!(file = %damage.file.display(), offset = damage.offset, "log replay stopped at damage");
+            }
+            break;
         }
     }
     Ok(Recovered { last_seqno })

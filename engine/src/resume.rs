@@ -39,6 +39,7 @@ use crate::error::{Error, Result};
 use crate::filename;
 use crate::flush::write_table;
 use crate::inner::DbInner;
+use crate::live_logs::LiveLogs;
 use crate::manifest::ManifestWriter;
 use crate::super_version::MemSet;
 use crate::version_edit::{FileMeta, VersionEdit};
@@ -135,7 +136,8 @@ impl DbInner {
         });
         self.release_outputs(numbers);
         let log = installed?;
-        *self.lock_wal() = LogWriter::new(log);
+        // The closed logs go unsynced: their writes are in the tables just written.
+        *self.lock_wal() = LiveLogs::new(LogWriter::new(log));
         let mut state = self.lock_state();
         // Everything acknowledged is in synced tables now.
         self.durable_seqno

@@ -562,8 +562,36 @@ fn power_loss_amid_log_switches_keeps_synced_writes_and_a_prefix() {
     );
 }
 
+/// A memtable switch syncs no log: the writes of a closed log become durable with the next
+/// synced write or with their flush, and a log flushed first is deleted without ever being
+/// synced (most of its bytes never reach the disk). With every log sync failing, unsynced
+/// writes across many switches still succeed; the first synced one fails.
+#[test]
+fn a_memtable_switch_syncs_no_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fs = FaultyFs::new(1);
+    let db = Db::open(dir.path(), faulty_options(&fs, Variant::LogSwitches)).expect("open");
+    fs.inject_errors_matching(OpKind::Sync, 1, ".log");
+    for i in 0..400 {
+        db.write(batch(i))
+            .unwrap_or_else(|e| panic!("unsynced write {i}, with log syncs failing: {e}"));
+    }
+    db.flush()
+        .expect("flush: tables and the MANIFEST sync, no log does");
+    let flushes = db.stats().flushes;
+    assert!(
+        flushes >= 5,
+        "the writes switched memtables: {flushes} flushes"
+    );
+    assert_eq!(fs.injected_errors(), 0, "no log was synced");
+    let synced = db.write_opt(batch(400), &WriteOptions { sync: true });
+    assert!(synced.is_err(), "the synced write reaches a failing sync");
+    fs.clear_errors();
+    drop(db);
+}
+
 /// `durable_seqno` is a promise: every write at or below it survives a power loss, whether a
-/// synced write or a memtable switch (which seals the old log) made it durable.
+/// synced write (which seals the logs closed before it) or a flush made it durable.
 #[test]
 fn power_loss_keeps_every_write_up_to_the_durable_seqno() {
     for_each_seed(

@@ -29,6 +29,10 @@ pub(crate) enum FragmentType {
     /// Not part of any record: the log's length at the writer's last successful sync, so a
     /// reader can tell damage in bytes a sync covered from damage in the unsynced tail.
     SyncMark = 5,
+    /// Not part of any record, and empty: the writer closed the log here, and no record follows
+    /// (a sync mark may, when the closed log is sealed later). Claims nothing about syncs; it
+    /// lets a reader tell a log that was closed whole from one whose tail a power loss dropped.
+    EndMark = 6,
 }
 
 impl FragmentType {
@@ -40,6 +44,7 @@ impl FragmentType {
             3 => Some(Self::Middle),
             4 => Some(Self::Last),
             5 => Some(Self::SyncMark),
+            6 => Some(Self::EndMark),
             _ => None,
         }
     }

@@ -310,7 +310,10 @@ fn valid_fragment_at(block: &[u8], pos: usize) -> Option<(FragmentType, &[u8])> 
     let fragment_type = FragmentType::from_byte(type_byte)?;
     let placed = match fragment_type {
         // (A sync mark of another length than 8 fills a block's end; it claims nothing.)
-        FragmentType::Full | FragmentType::Last | FragmentType::SyncMark => end <= BLOCK_SIZE,
+        FragmentType::Full
+        | FragmentType::Last
+        | FragmentType::SyncMark
+        | FragmentType::EndMark => end <= BLOCK_SIZE,
         FragmentType::First | FragmentType::Middle => end == BLOCK_SIZE,
     };
     if !placed {

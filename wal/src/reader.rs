@@ -48,6 +48,8 @@ pub struct LogReader {
     skipped: Vec<Damage>,
     stopped_at: Option<Damage>,
     done: bool,
+    /// The type of the last well-formed fragment read.
+    last_fragment: Option<FragmentType>,
 }
 
 impl LogReader {
@@ -61,6 +63,7 @@ impl LogReader {
             skipped: Vec::new(),
             stopped_at: None,
             done: false,
+            last_fragment: None,
         }
     }
 
@@ -105,6 +108,21 @@ impl LogReader {
     /// ended cleanly.
     pub fn stopped_at(&self) -> Option<&Damage> {
         self.stopped_at.as_ref()
+    }
+
+    /// True once the reader has read to the log's clean end and the log's last fragment is a
+    /// mark: an end mark ([`LogWriter::end`](crate::LogWriter::end)), maybe followed by a sync
+    /// mark, or the sync mark of a [`seal`](crate::LogWriter::seal). Such a log was closed whole:
+    /// a power loss took nothing from its end. False while reading goes on, after damage, and
+    /// for a log that simply stops after a record (one still open, or one whose unsynced tail
+    /// was lost).
+    pub fn ended_with_mark(&self) -> bool {
+        self.done
+            && self.stopped_at.is_none()
+            && matches!(
+                self.last_fragment,
+                Some(FragmentType::EndMark | FragmentType::SyncMark)
+            )
     }
 
     /// The recovery mode this reader applies.
@@ -163,7 +181,10 @@ impl LogReader {
     ) -> Result<Option<(u64, Vec<u8>)>> {
         let starts_record = matches!(
             fragment_type,
-            FragmentType::Full | FragmentType::First | FragmentType::SyncMark
+            FragmentType::Full
+                | FragmentType::First
+                | FragmentType::SyncMark
+                | FragmentType::EndMark
         );
         match (starts_record, self.partial_start) {
             (true, Some(start)) => {
@@ -182,9 +203,11 @@ impl LogReader {
             _ => {}
         }
         let bytes = self.physical.payload(payload);
+        self.last_fragment = Some(fragment_type);
         match fragment_type {
-            // Only the classification of damage reads sync marks; they are no records.
-            FragmentType::SyncMark => {}
+            // Only the classification of damage reads sync marks, and only `ended_with_mark`
+            // end marks; they are no records.
+            FragmentType::SyncMark | FragmentType::EndMark => {}
             FragmentType::Full => return Ok(Some((offset, bytes.to_vec()))),
             FragmentType::First => {
                 self.partial.clear();

@@ -216,6 +216,33 @@ impl LogWriter {
         self.sync()
     }
 
+    /// Closes the log without syncing it: appends an end mark, after which no record may be
+    /// added (a [`seal`](Self::seal) may still follow). A reader then knows the log was whole
+    /// (see [`LogReader::ended_with_mark`](crate::LogReader::ended_with_mark)), and one that
+    /// finds no mark knows a power loss may have taken its tail.
+    ///
+    /// # Errors
+    /// `Error::WriterFailed` after an earlier failure; `Error::Io` if the append fails.
+    pub fn end(&mut self) -> Result<()> {
+        if self.failed {
+            return Err(Error::WriterFailed {
+                file: self.path().to_path_buf(),
+            });
+        }
+        self.buf.clear();
+        let left_in_block = BLOCK_SIZE - offset_in_block(self.len);
+        if left_in_block < HEADER_SIZE {
+            self.buf.resize(left_in_block, 0);
+        }
+        self.push_fragment(FragmentType::EndMark, &[])?;
+        if let Err(e) = self.file.append(&self.buf) {
+            self.failed = true;
+            return Err(e.into());
+        }
+        self.len += self.buf.len() as u64;
+        Ok(())
+    }
+
     /// The number of bytes in the log: the offset the next record's framing starts at.
     pub fn len(&self) -> u64 {
         self.len
