@@ -27,6 +27,35 @@ use crate::version_edit::{FileMeta, VersionEdit};
 /// reports beyond it are dropped (the ranges held are compacted first, then new reports count).
 const MAX_READ_TRIGGERED_RANGES: usize = 64;
 
+/// How long reports within ranges a pick found nothing to do for are dropped, unless a new
+/// read view comes first. What the view does not show (a snapshot released, a grace period
+/// ending) lets a pick do more; the window bounds how late a report then comes.
+const READ_QUIET_MS: u64 = 1000;
+
+/// Read-triggered ranges a pick found nothing to do for (the tombstones a snapshot holds, or
+/// within their grace period): until the read view changes or [`READ_QUIET_MS`] pass, a report
+/// within one would lead to the same empty pick. Without it, every seek past tombstones a
+/// snapshot holds took the state lock, woke every background thread and ran the picker.
+#[derive(Debug)]
+pub(crate) struct ReadQuiet {
+    ranges: Vec<(Bytes, Bytes)>,
+    view: u64,
+    until_ms: u64,
+}
+
+impl ReadQuiet {
+    fn covers(&self, view: u64, now_ms: u64, start: &[u8], end: &[u8]) -> bool {
+        self.view == view && now_ms < self.until_ms && within(&self.ranges, start, end)
+    }
+}
+
+/// Whether one of `ranges` holds all of `[start, end]`.
+fn within(ranges: &[(Bytes, Bytes)], start: &[u8], end: &[u8]) -> bool {
+    ranges
+        .iter()
+        .any(|(s, e)| s.as_ref() <= start && end <= e.as_ref())
+}
+
 /// An output table is cut when it overlaps this many target file sizes of the level below
 /// (`LevelDB`'s grandparent limit), so no later compaction of it rewrites too much.
 const GRANDPARENT_OVERLAP_FACTOR: u64 = 10;
@@ -119,8 +148,16 @@ impl DbInner {
                         | Reason::TombstoneDensity
                 )
             ) {
-                // Nothing read-triggered is left to do for this family.
-                state.read_triggered.remove(&cf);
+                // Nothing read-triggered is left to do for this family; reports of the same
+                // ranges would find the same until something changes.
+                if let Some(ranges) = state.read_triggered.remove(&cf) {
+                    let quiet = ReadQuiet {
+                        ranges,
+                        view: state.view_number,
+                        until_ms: config.now.saturating_add(READ_QUIET_MS),
+                    };
+                    state.read_quiet.insert(cf, quiet);
+                }
             }
             let Some(pick) = pick else {
                 continue;
@@ -625,8 +662,22 @@ impl DbInner {
 
     /// Notes a key range where a scan stepped over `tombstones` tombstones.
     pub(crate) fn report_tombstone_scan(&self, cf: u32, start: Bytes, end: Bytes, tombstones: u64) {
-        self.stats.note_read_trigger();
         let mut state = self.lock_state();
+        let now_ms = self.options.clock.now_ms();
+        let view = state.view_number;
+        let pending = state
+            .read_triggered
+            .get(&cf)
+            .is_some_and(|ranges| within(ranges, &start, &end));
+        let quiet = state
+            .read_quiet
+            .get(&cf)
+            .is_some_and(|q| q.covers(view, now_ms, &start, &end));
+        if pending || quiet {
+            // Already waiting for a pick, or a pick would find nothing: no news for anyone.
+            return;
+        }
+        self.stats.note_read_trigger();
         let ranges = state.read_triggered.entry(cf).or_default();
         if ranges.is_empty() {
             // Once per episode: until the reported ranges are compacted, further reports are quiet.
