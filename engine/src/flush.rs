@@ -75,12 +75,6 @@ impl DbInner {
         })();
         self.release_outputs(numbers);
         result?;
-        // The log needs no sync now. Let go before this thread's sweep deletes it; another
-        // thread's sweep may get there first, and a sync meanwhile then seals an unlinked file
-        // (harmless: nobody reads it).
-        if let Some(flushed) = self.lock_wal().retire_through(memset.log_number) {
-            self.durable_seqno.fetch_max(flushed, Ordering::AcqRel);
-        }
         self.delete_obsolete_files();
         Ok(())
     }
@@ -109,7 +103,14 @@ impl DbInner {
                 }))
             },
             |state| {
-                state.imm.pop_front();
+                if let Some(flushed) = state.imm.pop_front() {
+                    // Its log needs no sync now: let go of it before a sweep deletes it, and
+                    // before `flush` and `wait_for_flushes` see the frozen memtables gone.
+                    // (State, then log lock: the order `switch_memtable` takes them in.)
+                    if let Some(last) = self.lock_wal().retire_through(flushed.log_number) {
+                        self.durable_seqno.fetch_max(last, Ordering::AcqRel);
+                    }
+                }
                 self.stats.note_flush();
             },
         )?;

@@ -1,15 +1,19 @@
 //! The write-ahead logs a running database still needs: the one taking records, and the ones a
 //! memtable switch closed whose records are neither flushed into tables nor known synced.
 //!
-//! A switch does not sync the log it closes. Like `RocksDB` with one column family, the rule
-//! that a later synced write never survives a power loss that drops an earlier unsynced one is
-//! kept when a sync comes: [`sync`](LiveLogs::sync) seals every closed log, oldest first, before
-//! it syncs the current one. A closed log whose memtables reach a table first is forgotten
-//! unsynced (its file is then deleted, often before the kernel wrote it back at all).
+//! A switch does not sync the log it closes: it ends it with an unsynced end mark (every log
+//! starts with a begin mark, which promises one). Like `RocksDB` with one column family, the
+//! rule that a later synced write never survives a power loss that drops an earlier unsynced
+//! one is kept when a sync comes: every closed log is sealed, oldest first, and a sealed mark
+//! put in the current log, before the synced record is appended and the current log synced. A
+//! closed log whose memtables reach a table first is forgotten unsynced (its file is then
+//! deleted, often before the kernel wrote it back at all).
 //!
-//! What recovery makes of it (see `recovery::replay_logs`): an unsealed log before the last can
-//! have a torn tail after a power loss, and nothing after the tear was synced, in it or in any
-//! later log (a sync there would have sealed it first), so replay stops at the tear.
+//! What recovery makes of it (see `recovery::replay_logs`): a log before the last that is not
+//! whole (torn, or without its end mark) lost its unsynced tail to a power loss, and nothing
+//! after the loss was synced, in it or in any later log (a sync there would have sealed it
+//! first), so replay stops there — unless a later log holds a sealed mark, which makes it
+//! corruption.
 //!
 //! This module decides nothing about when to sync; the write path and `close` do.
 
@@ -40,13 +44,23 @@ impl LiveLogs {
         }
     }
 
-    /// Appends a record to the current log; returns its offset.
-    pub(crate) fn add_record(&mut self, payload: &[u8]) -> cairn_wal::Result<u64> {
-        self.current.add_record(payload)
+    /// Appends a record to the current log; returns its offset. With `sync`, the record and
+    /// every one before it, in every log, are durable when this returns: the closed logs are
+    /// sealed first (see [`sync`](Self::sync)), then the record appended and the log synced.
+    pub(crate) fn write(&mut self, payload: &[u8], sync: bool) -> cairn_wal::Result<u64> {
+        if sync {
+            self.seal_closed()?;
+        }
+        let offset = self.current.add_record(payload)?;
+        if sync {
+            self.current.sync()?;
+        }
+        Ok(offset)
     }
 
     /// Makes every record added so far, in every log, durable: the closed logs are sealed oldest
-    /// first, then the current one is synced. A failure leaves the logs not yet sealed in place.
+    /// first and a sealed mark put in the current log, which is then synced. A failure leaves
+    /// the logs not yet sealed in place.
     pub(crate) fn sync(&mut self) -> cairn_wal::Result<()> {
         self.seal_closed()?;
         self.current.sync()
@@ -64,16 +78,19 @@ impl LiveLogs {
         self.current.end()
     }
 
-    /// Puts `next` in place of the current log (ended by [`end_current`](Self::end_current)),
-    /// which is closed unsynced. `number` is the current log's file number and `last_seqno` the
-    /// last sequence number written to it.
-    pub(crate) fn switch(&mut self, number: u64, last_seqno: SeqNo, next: LogWriter) {
+    /// Puts `next` (begun: [`LogWriter::begin`]) in place of the current log, which
+    /// [`end_current`](Self::end_current) ended. Unless `sealed` (by [`seal`](Self::seal)),
+    /// it is kept as a closed log to seal at the next sync. `number` is the current log's file
+    /// number and `last_seqno` the last sequence number written to it.
+    pub(crate) fn switch(&mut self, number: u64, last_seqno: SeqNo, next: LogWriter, sealed: bool) {
         let writer = std::mem::replace(&mut self.current, next);
-        self.closed.push(ClosedLog {
-            number,
-            last_seqno,
-            writer,
-        });
+        if !sealed {
+            self.closed.push(ClosedLog {
+                number,
+                last_seqno,
+                writer,
+            });
+        }
     }
 
     /// Forgets the closed logs numbered `number` or lower, whose memtables are now in durable
@@ -92,12 +109,16 @@ impl LiveLogs {
         self.closed.len()
     }
 
+    /// Seals the closed logs, oldest first, and says so in the current log with a sealed mark.
     fn seal_closed(&mut self) -> cairn_wal::Result<()> {
+        if self.closed.is_empty() {
+            return Ok(());
+        }
         while let Some(oldest) = self.closed.first_mut() {
             oldest.writer.seal()?;
             self.closed.remove(0);
         }
-        Ok(())
+        self.current.mark_predecessors_sealed()
     }
 }
 
@@ -107,49 +128,77 @@ mod tests {
     use cairn_fs::{FileSystem, RealFs};
     use cairn_wal::{LogReader, RecoveryMode};
 
-    fn writer(dir: &std::path::Path, n: u64) -> LogWriter {
-        LogWriter::new(
-            RealFs::new()
-                .create(&dir.join(format!("{n}.log")))
-                .expect("create"),
+    fn begun(dir: &std::path::Path, n: u64) -> LogWriter {
+        let file = RealFs::new()
+            .create(&dir.join(format!("{n}.log")))
+            .expect("create");
+        let mut writer = LogWriter::new(file);
+        writer.begin().expect("begin");
+        writer
+    }
+
+    /// Reads log `n` to its end: its records, whether it is whole, and whether it vouches for
+    /// the logs before it.
+    fn read(dir: &std::path::Path, n: u64) -> (Vec<Vec<u8>>, bool, bool) {
+        let path = dir.join(format!("{n}.log"));
+        let mut reader = LogReader::open(&RealFs::new(), &path, RecoveryMode::AbsoluteConsistency)
+            .expect("open");
+        let mut records = Vec::new();
+        while let Some((_, record)) = reader.next_record().expect("read") {
+            records.push(record);
+        }
+        (
+            records,
+            reader.closed_whole(),
+            reader.vouches_for_earlier_logs(),
         )
     }
 
     #[test]
-    fn a_sync_seals_the_closed_logs_and_a_flush_retires_them_unsynced() {
+    fn a_synced_write_seals_the_closed_logs_first_and_a_flush_retires_them_unsynced() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut logs = LiveLogs::new(writer(dir.path(), 1));
-        logs.add_record(b"one").expect("add");
+        let mut logs = LiveLogs::new(begun(dir.path(), 1));
+        logs.write(b"one", false).expect("write");
         logs.end_current().expect("end");
-        logs.switch(1, 1, writer(dir.path(), 2));
-        logs.add_record(b"two").expect("add");
+        logs.switch(1, 1, begun(dir.path(), 2), false);
+        logs.write(b"two", false).expect("write");
         logs.end_current().expect("end");
-        logs.switch(2, 2, writer(dir.path(), 3));
+        logs.switch(2, 2, begun(dir.path(), 3), false);
         assert_eq!(logs.retire_through(1), Some(1));
         assert_eq!(logs.retire_through(1), None, "retired once");
         assert_eq!(logs.closed_count(), 1);
-        logs.sync().expect("sync");
+        logs.write(b"three", true).expect("synced write");
         assert_eq!(logs.closed_count(), 0, "sealed and let go");
-        // Log 2 carries a seal: damage before its mark would be corruption, so it was synced.
-        let mut reader = LogReader::open(
-            &RealFs::new(),
-            &dir.path().join("2.log"),
-            RecoveryMode::AbsoluteConsistency,
-        )
-        .expect("open");
+        let len = |n: u64| {
+            std::fs::metadata(dir.path().join(format!("{n}.log")))
+                .expect("stat")
+                .len()
+        };
+        // Begin mark 7, a 10-byte record, end mark 7; the sealed log has a 15-byte sync mark.
+        assert_eq!(len(1), 24, "the retired log got no sync mark");
+        assert_eq!(len(2), 39, "sealed");
+        assert_eq!(read(dir.path(), 2), (vec![b"two".to_vec()], true, false));
         assert_eq!(
-            reader.next_record().expect("read"),
-            Some((0, b"two".to_vec()))
+            read(dir.path(), 3),
+            (vec![b"three".to_vec()], false, true),
+            "still open, and vouching for the sealed log before it"
         );
-        assert_eq!(reader.next_record().expect("read"), None);
-        assert!(reader.ended_with_mark());
-        let len = |n: u64| std::fs::metadata(dir.path().join(format!("{n}.log"))).map(|m| m.len());
-        // A 10-byte record and a 7-byte end mark; the sealed one has a 15-byte sync mark too.
+    }
+
+    #[test]
+    fn a_log_switched_away_from_under_a_seal_is_not_kept_to_seal_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut logs = LiveLogs::new(begun(dir.path(), 1));
+        logs.write(b"one", false).expect("write");
+        logs.end_current().expect("end");
+        logs.seal().expect("seal");
+        logs.switch(1, 1, begun(dir.path(), 2), true);
+        assert_eq!(logs.closed_count(), 0);
+        logs.sync().expect("sync");
         assert_eq!(
-            len(1).expect("stat"),
-            17,
-            "the retired log got no sync mark"
+            read(dir.path(), 2),
+            (vec![], false, false),
+            "no sealed mark"
         );
-        assert_eq!(len(2).expect("stat"), 32, "sealed");
     }
 }

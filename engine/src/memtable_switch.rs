@@ -10,7 +10,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 
-use cairn_wal::LogWriter;
+use cairn_wal::{LogWriter, RecoveryMode};
 
 use crate::error::Result;
 use crate::filename;
@@ -28,11 +28,25 @@ impl DbInner {
         let number = state.take_file_number();
         let closing = state.mem.log_number;
         drop(state);
+        // Only the leader writes, so the old log's last record has the visible seqno.
+        let last_seqno = self.visible_seqno.load(Ordering::Acquire);
+        // In `AbsoluteConsistency` any damage fails the open, a power loss's tear of a log
+        // closed unsynced included: there the switch seals it, as a close does.
+        let seal_now = self.options.recovery_mode == RecoveryMode::AbsoluteConsistency;
         let opened = (|| -> Result<LogWriter> {
-            self.lock_wal().end_current()?;
+            {
+                let mut wal = self.lock_wal();
+                wal.end_current()?;
+                if seal_now {
+                    wal.seal()?;
+                    self.durable_seqno.fetch_max(last_seqno, Ordering::AcqRel);
+                }
+            }
             let file = self.fs.create(&filename::log_path(&self.dir, number))?;
             self.fs.sync_dir(&self.dir)?;
-            Ok(LogWriter::new(file))
+            let mut wal = LogWriter::new(file);
+            wal.begin()?;
+            Ok(wal)
         })();
         let mut state = self.lock_state();
         let wal = match opened {
@@ -43,9 +57,7 @@ impl DbInner {
                 return Err(e);
             }
         };
-        // Only the leader writes, so the old log's last record has the visible seqno.
-        let last_seqno = self.visible_seqno.load(Ordering::Acquire);
-        self.lock_wal().switch(closing, last_seqno, wal);
+        self.lock_wal().switch(closing, last_seqno, wal, seal_now);
         let fresh = Arc::new(MemSet::new(number, state.meta.cfs.keys().copied()));
         let frozen = std::mem::replace(&mut state.mem, fresh);
         state.imm.push_back(frozen);

@@ -272,7 +272,8 @@ pub(crate) fn replay_logs(
         ))
     };
     let mut last_seqno = meta.last_seqno;
-    for (number, file) in logs {
+    let mut logs = logs.into_iter();
+    while let Some((number, file)) = logs.next() {
         let path = file.path().to_path_buf();
         let file_len = file.len();
         let at_tail = last_log.is_none_or(|&last| number >= last);
@@ -321,36 +322,62 @@ pub(crate) fn replay_logs(
         }
         // A log held one running memtable set: the next log's writes never met this one's.
         cut(&mut memset)?;
-        if reader.stopped_at().is_none() && Some(&number) != last_log && !reader.ended_with_mark() {
-            // A switch ends a log with a mark; one before the last without it lost its unsynced
-            // tail to a power loss (it was closed unsynced, `live_logs`), and the later logs
-            // hold only unsynced writes: replaying them would leave a hole before them.
-            if mode == RecoveryMode::AbsoluteConsistency {
-                return Err(Error::corruption(
-                    &path,
-                    file_len,
-                    "log before the last one ends without its end mark: its tail was lost",
-                ));
+        if last_log.is_some_and(|&last| number < last) && !reader.closed_whole() {
+            // A log before the last one that is not whole — torn, or without the end mark a
+            // switch gives it — was closed unsynced (`live_logs`) and lost its tail to a power
+            // loss. Nothing after the loss was synced, in it or in a later log (a sync there
+            // seals this one first), so the later logs hold only writes no one was promised, and
+            // replaying them would leave a hole before them. Unless a later log says this one
+            // was sealed: then it is corruption.
+            let at = reader.stopped_at().map_or(file_len, |damage| damage.offset);
+            if mode == RecoveryMode::SkipCorrupted {
+                tracing::warn!(file = %path.display(), offset = at, "log before the last one is not whole; replaying the later logs");
+                continue;
             }
-            tracing::warn!(file = %path.display(), "log replay stopped at a log before the last one that lost its tail: later logs held only unsynced writes");
+            // Read past: nothing after this log is replayed.
+            let vouched = later_log_vouches(&mut logs);
+            match mode {
+                RecoveryMode::PointInTime if vouched => {
+                    tracing::error!(file = %path.display(), offset = at, "log replay stopped at a sealed log that is not whole: synced writes in later logs are dropped");
+                }
+                RecoveryMode::PointInTime | RecoveryMode::TolerateCorruptedTail if !vouched => {
+                    tracing::warn!(file = %path.display(), offset = at, "log replay stopped at a log before the last one that lost its tail: later logs held only unsynced writes");
+                }
+                _ => {
+                    let why = if vouched {
+                        "sealed log before the last one is not whole (torn or cut short)"
+                    } else {
+                        "log before the last one is not whole: its unsynced tail was lost"
+                    };
+                    return Err(Error::corruption(&path, at, why));
+                }
+            }
             break;
         }
         if let Some(damage) = reader.stopped_at() {
-            // Nothing after it is replayed, in any log. In `PointInTime` that is the mode's
-            // rule. Otherwise the reader stopped at a torn tail no sync mark covers: a log
-            // before the last one was then closed unsynced (`live_logs`) and a power loss tore
-            // it, and nothing after the tear was synced — a sync in a later log seals this one
-            // first — so the later logs hold only writes no one was promised, and replaying
-            // them would leave a hole before them.
-            if Some(&number) != last_log {
-                tracing::warn!(file = %damage.file.display(), offset = damage.offset, "log replay stopped at a torn log before the last one: later logs held only unsynced writes");
-            } else if mode == RecoveryMode::PointInTime {
+            // The last log: nothing after the damage is replayed.
+            if mode == RecoveryMode::PointInTime {
                 tracing::warn!(file = %damage.file.display(), offset = damage.offset, "log replay stopped at damage");
             }
             break;
         }
     }
     Ok(Recovered { last_seqno })
+}
+
+/// Whether one of `logs` holds a sealed mark, saying every log before it was sealed. Read to
+/// their first damage; one that cannot be read vouches for nothing.
+fn later_log_vouches(logs: impl Iterator<Item = (u64, Box<dyn ReadableFile>)>) -> bool {
+    let mut logs = logs;
+    logs.any(|(_, file)| {
+        let mut reader = LogReader::new(file, RecoveryMode::PointInTime);
+        while let Ok(Some(_)) = reader.next_record() {
+            if reader.vouches_for_earlier_logs() {
+                return true;
+            }
+        }
+        reader.vouches_for_earlier_logs()
+    })
 }
 
 /// A damaged log record: skipped with a warning in `SkipCorrupted` mode, else the error that
@@ -431,7 +458,8 @@ fn finish_open(
     // The MANIFEST goes first: until CURRENT names it, a crash replays the old logs again, and
     // no new log stands after a torn one.
     let manifest = ManifestWriter::create(fs, dir, manifest_number, &meta)?;
-    let wal = LogWriter::new(fs.create(&filename::log_path(dir, log_number))?);
+    let mut wal = LogWriter::new(fs.create(&filename::log_path(dir, log_number))?);
+    wal.begin()?;
     fs.sync_dir(dir)?;
     let mem = Arc::new(MemSet::new(log_number, meta.cfs.keys().copied()));
     Ok(OpenedParts {

@@ -130,14 +130,15 @@ impl DbInner {
         let mut numbers = Vec::new();
         let written = self.write_memsets(&memsets, &cfs, &mut numbers);
         let installed = written.and_then(|new_files| {
-            let log = self.create_log(log_number)?;
+            let mut log = LogWriter::new(self.create_log(log_number)?);
+            log.begin()?;
             self.install_recovered(&mut manifest, log_number, new_files, &cfs)
                 .map(|()| log)
         });
         self.release_outputs(numbers);
         let log = installed?;
         // The closed logs go unsynced: their writes are in the tables just written.
-        *self.lock_wal() = LiveLogs::new(LogWriter::new(log));
+        *self.lock_wal() = LiveLogs::new(log);
         let mut state = self.lock_state();
         // Everything acknowledged is in synced tables now.
         self.durable_seqno

@@ -93,11 +93,7 @@ impl DbInner {
         let mut record =
             Vec::with_capacity(32 + ops.iter().map(|op| op.approximate_bytes()).sum::<usize>());
         encode_record(first, write_time, ops, &mut record);
-        let logged = {
-            let mut wal = self.lock_wal();
-            wal.add_record(&record)
-                .and_then(|_| if sync { wal.sync() } else { Ok(()) })
-        };
+        let logged = self.lock_wal().write(&record, sync);
         if let Err(e) = logged {
             let e = Error::from(e);
             self.stop_with(&e);

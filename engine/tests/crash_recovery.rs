@@ -27,7 +27,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn::{Db, Options, WriteBatch, WriteOptions};
-use cairn_fs::{FaultyFs, OpKind, PowerLoss, SyncFailure};
+use cairn_fs::{FaultyFs, FileSystem, OpKind, PowerLoss, SyncFailure};
+use cairn_wal::LogWriter;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -900,4 +901,115 @@ fn damage_in_a_log_switched_away_from_is_corruption_even_when_the_next_log_is_em
             other.map(|_| ())
         ),
     }
+}
+
+/// Leaves in `dir` what a switch and a later synced write leave when the process then dies
+/// before the flush: the log holding batches `0..20` ended and sealed, and a newer log whose
+/// sealed mark vouches for it (if `vouch`). Returns the older log's path.
+fn sealed_log_and_a_newer_one(dir: &Path, vouch: bool) -> std::path::PathBuf {
+    let fs = FaultyFs::new(3);
+    let db = Db::open(dir, faulty_options(&fs, Variant::Plain)).expect("open");
+    for i in 0..20 {
+        db.write(batch(i)).expect("write");
+    }
+    // The process dies: nothing more reaches the files, not even a seal on drop.
+    fs.set_active(false);
+    drop(db);
+    let old = logs_in(dir)
+        .into_iter()
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 0))
+        .expect("the log holding the batches");
+    let real = cairn_fs::RealFs::new();
+    let len = std::fs::metadata(&old).expect("stat").len();
+    let mut ended = LogWriter::with_offset(real.open_append(&old).expect("open"), len);
+    ended.end().expect("end");
+    ended.seal().expect("seal");
+    let number: u64 = old
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(|s| s.parse().ok())
+        .expect("a log number");
+    let newer = dir.join(format!("{:06}.log", number + 100));
+    let mut newer = LogWriter::new(real.create(&newer).expect("create"));
+    newer.begin().expect("begin");
+    if vouch {
+        newer.mark_predecessors_sealed().expect("mark");
+    }
+    newer.sync().expect("sync");
+    old
+}
+
+/// Cuts the last `by` bytes off the file at `path`.
+fn cut_short(path: &Path, by: u64) {
+    let len = std::fs::metadata(path).expect("stat").len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_len(len - by))
+        .expect("truncate");
+}
+
+/// A later log's sealed mark vouches for the logs before it: one of them cut short (its seal
+/// and the end of its last record gone) is corruption, and the open fails instead of dropping
+/// the later logs as a power loss's unsynced tail. Without the mark the same cut is a tear: the
+/// open keeps the prefix before it.
+#[test]
+fn a_sealed_log_cut_short_is_corruption_when_a_later_log_vouches_for_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    sealed_log_and_a_newer_one(dir.path(), true);
+    let db = Db::open(dir.path(), Options::default()).expect("whole, it opens");
+    assert_eq!(check_recovered(&db, "sealed and whole"), 20);
+    db.close().expect("close");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let old = sealed_log_and_a_newer_one(dir.path(), true);
+    cut_short(&old, 40);
+    match Db::open(dir.path(), Options::default()) {
+        Err(cairn::Error::Corruption { file, .. }) => assert_eq!(file, old),
+        other => panic!(
+            "expected Corruption in {}, got {:?}",
+            old.display(),
+            other.map(|_| ())
+        ),
+    }
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let old = sealed_log_and_a_newer_one(dir.path(), false);
+    cut_short(&old, 40);
+    let db = Db::open(dir.path(), Options::default()).expect("a tear opens");
+    assert_eq!(
+        check_recovered(&db, "torn"),
+        19,
+        "the batch the cut reached is lost"
+    );
+    db.close().expect("close");
+}
+
+/// `AbsoluteConsistency` reopens what it wrote: after a close with no writes, after writes that
+/// switched memtables (each switch seals the log it closes, in this mode) and a flush, and with
+/// empty logs after the last one that holds records.
+#[test]
+fn absolute_consistency_reopens_after_closes_switches_and_flushes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = || {
+        Options::default()
+            .memtable_size(4 * 1024)
+            .recovery_mode(cairn::RecoveryMode::AbsoluteConsistency)
+    };
+    Db::open(dir.path(), options())
+        .expect("create")
+        .close()
+        .expect("close");
+    let db = Db::open(dir.path(), options()).expect("reopen an untouched database");
+    for i in 0..300 {
+        db.write(batch(i)).expect("write");
+    }
+    db.close().expect("close");
+    let db = Db::open(dir.path(), options()).expect("reopen after switches");
+    assert_eq!(check_recovered(&db, "after switches"), 300);
+    db.flush().expect("flush");
+    db.close().expect("close");
+    let db = Db::open(dir.path(), options()).expect("reopen after a flush");
+    assert_eq!(check_recovered(&db, "after a flush"), 300);
+    db.close().expect("close");
 }

@@ -33,6 +33,13 @@ pub(crate) enum FragmentType {
     /// (a sync mark may, when the closed log is sealed later). Claims nothing about syncs; it
     /// lets a reader tell a log that was closed whole from one whose tail a power loss dropped.
     EndMark = 6,
+    /// Not part of any record, and empty: the first fragment of a log whose writer ends it with
+    /// an end mark, so a log that has this and no end mark lost its tail. (A log without it is
+    /// from a writer that sealed a log instead of ending it.)
+    BeginMark = 7,
+    /// Not part of any record, and empty: every log before this one was sealed before the mark
+    /// was written, so damage or a missing end there is corruption, not a power loss's tear.
+    SealedMark = 8,
 }
 
 impl FragmentType {
@@ -45,6 +52,8 @@ impl FragmentType {
             4 => Some(Self::Last),
             5 => Some(Self::SyncMark),
             6 => Some(Self::EndMark),
+            7 => Some(Self::BeginMark),
+            8 => Some(Self::SealedMark),
             _ => None,
         }
     }

@@ -313,7 +313,9 @@ fn valid_fragment_at(block: &[u8], pos: usize) -> Option<(FragmentType, &[u8])> 
         FragmentType::Full
         | FragmentType::Last
         | FragmentType::SyncMark
-        | FragmentType::EndMark => end <= BLOCK_SIZE,
+        | FragmentType::EndMark
+        | FragmentType::BeginMark
+        | FragmentType::SealedMark => end <= BLOCK_SIZE,
         FragmentType::First | FragmentType::Middle => end == BLOCK_SIZE,
     };
     if !placed {

@@ -48,8 +48,35 @@ pub struct LogReader {
     skipped: Vec<Damage>,
     stopped_at: Option<Damage>,
     done: bool,
-    /// The type of the last well-formed fragment read.
-    last_fragment: Option<FragmentType>,
+    marks: Marks,
+}
+
+/// What the well-formed fragments read so far say about how the log was closed.
+#[derive(Debug, Default)]
+struct Marks {
+    /// The types of the first and the last fragment.
+    first: Option<FragmentType>,
+    last: Option<FragmentType>,
+    /// An end mark came, and nothing but sync marks after it.
+    ended: bool,
+    /// A sealed mark came.
+    sealed_before: bool,
+}
+
+impl Marks {
+    fn note(&mut self, fragment_type: FragmentType) {
+        self.first.get_or_insert(fragment_type);
+        self.last = Some(fragment_type);
+        match fragment_type {
+            FragmentType::EndMark => self.ended = true,
+            FragmentType::SyncMark => {}
+            FragmentType::SealedMark => {
+                self.sealed_before = true;
+                self.ended = false;
+            }
+            _ => self.ended = false,
+        }
+    }
 }
 
 impl LogReader {
@@ -63,7 +90,7 @@ impl LogReader {
             skipped: Vec::new(),
             stopped_at: None,
             done: false,
-            last_fragment: None,
+            marks: Marks::default(),
         }
     }
 
@@ -110,19 +137,31 @@ impl LogReader {
         self.stopped_at.as_ref()
     }
 
-    /// True once the reader has read to the log's clean end and the log's last fragment is a
-    /// mark: an end mark ([`LogWriter::end`](crate::LogWriter::end)), maybe followed by a sync
-    /// mark, or the sync mark of a [`seal`](crate::LogWriter::seal). Such a log was closed whole:
-    /// a power loss took nothing from its end. False while reading goes on, after damage, and
-    /// for a log that simply stops after a record (one still open, or one whose unsynced tail
-    /// was lost).
-    pub fn ended_with_mark(&self) -> bool {
+    /// True once the reader has read to the log's clean end and found the log closed whole: a
+    /// power loss took nothing from its end.
+    ///
+    /// A log that starts with a begin mark ([`LogWriter::begin`](crate::LogWriter::begin)) is
+    /// whole when an end mark ([`LogWriter::end`](crate::LogWriter::end)) came last, or only
+    /// sync marks after it. A log without one is from a writer that sealed logs instead of
+    /// ending them, and is whole when a sync mark came last. False while reading goes on, after
+    /// damage, and for a log that stops after a record (one still open, or one that lost its
+    /// unsynced tail).
+    pub fn closed_whole(&self) -> bool {
+        let marks = &self.marks;
         self.done
             && self.stopped_at.is_none()
-            && matches!(
-                self.last_fragment,
-                Some(FragmentType::EndMark | FragmentType::SyncMark)
-            )
+            && if marks.first == Some(FragmentType::BeginMark) {
+                marks.ended
+            } else {
+                marks.last == Some(FragmentType::SyncMark)
+            }
+    }
+
+    /// True if a sealed mark was read
+    /// ([`LogWriter::mark_predecessors_sealed`](crate::LogWriter::mark_predecessors_sealed)):
+    /// every log before this one was sealed, so one of them that is not whole is corrupt.
+    pub fn vouches_for_earlier_logs(&self) -> bool {
+        self.marks.sealed_before
     }
 
     /// The recovery mode this reader applies.
@@ -185,6 +224,8 @@ impl LogReader {
                 | FragmentType::First
                 | FragmentType::SyncMark
                 | FragmentType::EndMark
+                | FragmentType::BeginMark
+                | FragmentType::SealedMark
         );
         match (starts_record, self.partial_start) {
             (true, Some(start)) => {
@@ -203,11 +244,14 @@ impl LogReader {
             _ => {}
         }
         let bytes = self.physical.payload(payload);
-        self.last_fragment = Some(fragment_type);
+        self.marks.note(fragment_type);
         match fragment_type {
-            // Only the classification of damage reads sync marks, and only `ended_with_mark`
-            // end marks; they are no records.
-            FragmentType::SyncMark | FragmentType::EndMark => {}
+            // Marks are no records: the classification of damage reads sync marks, and
+            // `closed_whole` and `vouches_for_earlier_logs` the others.
+            FragmentType::SyncMark
+            | FragmentType::EndMark
+            | FragmentType::BeginMark
+            | FragmentType::SealedMark => {}
             FragmentType::Full => return Ok(Some((offset, bytes.to_vec()))),
             FragmentType::First => {
                 self.partial.clear();

@@ -50,6 +50,8 @@ pub struct LogWriter {
     failed: bool,
     /// The log's length at the last successful sync, not yet recorded in a sync mark.
     unmarked_sync: Option<u64>,
+    /// [`end`](Self::end) closed the log: no record may follow.
+    ended: bool,
 }
 
 impl LogWriter {
@@ -71,6 +73,7 @@ impl LogWriter {
             buf: Vec::new(),
             failed: false,
             unmarked_sync: None,
+            ended: false,
         }
     }
 
@@ -86,6 +89,7 @@ impl LogWriter {
                 file: self.path().to_path_buf(),
             });
         }
+        self.refuse_if_ended()?;
         if payload.len() > MAX_RECORD_LEN {
             return Err(Error::InvalidArgument {
                 file: self.path().to_path_buf(),
@@ -216,30 +220,81 @@ impl LogWriter {
         self.sync()
     }
 
-    /// Closes the log without syncing it: appends an end mark, after which no record may be
-    /// added (a [`seal`](Self::seal) may still follow). A reader then knows the log was whole
-    /// (see [`LogReader::ended_with_mark`](crate::LogReader::ended_with_mark)), and one that
-    /// finds no mark knows a power loss may have taken its tail.
+    /// Starts a new, empty log with a begin mark: the log promises to close with an
+    /// [`end`](Self::end) mark, so a reader that finds none knows its tail was lost (see
+    /// [`LogReader::closed_whole`](crate::LogReader::closed_whole)).
+    ///
+    /// # Errors
+    /// `Error::InvalidArgument` if the log holds bytes already; as [`end`](Self::end) otherwise.
+    pub fn begin(&mut self) -> Result<()> {
+        if self.len != 0 {
+            return Err(Error::InvalidArgument {
+                file: self.path().to_path_buf(),
+                reason: "a begin mark must be the first thing in a log".to_string(),
+            });
+        }
+        self.append_mark(FragmentType::BeginMark)
+    }
+
+    /// Closes the log without syncing it: appends the pending sync mark, if any, and an end
+    /// mark, after which no record may be added (a [`seal`](Self::seal) may still follow). A
+    /// reader of a log that [`begin`](Self::begin) started then knows the log was whole, and
+    /// one that finds no end mark knows a power loss took its tail.
     ///
     /// # Errors
     /// `Error::WriterFailed` after an earlier failure; `Error::Io` if the append fails.
     pub fn end(&mut self) -> Result<()> {
+        self.append_mark(FragmentType::EndMark)?;
+        self.ended = true;
+        Ok(())
+    }
+
+    /// Records that every log before this one has been sealed: a reader that finds this mark
+    /// takes damage or a missing end in an earlier log for corruption, not for a power loss's
+    /// tear (see [`LogReader::vouches_for_earlier_logs`](crate::LogReader::vouches_for_earlier_logs)).
+    /// Unsynced, like a record: the sync that follows makes it durable with them.
+    ///
+    /// # Errors
+    /// As [`end`](Self::end), and `Error::InvalidArgument` after it.
+    pub fn mark_predecessors_sealed(&mut self) -> Result<()> {
+        self.refuse_if_ended()?;
+        self.append_mark(FragmentType::SealedMark)
+    }
+
+    /// Appends an empty mark of type `mark`, after the pending sync mark (if there is one) and
+    /// any trailer padding, in one append.
+    fn append_mark(&mut self, mark: FragmentType) -> Result<()> {
         if self.failed {
             return Err(Error::WriterFailed {
                 file: self.path().to_path_buf(),
             });
         }
         self.buf.clear();
-        let left_in_block = BLOCK_SIZE - offset_in_block(self.len);
+        let marked = self.push_sync_mark(true);
+        let left_in_block = BLOCK_SIZE - offset_in_block(self.len + self.buf.len() as u64);
         if left_in_block < HEADER_SIZE {
-            self.buf.resize(left_in_block, 0);
+            self.buf.resize(self.buf.len() + left_in_block, 0);
         }
-        self.push_fragment(FragmentType::EndMark, &[])?;
+        self.push_fragment(mark, &[])?;
         if let Err(e) = self.file.append(&self.buf) {
             self.failed = true;
             return Err(e.into());
         }
+        if marked {
+            self.unmarked_sync = None;
+        }
         self.len += self.buf.len() as u64;
+        Ok(())
+    }
+
+    /// `InvalidArgument` once [`end`](Self::end) closed the log.
+    fn refuse_if_ended(&self) -> Result<()> {
+        if self.ended {
+            return Err(Error::InvalidArgument {
+                file: self.path().to_path_buf(),
+                reason: "the log was ended: it takes no more records".to_string(),
+            });
+        }
         Ok(())
     }
 
