@@ -40,12 +40,43 @@ const READ_QUIET_MS: u64 = 1000;
 pub(crate) struct ReadQuiet {
     ranges: Vec<(Bytes, Bytes)>,
     view: u64,
-    until_ms: u64,
+    /// When the first of `ranges` went quiet (the engine's clock, which may step back).
+    since_ms: u64,
 }
 
+/// The most ranges a column family keeps quiet (picks that found nothing add theirs while the
+/// view stands); the oldest go first.
+const MAX_QUIET_RANGES: usize = 4 * MAX_READ_TRIGGERED_RANGES;
+
 impl ReadQuiet {
+    /// Whether the window is open for `view` at `now_ms`: same view, and the clock within
+    /// [`READ_QUIET_MS`] after the start (a clock that stepped back closes it).
+    fn open(&self, view: u64, now_ms: u64) -> bool {
+        self.view == view
+            && self.since_ms <= now_ms
+            && now_ms < self.since_ms.saturating_add(READ_QUIET_MS)
+    }
+
     fn covers(&self, view: u64, now_ms: u64, start: &[u8], end: &[u8]) -> bool {
-        self.view == view && now_ms < self.until_ms && within(&self.ranges, start, end)
+        self.open(view, now_ms) && within(&self.ranges, start, end)
+    }
+
+    /// The quiet ranges after a pick at `now_ms` in `view` found nothing to do for `ranges`:
+    /// added to those of an open window, else a window of their own.
+    fn after(previous: Option<Self>, ranges: Vec<(Bytes, Bytes)>, view: u64, now_ms: u64) -> Self {
+        match previous {
+            Some(mut quiet) if quiet.open(view, now_ms) => {
+                quiet.ranges.extend(ranges);
+                let excess = quiet.ranges.len().saturating_sub(MAX_QUIET_RANGES);
+                quiet.ranges.drain(..excess);
+                quiet
+            }
+            _ => Self {
+                ranges,
+                view,
+                since_ms: now_ms,
+            },
+        }
     }
 }
 
@@ -151,11 +182,8 @@ impl DbInner {
                 // Nothing read-triggered is left to do for this family; reports of the same
                 // ranges would find the same until something changes.
                 if let Some(ranges) = state.read_triggered.remove(&cf) {
-                    let quiet = ReadQuiet {
-                        ranges,
-                        view: state.view_number,
-                        until_ms: config.now.saturating_add(READ_QUIET_MS),
-                    };
+                    let previous = state.read_quiet.remove(&cf);
+                    let quiet = ReadQuiet::after(previous, ranges, state.view_number, config.now);
                     state.read_quiet.insert(cf, quiet);
                 }
             }
@@ -663,6 +691,17 @@ impl DbInner {
     /// Notes a key range where a scan stepped over `tombstones` tombstones.
     pub(crate) fn report_tombstone_scan(&self, cf: u32, start: Bytes, end: Bytes, tombstones: u64) {
         let mut state = self.lock_state();
+        // Tombstones still in the active memtable are out of compaction's reach until flushed,
+        // whether or not the range is news.
+        let in_memtable = state
+            .mem
+            .tables
+            .get(&cf)
+            .map_or(0, |m| m.num_point_tombstones() + m.num_range_tombstones());
+        let freeze = state.imm.is_empty()
+            && !state.freeze_requested
+            && in_memtable >= self.options.compaction.read_trigger / 2;
+        state.freeze_requested |= freeze;
         let now_ms = self.options.clock.now_ms();
         let view = state.view_number;
         let pending = state
@@ -674,7 +713,11 @@ impl DbInner {
             .get(&cf)
             .is_some_and(|q| q.covers(view, now_ms, &start, &end));
         if pending || quiet {
-            // Already waiting for a pick, or a pick would find nothing: no news for anyone.
+            // Already waiting for a pick, or a pick would find nothing: no news for the picker.
+            drop(state);
+            if freeze {
+                self.state_changed.notify_all();
+            }
             return;
         }
         self.stats.note_read_trigger();
@@ -692,15 +735,6 @@ impl DbInner {
         }
         if ranges.len() < MAX_READ_TRIGGERED_RANGES {
             ranges.push((start, end));
-        }
-        // Tombstones still in the active memtable are out of compaction's reach until flushed.
-        let in_memtable = state
-            .mem
-            .tables
-            .get(&cf)
-            .map_or(0, |m| m.num_point_tombstones() + m.num_range_tombstones());
-        if state.imm.is_empty() && in_memtable >= self.options.compaction.read_trigger / 2 {
-            state.freeze_requested = true;
         }
         drop(state);
         self.state_changed.notify_all();

@@ -118,6 +118,10 @@ impl LiveLogs {
             oldest.writer.seal()?;
             self.closed.remove(0);
         }
+        if self.current.is_ended() {
+            // A switch ended it and then failed: it takes no mark, and no record to vouch for.
+            return Ok(());
+        }
         self.current.mark_predecessors_sealed()
     }
 }

@@ -46,6 +46,10 @@ impl DbInner {
             self.fs.sync_dir(&self.dir)?;
             let mut wal = LogWriter::new(file);
             wal.begin()?;
+            if seal_now {
+                // Vouches for the log just sealed: cut short later, it is corruption.
+                wal.mark_predecessors_sealed()?;
+            }
             Ok(wal)
         })();
         let mut state = self.lock_state();

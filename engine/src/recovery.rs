@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use cairn_fs::{FileSystem, ReadableFile};
 use cairn_sstable::MAX_SEQNO;
-use cairn_wal::{LogReader, LogWriter, RecoveryMode};
+use cairn_wal::{HEADER_SIZE, LogReader, LogWriter, RecoveryMode};
 
 use crate::error::{Error, Result};
 use crate::filename::{self, FileKind, MAX_FILE_NUMBER};
@@ -254,11 +254,13 @@ pub(crate) fn replay_logs(
     full: &mut dyn FnMut(MemSet) -> Result<()>,
 ) -> Result<Recovered> {
     let mode = options.recovery_mode;
-    // Empty logs after the last one with records do not make its tail a middle.
+    // Empty logs after the last one with records do not make its tail a middle; nor do logs
+    // holding only a begin mark (a resume that failed after creating its log, a switch
+    // interrupted before the first record).
     let last_log = logs
         .iter()
         .rev()
-        .find(|(_, file)| !file.is_empty())
+        .find(|(_, file)| file.len() > HEADER_SIZE as u64)
         .map(|(n, _)| *n);
     let last_log = last_log.as_ref();
     let mut memset = MemSet::new(0, meta.cfs.keys().copied());
@@ -334,8 +336,9 @@ pub(crate) fn replay_logs(
                 tracing::warn!(file = %path.display(), offset = at, "log before the last one is not whole; replaying the later logs");
                 continue;
             }
-            // Read past: nothing after this log is replayed.
-            let vouched = later_log_vouches(&mut logs);
+            // Read past: nothing after this log is replayed. A log from before begin marks was
+            // sealed at its switch: not whole, it is corrupt.
+            let vouched = reader.predates_begin_marks() || later_log_vouches(&mut logs);
             match mode {
                 RecoveryMode::PointInTime if vouched => {
                     tracing::error!(file = %path.display(), offset = at, "log replay stopped at a sealed log that is not whole: synced writes in later logs are dropped");

@@ -130,7 +130,10 @@ pub struct Stats {
     pub write_stalls: u64,
     /// Times a write was slowed because level 0 was filling up.
     pub write_slowdowns: u64,
-    /// Scans that reported a range for stepping over too many tombstones.
+    /// Scans that reported a range for stepping over too many tombstones. A report within a
+    /// range already waiting for compaction is not counted, nor one within ranges a pick just
+    /// found nothing to do for (tombstones a snapshot holds), while the read view stands, for
+    /// at most a second.
     pub read_triggers: u64,
     /// Runs of deleted keys range reads stepped over and recorded in a memtable, so later
     /// reads seek past them (never logged; gone with their memtable). Never decreases.

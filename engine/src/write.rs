@@ -30,7 +30,10 @@ impl DbInner {
             return self.run_exclusive(Box::new(|db: &DbInner| {
                 db.lock_state().check_running()?;
                 let visible = db.visible_seqno.load(Ordering::Acquire);
-                db.lock_wal().sync().map_err(|e| {
+                // The log lock is let go before `stop_with` takes the state lock: a flush takes
+                // them the other way round.
+                let synced = db.lock_wal().sync();
+                synced.map_err(|e| {
                     let e = Error::from(e);
                     db.stop_with(&e);
                     e

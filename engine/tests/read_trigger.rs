@@ -125,7 +125,9 @@ fn a_fifo_queue_does_not_pile_up_tombstones_at_its_head() -> cairn::Result<()> {
 /// Seeks past deletes a snapshot holds report their range once: a pick that finds nothing to
 /// do quiets reports within the same ranges until the read view changes or a second passes.
 /// Without it every seek took the state lock, woke every background thread and ran the picker
-/// for nothing (12 µs a seek in `seek_deleted_runs`). Once the window ends, reports come again.
+/// for nothing (12 µs a seek in `seek_deleted_runs`). Seeks that alternate between two such
+/// ranges stay quiet too, and once the window ends — or the clock steps back — reports come
+/// again.
 #[test]
 fn seeks_past_deletes_a_snapshot_holds_report_them_once_a_window() -> cairn::Result<()> {
     let dir = tempfile::tempdir().map_err(cairn_fs::Error::from)?;
@@ -133,45 +135,61 @@ fn seeks_past_deletes_a_snapshot_holds_report_them_once_a_window() -> cairn::Res
     let options = Options::default().clock(clock.clone());
     let db = Db::open(dir.path(), options)?;
     let mut batch = WriteBatch::new();
-    for i in 0..3_001u32 {
-        batch.put(format!("key{i:08}"), "value");
+    for prefix in ["a", "b"] {
+        for i in 0..3_001u32 {
+            batch.put(format!("{prefix}{i:08}"), "value");
+        }
     }
     db.write(batch)?;
     db.flush()?;
     let held = db.snapshot();
     let mut batch = WriteBatch::new();
-    for i in 0..3_000u32 {
-        batch.delete(format!("key{i:08}"));
+    for prefix in ["a", "b"] {
+        for i in 0..3_000u32 {
+            batch.delete(format!("{prefix}{i:08}"));
+        }
     }
     db.write(batch)?;
     db.flush()?;
     db.wait_for_background_work()?;
-    let seek = || -> cairn::Result<()> {
-        let first = db.range("key".."kez")?.next().transpose()?.map(|(k, _)| k);
-        assert_eq!(first.as_deref(), Some(&b"key00003000"[..]));
+    let seek = |prefix: &str| -> cairn::Result<()> {
+        let (start, end) = (prefix.to_string(), format!("{prefix}~"));
+        let first = db.range(start..end)?.next().transpose()?.map(|(k, _)| k);
+        assert_eq!(first, Some(format!("{prefix}00003000").into()));
         // The picker runs on the report (if any) before the next seek.
         db.wait_for_background_work()
     };
     // Compactions the reports set off end in a view no report can change.
     for _ in 0..20 {
-        seek()?;
+        seek("a")?;
+        seek("b")?;
     }
     let settled = db.stats().read_triggers;
-    for _ in 0..100 {
-        seek()?;
+    for _ in 0..50 {
+        seek("a")?;
+        seek("b")?;
     }
     assert_eq!(
         db.stats().read_triggers,
         settled,
-        "100 seeks past held deletes reported again"
+        "100 seeks past held deletes, alternating between two ranges, reported again"
     );
     clock.advance(Duration::from_secs(2));
-    seek()?;
+    seek("a")?;
     assert_eq!(
         db.stats().read_triggers,
         settled + 1,
         "after the window a seek reports again"
     );
-    assert_eq!(held.get("key00000000")?.as_deref(), Some(&b"value"[..]));
+    seek("a")?;
+    assert_eq!(db.stats().read_triggers, settled + 1, "a new window");
+    clock.set(1_000_000);
+    seek("a")?;
+    assert_eq!(
+        db.stats().read_triggers,
+        settled + 2,
+        "a clock that stepped back ends the window"
+    );
+    assert_eq!(held.get("a00000000")?.as_deref(), Some(&b"value"[..]));
     Ok(())
 }

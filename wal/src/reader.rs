@@ -137,24 +137,34 @@ impl LogReader {
         self.stopped_at.as_ref()
     }
 
-    /// True once the reader has read to the log's clean end and found the log closed whole: a
-    /// power loss took nothing from its end.
+    /// True once the reader has read to the log's end and found the log closed whole: every
+    /// record it held was read.
     ///
     /// A log that starts with a begin mark ([`LogWriter::begin`](crate::LogWriter::begin)) is
-    /// whole when an end mark ([`LogWriter::end`](crate::LogWriter::end)) came last, or only
-    /// sync marks after it. A log without one is from a writer that sealed logs instead of
-    /// ending them, and is whole when a sync mark came last. False while reading goes on, after
-    /// damage, and for a log that stops after a record (one still open, or one that lost its
-    /// unsynced tail).
+    /// whole when an end mark ([`LogWriter::end`](crate::LogWriter::end)) was read with nothing
+    /// but sync marks after it — or damage: a seal torn after the end mark (a full disk) loses
+    /// no record. A log that [predates begin marks](Self::predates_begin_marks) is whole when
+    /// it ends cleanly after a sync mark (its seal). False while reading goes on, and for a log
+    /// that stops after a record or in one (one still open, or one that lost its unsynced
+    /// tail).
     pub fn closed_whole(&self) -> bool {
         let marks = &self.marks;
         self.done
-            && self.stopped_at.is_none()
             && if marks.first == Some(FragmentType::BeginMark) {
                 marks.ended
             } else {
-                marks.last == Some(FragmentType::SyncMark)
+                self.stopped_at.is_none() && marks.last == Some(FragmentType::SyncMark)
             }
+    }
+
+    /// True if the log's first fragment is part of a record: it was written before logs began
+    /// with a begin mark, when the engine sealed every log it switched away from. False for a
+    /// log whose start was lost (its first fragment is unknown).
+    pub fn predates_begin_marks(&self) -> bool {
+        matches!(
+            self.marks.first,
+            Some(FragmentType::Full | FragmentType::First)
+        )
     }
 
     /// True if a sealed mark was read

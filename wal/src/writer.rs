@@ -287,6 +287,11 @@ impl LogWriter {
         Ok(())
     }
 
+    /// True once [`end`](Self::end) closed the log.
+    pub fn is_ended(&self) -> bool {
+        self.ended
+    }
+
     /// `InvalidArgument` once [`end`](Self::end) closed the log.
     fn refuse_if_ended(&self) -> Result<()> {
         if self.ended {
