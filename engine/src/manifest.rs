@@ -20,6 +20,12 @@ use crate::options::CfOptions;
 use crate::version::Version;
 use crate::version_edit::{DEFAULT_CF, EditAt, VersionEdit};
 
+/// The format of the write-ahead logs this build writes, recorded in every MANIFEST snapshot:
+/// 2 since logs begin with a begin mark, end with an end mark at a switch and carry sealed
+/// marks (`wal/FORMAT.md`); 1, never written, stands for the logs before, sealed at every
+/// switch. This build reads both, and refuses a database whose MANIFEST names a newer format.
+pub(crate) const LOG_FORMAT: u64 = 2;
+
 /// Everything the MANIFEST records.
 #[derive(Debug, Clone)]
 pub(crate) struct ManifestState {
@@ -59,6 +65,13 @@ impl ManifestState {
     /// range.
     pub(crate) fn apply(&mut self, edit: &VersionEdit, at: EditAt<'_>) -> Result<()> {
         edit.check_ranges().map_err(|why| at.corruption(why))?;
+        if let Some(format) = edit.log_format.filter(|&f| f > LOG_FORMAT) {
+            return Err(Error::invalid(format!(
+                "{}: the database's logs are in format {format}, newer than this build reads \
+                 ({LOG_FORMAT}): it was written by a newer Cairn",
+                at.file.display()
+            )));
+        }
         self.version = Arc::new(self.version.apply(edit, at)?);
         for (id, name, options) in &edit.added_cfs {
             self.cfs.insert(*id, (name.clone(), options.clone()));
@@ -89,6 +102,8 @@ impl ManifestState {
             next_file_number: Some(self.next_file_number),
             last_seqno: Some(self.last_seqno),
             next_cf_id: Some(self.next_cf_id),
+            // This build writes its own format from here on, whatever the logs before it.
+            log_format: Some(LOG_FORMAT),
             ..VersionEdit::default()
         };
         for (id, (name, options)) in &self.cfs {
@@ -307,6 +322,27 @@ fn read_only_write(path: &Path) -> cairn_fs::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_manifest_naming_a_newer_log_format_is_refused() {
+        let mut state = ManifestState::new_database();
+        let file = Path::new("MANIFEST-000007");
+        let at = EditAt { file, offset: 0 };
+        let newer = VersionEdit {
+            log_format: Some(LOG_FORMAT + 1),
+            ..VersionEdit::default()
+        };
+        match state.apply(&newer, at) {
+            Err(Error::InvalidArgument(why)) => assert!(why.contains("newer Cairn"), "{why}"),
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+        let ours = VersionEdit {
+            log_format: Some(LOG_FORMAT),
+            ..VersionEdit::default()
+        };
+        state.apply(&ours, at).expect("this build's format");
+        assert_eq!(state.snapshot_edit().log_format, Some(LOG_FORMAT));
+    }
 
     #[test]
     fn an_edit_that_does_not_apply_is_corruption_at_its_own_offset() -> Result<()> {

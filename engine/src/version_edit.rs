@@ -70,6 +70,10 @@ pub(crate) struct VersionEdit {
     pub(crate) dropped_cfs: Vec<u32>,
     pub(crate) new_files: Vec<(u32, usize, FileMeta)>,
     pub(crate) deleted_files: Vec<(u32, usize, u64)>,
+    /// The format of the logs the writer writes ([`LOG_FORMAT`](crate::manifest::LOG_FORMAT)):
+    /// in every snapshot edit, so a build that reads only older logs refuses the database (an
+    /// unknown tag is a malformed edit to it) instead of misreading them.
+    pub(crate) log_format: Option<u64>,
 }
 
 const TAG_LOG_NUMBER: u8 = 1;
@@ -80,6 +84,7 @@ const TAG_ADD_CF: u8 = 5;
 const TAG_DROP_CF: u8 = 6;
 const TAG_NEW_FILE: u8 = 7;
 const TAG_DELETED_FILE: u8 = 8;
+const TAG_LOG_FORMAT: u8 = 9;
 
 impl VersionEdit {
     /// Checks the numbers an edit read from disk may hold: sequence numbers within 56 bits, file
@@ -135,6 +140,7 @@ impl VersionEdit {
             (TAG_NEXT_FILE, self.next_file_number),
             (TAG_LAST_SEQNO, self.last_seqno),
             (TAG_NEXT_CF_ID, self.next_cf_id.map(u64::from)),
+            (TAG_LOG_FORMAT, self.log_format),
         ] {
             if let Some(v) = value {
                 out.push(tag);
@@ -203,6 +209,7 @@ impl VersionEdit {
                 TAG_NEXT_FILE => edit.next_file_number = Some(r.varint()?),
                 TAG_LAST_SEQNO => edit.last_seqno = Some(r.varint()?),
                 TAG_NEXT_CF_ID => edit.next_cf_id = Some(u32::try_from(r.varint()?).ok()?),
+                TAG_LOG_FORMAT => edit.log_format = Some(r.varint()?),
                 TAG_ADD_CF => edit.added_cfs.push(decode_cf(&mut r)?),
                 TAG_DROP_CF => edit.dropped_cfs.push(u32::try_from(r.varint()?).ok()?),
                 TAG_NEW_FILE => edit.new_files.push(decode_file(&mut r)?),
@@ -332,6 +339,7 @@ mod tests {
             next_file_number: Some(12),
             last_seqno: Some(99),
             next_cf_id: Some(3),
+            log_format: Some(2),
             added_cfs: vec![(
                 2,
                 "users".into(),
