@@ -113,8 +113,8 @@ pub(crate) struct DbState {
     pub(crate) read_triggered: std::collections::BTreeMap<u32, Vec<(bytes::Bytes, bytes::Bytes)>>,
     /// Per column family, the reported ranges a pick last found nothing to do for: further
     /// reports within them are dropped while that pick would still find nothing (see
-    /// `compact::ReadQuiet`).
-    pub(crate) read_quiet: std::collections::BTreeMap<u32, crate::compact::ReadQuiet>,
+    /// `read_quiet::ReadQuiet`).
+    pub(crate) read_quiet: std::collections::BTreeMap<u32, crate::read_quiet::ReadQuiet>,
     /// Tables an automatic in-place rewrite at the last level produced, by number: the picker
     /// leaves them for their tombstones until the oldest snapshot or the clock lets more go.
     pub(crate) futile: std::collections::BTreeMap<u64, crate::futile::FutileRewrite>,

@@ -67,6 +67,7 @@ pub mod planted;
 mod planted;
 mod read;
 mod read_only;
+mod read_quiet;
 mod recovery;
 mod resume;
 mod snapshot;
