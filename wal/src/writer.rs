@@ -84,11 +84,7 @@ impl LogWriter {
     /// `Error::Io` if the append fails, after which every further call returns
     /// `Error::WriterFailed` (as after a failed [`sync`](Self::sync)).
     pub fn add_record(&mut self, payload: &[u8]) -> Result<u64> {
-        if self.failed {
-            return Err(Error::WriterFailed {
-                file: self.path().to_path_buf(),
-            });
-        }
+        self.refuse_if_failed()?;
         self.refuse_if_ended()?;
         if payload.len() > MAX_RECORD_LEN {
             return Err(Error::InvalidArgument {
@@ -185,11 +181,7 @@ impl LogWriter {
     /// `Error::Io` if the sync fails; whether the records are durable is then unknown (a kernel
     /// may have dropped them), and every further call returns `Error::WriterFailed`.
     pub fn sync(&mut self) -> Result<()> {
-        if self.failed {
-            return Err(Error::WriterFailed {
-                file: self.path().to_path_buf(),
-            });
-        }
+        self.refuse_if_failed()?;
         if let Err(e) = self.file.sync() {
             self.failed = true;
             return Err(e.into());
@@ -264,11 +256,7 @@ impl LogWriter {
     /// Appends an empty mark of type `mark`, after the pending sync mark (if there is one) and
     /// any trailer padding, in one append.
     fn append_mark(&mut self, mark: FragmentType) -> Result<()> {
-        if self.failed {
-            return Err(Error::WriterFailed {
-                file: self.path().to_path_buf(),
-            });
-        }
+        self.refuse_if_failed()?;
         self.buf.clear();
         let marked = self.push_sync_mark(true);
         let left_in_block = BLOCK_SIZE - offset_in_block(self.len + self.buf.len() as u64);
@@ -284,6 +272,16 @@ impl LogWriter {
             self.unmarked_sync = None;
         }
         self.len += self.buf.len() as u64;
+        Ok(())
+    }
+
+    /// `WriterFailed` once an append or sync failed: the file may end in garbage.
+    fn refuse_if_failed(&self) -> Result<()> {
+        if self.failed {
+            return Err(Error::WriterFailed {
+                file: self.path().to_path_buf(),
+            });
+        }
         Ok(())
     }
 
