@@ -19,14 +19,10 @@ use crate::error::{Error, Result};
 use crate::filename;
 use crate::futile::FutileRewrite;
 use crate::inner::{DbInner, DbState, Running};
-use crate::read_quiet::{ReadQuiet, within};
+use crate::read_quiet::{MAX_READ_TRIGGERED_RANGES, ReadQuiet, within};
 use crate::stats::CompactionCounts;
 use crate::version::Version;
 use crate::version_edit::{FileMeta, VersionEdit};
-
-/// Ranges a column family remembers for read-triggered compaction until they are compacted;
-/// reports beyond it are dropped (the ranges held are compacted first, then new reports count).
-const MAX_READ_TRIGGERED_RANGES: usize = 64;
 
 /// An output table is cut when it overlaps this many target file sizes of the level below
 /// (`LevelDB`'s grandparent limit), so no later compaction of it rewrites too much.

@@ -6,6 +6,10 @@
 
 use bytes::Bytes;
 
+/// Ranges a column family remembers for read-triggered compaction until they are compacted;
+/// reports beyond it are dropped (the ranges held are compacted first, then new reports count).
+pub(crate) const MAX_READ_TRIGGERED_RANGES: usize = 64;
+
 /// How long reports within ranges a pick found nothing to do for are dropped, unless a new
 /// read view comes first. What the view does not show (a snapshot released, a grace period
 /// ending) lets a pick do more; the window bounds how late a report then comes.
@@ -25,7 +29,7 @@ pub(crate) struct ReadQuiet {
 
 /// The most ranges a column family keeps quiet (picks that found nothing add theirs while the
 /// view stands); the oldest go first.
-const MAX_QUIET_RANGES: usize = 256;
+const MAX_QUIET_RANGES: usize = 4 * MAX_READ_TRIGGERED_RANGES;
 
 impl ReadQuiet {
     /// Whether the window is open for `view` at `now_ms`: same view, and the clock within
