@@ -101,7 +101,7 @@ pub fn run(spec: JobSpec<'_>, outputs: &mut dyn OutputFiles) -> Result<JobOutput
         .iter()
         .flat_map(|t| t.range_tombstones().iter_tombstones())
         .collect();
-    let children: Vec<TableIter> = inputs.iter().map(Table::iter).collect();
+    let children: Vec<TableIter> = inputs.iter().map(|t| t.iter().fill_cache(false)).collect();
     let mut iter =
         CompactionIter::from_raw_tombstones(MergingIter::new(children), all_tombstones, ctx)?;
     let survivors = iter.surviving_range_tombstones();

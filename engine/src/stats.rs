@@ -153,6 +153,10 @@ pub struct Stats {
     /// Data blocks fetched (from the block cache or the file) since open, by reads and
     /// compactions: the cost of reads, for tests and tuning. Never decreases.
     pub data_blocks_read: u64,
+    /// Bytes of decompressed blocks the block cache holds now: at most
+    /// `Options::block_cache_bytes`. Reads fill it; compactions use what it holds but add
+    /// nothing to it.
+    pub block_cache_bytes: u64,
     /// Tables the table cache holds open now: at most `Options::max_open_tables`.
     pub open_tables: usize,
     /// Memtables frozen and waiting for their flush now (one per log, holding every column
@@ -231,6 +235,7 @@ impl crate::inner::DbInner {
             memtable_bytes,
             memtable_flush_trigger: u64::try_from(self.options.memtable_size).unwrap_or(u64::MAX),
             data_blocks_read: self.tables.blocks_read(),
+            block_cache_bytes: self.tables.block_cache_bytes(),
             open_tables: self.tables.open_tables(),
             immutable_memtables: sv.memsets.len().saturating_sub(1),
             immutable_memtables_peak: c.immutable_memtables_peak.load(Ordering::Relaxed),

@@ -83,6 +83,11 @@ impl TableCache {
         self.blocks_read.load(Ordering::Relaxed)
     }
 
+    /// Bytes the block cache holds now; zero without one.
+    pub(crate) fn block_cache_bytes(&self) -> u64 {
+        self.blocks.as_ref().map_or(0, BlockCache::usage)
+    }
+
     /// Tables the cache holds open now.
     pub(crate) fn open_tables(&self) -> usize {
         self.open.len()

@@ -43,6 +43,33 @@ fn the_table_cache_keeps_no_more_tables_open_than_its_bound() {
 }
 
 #[test]
+fn compactions_read_tables_without_filling_the_block_cache() {
+    let dir = tempdir();
+    let options = || {
+        Options::default()
+            .block_cache_bytes(8 << 20)
+            .level0_triggers(100, 200, 300)
+    };
+    let db = Db::open(dir.path(), options()).expect("open");
+    for t in 0..6 {
+        for i in 0..2_000 {
+            db.put(format!("k{i:05}"), format!("value {t} of {i:05}"))
+                .expect("put");
+        }
+        db.flush().expect("flush");
+    }
+    db.close().expect("close");
+    let db = Db::open(dir.path(), options()).expect("reopen");
+    assert_eq!(db.stats().block_cache_bytes, 0, "a fresh cache");
+    db.compact_range::<&[u8]>(..).expect("compact");
+    let stats = db.stats();
+    assert!(stats.compactions > 0);
+    assert_eq!(stats.block_cache_bytes, 0, "compaction filled the cache");
+    assert_eq!(db.iter().expect("iter").count(), 2_000);
+    assert!(db.stats().block_cache_bytes > 0, "a scan cached nothing");
+}
+
+#[test]
 fn tables_are_read_without_a_mapping_unless_asked() {
     for mapped in [false, true] {
         let dir = tempdir();

@@ -25,6 +25,8 @@ pub struct TableIter {
     last_key: Vec<u8>,
     /// Reads the blocks ahead of a walk in file order.
     pub(super) ahead: Readahead,
+    /// Whether blocks read from the file go into the block cache.
+    fill_cache: bool,
 }
 
 impl TableIter {
@@ -37,7 +39,18 @@ impl TableIter {
             value_start: 0,
             last_key: Vec::new(),
             ahead: Readahead::default(),
+            fill_cache: true,
         }
+    }
+
+    /// Whether blocks this iterator reads from the file are kept in the block cache (the
+    /// default) or dropped once passed. A compaction reads each input block once: filling the
+    /// cache with them would evict the blocks readers use and hold memory for nothing
+    /// (`RocksDB` compacts with `fill_cache` off too). Blocks already cached are used either way.
+    #[must_use]
+    pub fn fill_cache(mut self, fill: bool) -> Self {
+        self.fill_cache = fill;
+        self
     }
 
     /// The table this iterates.
@@ -56,7 +69,11 @@ impl TableIter {
             self.data = None;
             return Err(self.index.corruption_here("bad block handle in index"));
         };
-        self.data = Some(self.table.data_block(handle, &mut self.ahead)?.into_iter());
+        self.data = Some(
+            self.table
+                .data_block(handle, &mut self.ahead, self.fill_cache)?
+                .into_iter(),
+        );
         Ok(true)
     }
 

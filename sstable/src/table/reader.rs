@@ -278,8 +278,13 @@ impl Table {
     }
 
     /// The data block at `handle`, through the cache, and on a miss through the iterator's
-    /// read-ahead.
-    pub(crate) fn data_block(&self, handle: BlockHandle, ahead: &mut Readahead) -> Result<Block> {
+    /// read-ahead; a block read from the file is cached if `fill_cache`.
+    pub(crate) fn data_block(
+        &self,
+        handle: BlockHandle,
+        ahead: &mut Readahead,
+        fill_cache: bool,
+    ) -> Result<Block> {
         let inner = &*self.inner;
         ahead.note(handle.offset, stored_len(handle).unwrap_or(usize::MAX));
         inner.blocks_read.fetch_add(1, Ordering::Relaxed);
@@ -315,7 +320,7 @@ impl Table {
             inner.dictionary.as_ref(),
             Some((ahead, inner.data_end)),
         )?;
-        if let Some(cache) = &inner.cache {
+        if let Some(cache) = inner.cache.as_ref().filter(|_| fill_cache) {
             cache.insert(inner.id, handle.offset, bytes.clone());
         }
         Block::new(bytes, origin)
@@ -392,6 +397,50 @@ mod tests {
             iter.ahead.held(),
             0,
             "the finished scan still holds its window"
+        );
+    }
+
+    #[test]
+    fn a_scan_without_cache_fill_uses_the_cache_but_adds_nothing_to_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (counted, _) = counted_table(dir.path(), 5_000);
+        drop(counted);
+        let path = dir.path().join("t.sst");
+        let cache = BlockCache::new(64 << 20);
+        let reads = Arc::new(AtomicUsize::new(0));
+        let file = CountingFile {
+            inner: cairn_fs::RealFs::new().open_read(&path).expect("open"),
+            reads: Arc::clone(&reads),
+        };
+        let table = Table::from_file(
+            TableFile::Reader(Box::new(file)),
+            &path,
+            1,
+            Some(cache.clone()),
+        )
+        .expect("table");
+        let before = cache.usage();
+        let scan = |iter: &mut TableIter| {
+            iter.seek_to_first().expect("seek");
+            let mut seen = 0;
+            while iter.valid() {
+                seen += 1;
+                iter.next().expect("next");
+            }
+            seen
+        };
+        assert_eq!(scan(&mut table.iter().fill_cache(false)), 5_000);
+        assert_eq!(cache.usage(), before, "a scan without fill grew the cache");
+        assert_eq!(scan(&mut table.iter()), 5_000);
+        let filled = cache.usage();
+        assert!(filled > before, "a default scan cached nothing");
+        reads.store(0, Ordering::Relaxed);
+        assert_eq!(scan(&mut table.iter().fill_cache(false)), 5_000);
+        assert_eq!(cache.usage(), filled);
+        assert_eq!(
+            reads.load(Ordering::Relaxed),
+            0,
+            "a scan without fill read cached blocks from the file"
         );
     }
 
