@@ -16,6 +16,7 @@ use crate::Result;
 use crate::disk::{allocated_bytes, dir_bytes, settled_dir_bytes};
 use crate::engine::{Engine, EngineKind, RangeDelete};
 use crate::keys::{KEY_LEN, Values, key, missing_key, queue_key, shuffled};
+use crate::latency::Histogram;
 use crate::settings::Settings;
 
 /// Entries a `seekrandom` read takes: the one sought and ten `next`s.
@@ -402,19 +403,19 @@ impl Context<'_> {
     /// writer sees (p50 to p99.99 and the worst, in microseconds), which is where a lock held across I/O shows.
     fn fill_random(&mut self) -> Result<Vec<Measurement>> {
         let order = shuffled(self.s.num, &mut self.rng);
-        let mut latencies = Vec::with_capacity(order.len());
+        let mut latencies = Histogram::new();
         let start = Instant::now();
         for i in order {
             let put_start = Instant::now();
             self.put(i)?;
-            latencies.push(put_start.elapsed());
+            latencies.record(put_start.elapsed());
         }
         let elapsed = start.elapsed();
-        let n = latencies.len() as u64;
+        let n = latencies.len();
         self.live_keys = Some(n);
         Ok(vec![with_latencies(
             Measurement::timed("fillrandom", elapsed, n),
-            latencies,
+            &latencies,
         )])
     }
 
@@ -445,11 +446,11 @@ impl Context<'_> {
         &mut self,
         key_of: fn(u64) -> [u8; KEY_LEN],
         each: bool,
-    ) -> Result<(Duration, u64, Vec<Duration>, Option<f64>)> {
+    ) -> Result<(Duration, u64, Histogram, Option<f64>)> {
         self.filled()?;
         self.live_keys = Some(self.s.num);
         let targets = self.random_targets();
-        let mut latencies = Vec::with_capacity(if each { targets.len() } else { 0 });
+        let mut latencies = Histogram::new();
         let blocks_before = self.engine.blocks_read();
         let start = Instant::now();
         let mut hits = 0;
@@ -457,7 +458,7 @@ impl Context<'_> {
             let get_start = each.then(Instant::now);
             hits += u64::from(self.engine.get(&key_of(i))?);
             if let Some(t) = get_start {
-                latencies.push(t.elapsed());
+                latencies.record(t.elapsed());
             }
         }
         let elapsed = start.elapsed();
@@ -478,7 +479,7 @@ impl Context<'_> {
             return Err(format!("readrandom: {hits} hits of {} reads", self.s.reads).into());
         }
         Ok(vec![with_blocks(
-            with_latencies(Measurement::timed("readrandom", elapsed, hits), latencies),
+            with_latencies(Measurement::timed("readrandom", elapsed, hits), &latencies),
             blocks,
         )])
     }
@@ -777,35 +778,19 @@ pub(crate) fn with_space(m: Measurement, disk: u64, allocated: u64, live: u64) -
         )
 }
 
-/// `m` with the latency percentiles of `latencies` (p50 to p99.99 and the worst, in µs).
-fn with_latencies(mut m: Measurement, mut latencies: Vec<Duration>) -> Measurement {
-    latencies.sort_unstable();
+/// `m` with the latency percentiles of `latencies` (p50 to p99.99 and the worst, in µs). A
+/// histogram, not a list of every latency: a list would cost 16 bytes per operation (160 MB
+/// at 10M keys) and show in every engine's peak memory.
+fn with_latencies(mut m: Measurement, latencies: &Histogram) -> Measurement {
     for (name, quantile) in [
         ("p50_us", 0.5),
         ("p99_us", 0.99),
         ("p999_us", 0.999),
         ("p9999_us", 0.9999),
-        ("max_us", 1.0),
     ] {
-        m = m.with(name, percentile(&latencies, quantile).as_secs_f64() * 1e6);
+        m = m.with(name, latencies.quantile_us(quantile));
     }
-    m
-}
-
-/// The `quantile` (0..=1) of sorted `durations`, nearest rank; zero for none.
-fn percentile(sorted: &[Duration], quantile: f64) -> Duration {
-    #[expect(
-        clippy::cast_precision_loss,
-        reason = "sample counts are far below 2^52"
-    )]
-    let last = sorted.len().saturating_sub(1) as f64;
-    #[expect(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        reason = "a rank within 0..=len-1"
-    )]
-    let rank = (last * quantile.clamp(0.0, 1.0)).round() as usize;
-    sorted.get(rank).copied().unwrap_or_default()
+    m.with("max_us", latencies.max_us())
 }
 
 /// Operations per second in each fifth of the operations, given when each one ended.
@@ -833,15 +818,6 @@ fn fifths(ends: &[f64]) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn percentiles_pick_the_nearest_rank() {
-        let samples: Vec<Duration> = (1..=1000).map(Duration::from_micros).collect();
-        assert_eq!(percentile(&samples, 0.5), Duration::from_micros(501));
-        assert_eq!(percentile(&samples, 0.99), Duration::from_micros(990));
-        assert_eq!(percentile(&samples, 0.999), Duration::from_micros(999));
-        assert_eq!(percentile(&[], 0.5), Duration::ZERO);
-    }
 
     #[test]
     fn fifths_split_the_operations_evenly() {
