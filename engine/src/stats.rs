@@ -153,8 +153,8 @@ pub struct Stats {
     /// Data blocks fetched (from the block cache or the file) since open, by reads and
     /// compactions: the cost of reads, for tests and tuning. Never decreases.
     pub data_blocks_read: u64,
-    /// Bytes of decompressed blocks the block cache holds now: at most
-    /// `Options::block_cache_bytes`. Reads fill it; compactions use what it holds but add
+    /// Bytes the block cache charges now: its decompressed blocks plus 32 bytes per entry, kept
+    /// within `Options::block_cache_bytes`. Reads fill it; compactions use what it holds but add
     /// nothing to it.
     pub block_cache_bytes: u64,
     /// Tables the table cache holds open now: at most `Options::max_open_tables`.

@@ -65,7 +65,8 @@ impl Failure {
 pub(crate) struct Tally {
     ops: Mutex<BTreeMap<&'static str, u64>>,
     verifications: AtomicU64,
-    failures: [AtomicU64; 10],
+    /// One counter per kind, in [`Failure::ALL`]'s order.
+    failures: [AtomicU64; Failure::ALL.len()],
     engine_errors: AtomicU64,
     conflicts: AtomicU64,
     messages: Mutex<Vec<String>>,
@@ -512,4 +513,21 @@ pub struct HeldCounts {
     pub fresh_reads: u64,
     /// Scenes run with every other worker paused.
     pub scenes: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_of_failure_is_counted_and_fails_the_run() {
+        for kind in Failure::ALL {
+            let tally = Tally::default();
+            tally.fail(kind, "planted".to_string());
+            let summary = tally.summary();
+            assert_eq!(summary.count(kind), 1, "{kind:?} was not counted");
+            assert!(!summary.is_clean(), "a run with a {kind:?} failure passed");
+            assert_eq!(tally.total_failures(), 1, "{kind:?}");
+        }
+    }
 }

@@ -102,6 +102,35 @@ fn failed_sync_makes_the_writer_refuse_further_records() {
 }
 
 #[test]
+fn after_a_failed_sync_the_marks_and_the_seal_are_refused_too() {
+    // An end, sealed or begin mark after a hole would vouch for bytes the kernel may have
+    // dropped: each is refused with the same error as a record, and nothing reaches the file.
+    let refused = |what: &str, mark: fn(&mut LogWriter) -> cairn_wal::Result<()>| {
+        let file = MemLog::default();
+        let mut writer = LogWriter::new(file.handle());
+        if what == "begin" {
+            file.fail_syncs();
+            assert!(matches!(writer.sync(), Err(Error::Io(_))), "{what}");
+        } else {
+            writer.add_record(b"maybe lost").expect("append");
+            file.fail_syncs();
+            assert!(matches!(writer.sync(), Err(Error::Io(_))), "{what}");
+        }
+        let appends = file.appends();
+        let result = mark(&mut writer);
+        assert!(
+            matches!(result, Err(Error::WriterFailed { .. })),
+            "{what}: {result:?}"
+        );
+        assert_eq!(file.appends(), appends, "{what} reached the file");
+    };
+    refused("end", LogWriter::end);
+    refused("sealed", LogWriter::mark_predecessors_sealed);
+    refused("seal", LogWriter::seal);
+    refused("begin", LogWriter::begin);
+}
+
+#[test]
 fn a_sync_mark_precedes_the_first_record_after_a_sync_and_is_no_record() {
     let file = MemLog::default();
     let mut writer = LogWriter::new(file.handle());
