@@ -37,8 +37,7 @@ use crate::disk::{allocated_bytes, dir_bytes, settled_dir_bytes};
 use crate::engine::{Expiry, RangeDelete};
 use crate::keys::{KEY_LEN, key};
 use crate::latency::Histogram;
-use crate::readwhilewriting::with_percentiles;
-use crate::workload::{Context, Measurement, as_f64, with_space};
+use crate::workload::{Context, Measurement, as_f64, with_percentiles, with_space};
 
 /// The longest TTL a key gets.
 const MAX_TTL: Duration = Duration::from_secs(30);

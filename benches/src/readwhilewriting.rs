@@ -23,7 +23,7 @@ use crate::Result;
 use crate::engine::Engine;
 use crate::keys::{Values, key};
 use crate::latency::Histogram;
-use crate::workload::{Context, Measurement, as_f64};
+use crate::workload::{Context, Measurement, as_f64, with_percentiles};
 
 /// Latencies of one kind of operation, by the second of the run they ended in.
 #[derive(Default)]
@@ -207,15 +207,6 @@ fn write_loop(
         latencies.record(done.duration_since(start), done.duration_since(now));
         n += 1;
     }
-}
-
-/// `m` with p50 to p99.99 and the largest latency of `h`, in µs, as `fillrandom`'s rows.
-pub(crate) fn with_percentiles(m: Measurement, h: &Histogram) -> Measurement {
-    m.with("p50_us", h.quantile_us(0.5))
-        .with("p99_us", h.quantile_us(0.99))
-        .with("p999_us", h.quantile_us(0.999))
-        .with("p9999_us", h.quantile_us(0.9999))
-        .with("max_us", h.max_us())
 }
 
 #[cfg(test)]

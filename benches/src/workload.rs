@@ -413,7 +413,7 @@ impl Context<'_> {
         let elapsed = start.elapsed();
         let n = latencies.len();
         self.live_keys = Some(n);
-        Ok(vec![with_latencies(
+        Ok(vec![with_percentiles(
             Measurement::timed("fillrandom", elapsed, n),
             &latencies,
         )])
@@ -479,7 +479,7 @@ impl Context<'_> {
             return Err(format!("readrandom: {hits} hits of {} reads", self.s.reads).into());
         }
         Ok(vec![with_blocks(
-            with_latencies(Measurement::timed("readrandom", elapsed, hits), &latencies),
+            with_percentiles(Measurement::timed("readrandom", elapsed, hits), &latencies),
             blocks,
         )])
     }
@@ -778,19 +778,14 @@ pub(crate) fn with_space(m: Measurement, disk: u64, allocated: u64, live: u64) -
         )
 }
 
-/// `m` with the latency percentiles of `latencies` (p50 to p99.99 and the worst, in µs). A
-/// histogram, not a list of every latency: a list would cost 16 bytes per operation (160 MB
-/// at 10M keys) and show in every engine's peak memory.
-fn with_latencies(mut m: Measurement, latencies: &Histogram) -> Measurement {
-    for (name, quantile) in [
-        ("p50_us", 0.5),
-        ("p99_us", 0.99),
-        ("p999_us", 0.999),
-        ("p9999_us", 0.9999),
-    ] {
-        m = m.with(name, latencies.quantile_us(quantile));
-    }
-    m.with("max_us", latencies.max_us())
+/// `m` with p50 to p99.99 and the largest latency of `h`, in µs: the latency columns of every
+/// row that reports them.
+pub(crate) fn with_percentiles(m: Measurement, h: &Histogram) -> Measurement {
+    m.with("p50_us", h.quantile_us(0.5))
+        .with("p99_us", h.quantile_us(0.99))
+        .with("p999_us", h.quantile_us(0.999))
+        .with("p9999_us", h.quantile_us(0.9999))
+        .with("max_us", h.max_us())
 }
 
 /// Operations per second in each fifth of the operations, given when each one ended.
