@@ -4,7 +4,7 @@
 //! Ctrl-C or SIGTERM ends a run early but whole: the workers stop after their operation (a
 //! blackbox child is killed and checked at once), the final verification runs, and the summary
 //! and report say `interrupted`; the exit code is the run's own (0 pass, 1 a check failed). A
-//! second Ctrl-C ends the process at once with 130.
+//! second Ctrl-C ends the process at once with 130, deleting the temporary databases first.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -585,6 +585,7 @@ fn stop_on_signals() {
     let installed = ctrlc::set_handler(|| {
         if cairn_stress::request_stop() {
             eprintln!("cairn: interrupted again; exiting without the final verification");
+            cairn_stress::remove_temporary_dirs();
             std::process::exit(130);
         }
         eprintln!(
@@ -667,9 +668,9 @@ fn write_json<T: serde::Serialize + ?Sized>(path: &PathBuf, value: &T) -> Result
     })
 }
 
-fn tempfile_dir(needed: bool) -> Option<tempfile::TempDir> {
+fn tempfile_dir(needed: bool) -> Option<cairn_stress::TemporaryDir> {
     if needed {
-        tempfile::tempdir().ok()
+        cairn_stress::TemporaryDir::new().ok()
     } else {
         None
     }

@@ -257,6 +257,44 @@ fn ctrl_c_stops_a_stress_verifies_and_reports() {
 }
 
 #[test]
+fn a_second_ctrl_c_exits_at_once_and_deletes_the_temporary_database() {
+    // The temporary database goes under a directory of the test's own, to see what is left.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut child = cairn()
+        .args([
+            "stress",
+            "--duration",
+            "1h",
+            "--keys",
+            "50000",
+            "--threads",
+            "2",
+            "--no-progress",
+        ])
+        .env("TMPDIR", tmp.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn cairn");
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut first = String::new();
+    stderr.read_line(&mut first).expect("first line");
+    assert!(first.starts_with("cairn stress:"), "{first}");
+    std::thread::sleep(Duration::from_secs(2));
+    send("-INT", &child);
+    std::thread::sleep(Duration::from_millis(20));
+    send("-INT", &child);
+    let out = finish_within(child, Duration::from_secs(120));
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stdout));
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .expect("read tmp")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
 fn sigterm_stops_a_crashtest_after_a_verified_cycle() {
     let mut child = cairn()
         .args([

@@ -724,7 +724,7 @@ fn consistent_prefix(
 /// cannot be created.
 pub fn work_dir(
     dir: Option<PathBuf>,
-) -> Result<(PathBuf, Option<tempfile::TempDir>), crate::StressError> {
+) -> Result<(PathBuf, Option<crate::TemporaryDir>), crate::StressError> {
     if let Some(d) = dir {
         // Never a user's directory: empty, new, or one a crash test made.
         let fresh = crate::run::claim(&d, false)?;
@@ -734,7 +734,7 @@ pub fn work_dir(
         }
         return Ok((d, None));
     }
-    let t = tempfile::tempdir()?;
+    let t = crate::TemporaryDir::new()?;
     Ok((t.path().to_path_buf(), Some(t)))
 }
 

@@ -2,8 +2,12 @@
 //!
 //! Signals reach the whole process, so the request is process-wide: every stress and crash loop
 //! running in it winds down as it would at its limit — workers stop after their operation, the
-//! final verification runs, the report says the run was interrupted.
+//! final verification runs, the report says the run was interrupted. A second signal ends the
+//! process at once: [`remove_temporary_dirs`] lets it delete the temporary databases first,
+//! which no destructor would.
 
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 static REQUESTED: AtomicBool = AtomicBool::new(false);
@@ -17,4 +21,74 @@ pub fn request_stop() -> bool {
 /// True once [`request_stop`] has been called.
 pub fn stop_requested() -> bool {
     REQUESTED.load(Ordering::Acquire)
+}
+
+/// The temporary directories alive in the process, for [`remove_temporary_dirs`].
+static TEMPORARY: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// A temporary directory a run works in: deleted when dropped, and by
+/// [`remove_temporary_dirs`] if the process must exit before it is dropped.
+#[derive(Debug)]
+pub struct TemporaryDir {
+    dir: tempfile::TempDir,
+}
+
+impl TemporaryDir {
+    /// A new, empty temporary directory.
+    ///
+    /// # Errors
+    /// The file system's error if it cannot be created.
+    pub fn new() -> std::io::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        lock_temporary().push(dir.path().to_path_buf());
+        Ok(Self { dir })
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for TemporaryDir {
+    fn drop(&mut self) {
+        lock_temporary().retain(|p| p != self.dir.path());
+    }
+}
+
+/// Deletes every [`TemporaryDir`] still alive, for a process about to exit without running
+/// their destructors (a second Ctrl-C). Best effort: a file a worker creates meanwhile may
+/// keep a directory, and what cannot be deleted is left.
+pub fn remove_temporary_dirs() {
+    for dir in lock_temporary().iter() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+fn lock_temporary() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    TEMPORARY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporary_dirs_are_removed_on_request_and_forgotten_when_dropped() {
+        let kept = TemporaryDir::new().expect("tempdir");
+        let removed = TemporaryDir::new().expect("tempdir");
+        std::fs::write(removed.path().join("000001.sst"), b"table").expect("write");
+        let removed_path = removed.path().to_path_buf();
+        // Dropping forgets the directory: a later removal does not touch a reused path.
+        let dropped = TemporaryDir::new().expect("tempdir");
+        let dropped_path = dropped.path().to_path_buf();
+        drop(dropped);
+        assert!(!lock_temporary().contains(&dropped_path));
+        remove_temporary_dirs();
+        assert!(!removed_path.exists(), "a temporary database was left");
+        assert!(!kept.path().exists());
+        drop((kept, removed));
+    }
 }

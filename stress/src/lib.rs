@@ -53,7 +53,7 @@ mod worker;
 pub use config::{Limit, OpWeights, StressConfig};
 pub use crashtest::{CrashConfig, CrashReport, blackbox, power_loss, work_dir};
 pub use harness::{Harness, MIN_FAULT_CYCLES, STRESS_CF, StressError};
-pub use interrupt::{request_stop, stop_requested};
+pub use interrupt::{TemporaryDir, remove_temporary_dirs, request_stop, stop_requested};
 pub use op_log::OpLogHeader;
 pub use replay::{ReplaySettings, replay};
 pub use report::{Failure, Failures, HeldCounts, StressReport, TtlCounts};

@@ -31,7 +31,7 @@ pub fn run_stress(config: StressConfig) -> Result<StressReport, StressError> {
     };
     let temp = match config.db {
         Some(_) => None,
-        None => Some(tempfile::tempdir()?),
+        None => Some(crate::TemporaryDir::new()?),
     };
     let path = config
         .db
@@ -151,7 +151,7 @@ pub fn run_with_fault_plan(
     config: StressConfig,
     plan: &FaultPlan,
 ) -> Result<StressReport, StressError> {
-    let dir = tempfile::tempdir()?;
+    let dir = crate::TemporaryDir::new()?;
     let fs = cairn_fs::FaultyFs::new(config.seed);
     fs.set_sync_failure(plan.sync_failure);
     let harness = Harness::open(config, dir.path(), Arc::new(fs.clone()), Some(fs.clone()))?;
