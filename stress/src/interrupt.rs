@@ -30,7 +30,8 @@ static TEMPORARY: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 /// [`remove_temporary_dirs`] if the process must exit before it is dropped.
 #[derive(Debug)]
 pub struct TemporaryDir {
-    dir: tempfile::TempDir,
+    /// `None` only inside `drop`, which deletes it under the registry's lock.
+    dir: Option<tempfile::TempDir>,
 }
 
 impl TemporaryDir {
@@ -39,28 +40,49 @@ impl TemporaryDir {
     /// # Errors
     /// The file system's error if it cannot be created.
     pub fn new() -> std::io::Result<Self> {
+        // Created and registered under the lock, so a removal never misses it.
+        let mut registry = lock_temporary();
         let dir = tempfile::tempdir()?;
-        lock_temporary().push(dir.path().to_path_buf());
-        Ok(Self { dir })
+        registry.push(dir.path().to_path_buf());
+        Ok(Self { dir: Some(dir) })
     }
 
     /// Its path.
     pub fn path(&self) -> &Path {
-        self.dir.path()
+        self.dir
+            .as_ref()
+            .map_or(Path::new(""), tempfile::TempDir::path)
     }
 }
 
 impl Drop for TemporaryDir {
     fn drop(&mut self) {
-        lock_temporary().retain(|p| p != self.dir.path());
+        let mut registry = lock_temporary();
+        if let Some(dir) = self.dir.take() {
+            registry.retain(|p| p != dir.path());
+            drop(dir);
+        }
     }
 }
 
 /// Deletes every [`TemporaryDir`] still alive, for a process about to exit without running
-/// their destructors (a second Ctrl-C). Best effort: a file a worker creates meanwhile may
-/// keep a directory, and what cannot be deleted is left.
+/// their destructors (a second Ctrl-C). Each is first renamed aside, so that the engine's
+/// background threads, still writing, cannot add files to it (a reopen that made it again is
+/// deleted after), and its removal is tried a few times. Best effort: what cannot be deleted
+/// is left.
 pub fn remove_temporary_dirs() {
     for dir in lock_temporary().iter() {
+        let aside = dir.with_extension("removing");
+        let target = if std::fs::rename(dir, &aside).is_ok() {
+            aside
+        } else {
+            dir.clone()
+        };
+        for _ in 0..5 {
+            if std::fs::remove_dir_all(&target).is_ok() || !target.exists() {
+                break;
+            }
+        }
         let _ = std::fs::remove_dir_all(dir);
     }
 }
