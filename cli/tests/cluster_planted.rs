@@ -44,13 +44,22 @@ fn stress(
 /// load decides, and a probe can lose its race with the new leader's messages.
 const ATTEMPTS: usize = 3;
 
-/// The twin passes having injected what `counter` counts; the bug is caught as one of `kinds`
-/// within [`ATTEMPTS`] runs.
+/// The twin passes every run, and injects what `counter` counts within [`ATTEMPTS`] runs (on a
+/// loaded machine a crash can miss the window it aims at: a CI run beside other builds saw a
+/// twin with no crash during an install); the bug is caught as one of `kinds` within
+/// [`ATTEMPTS`] runs.
 fn caught_beside_its_twin(bug: &str, faults: &str, duration: &str, counter: &str, kinds: &[&str]) {
     let seed = "2";
-    let (out, report) = stress(seed, faults, duration, None);
-    assert_eq!(out.status.code(), Some(0), "the twin of {bug}: {report}");
-    assert!(report[counter].as_u64() >= Some(1), "{counter}: {report}");
+    let exercised = (0..ATTEMPTS).any(|attempt| {
+        let (out, report) = stress(seed, faults, duration, None);
+        assert_eq!(out.status.code(), Some(0), "the twin of {bug}: {report}");
+        println!("twin run {attempt}: {counter} {}", report[counter]);
+        report[counter].as_u64() >= Some(1)
+    });
+    assert!(
+        exercised,
+        "the twin of {bug} had no {counter} in {ATTEMPTS} runs"
+    );
     let caught = (0..ATTEMPTS).any(|attempt| {
         let (out, report) = stress(seed, faults, duration, Some(bug));
         println!("run {attempt} with {bug}: {report}");
