@@ -73,6 +73,25 @@ pub struct Nodes {
     starts: u64,
 }
 
+/// A free loopback port below Linux's ephemeral range (32768 and up). A port from binding
+/// `:0` lies in that range, and the outgoing connections of the nodes already running draw
+/// their source ports from it too: one could take a node's port while the node was down for a
+/// restart, and the node exited with status 2 at its start (a local CI run saw it). Falls back
+/// to `:0` if no port below is free.
+fn free_port_below_ephemeral() -> std::io::Result<String> {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    for _ in 0..200 {
+        let port: u16 = rng.random_range(10_000..32_000);
+        if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            return Ok(listener.local_addr()?.to_string());
+        }
+    }
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .to_string())
+}
+
 impl Nodes {
     /// `count` nodes under `dir`, each on a free loopback port; none started yet.
     ///
@@ -81,9 +100,7 @@ impl Nodes {
     pub fn new(dir: &Path, count: usize, settings: NodeSettings) -> std::io::Result<Self> {
         let mut procs = Vec::new();
         for id in (1..).take(count) {
-            let addr = std::net::TcpListener::bind("127.0.0.1:0")?
-                .local_addr()?
-                .to_string();
+            let addr = free_port_below_ephemeral()?;
             procs.push(NodeProc {
                 id,
                 addr,
