@@ -59,6 +59,22 @@ fn send(signal: &str, child: &Child) {
     assert!(status.success());
 }
 
+/// Spawns `command` with piped output and waits for its first stderr line, which starts with
+/// `banner` once the run has started (and its signal handler is in place); the rest of stderr
+/// is left to read.
+fn started(command: &mut Command, banner: &str) -> (Child, BufReader<std::process::ChildStderr>) {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn cairn");
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut first = String::new();
+    stderr.read_line(&mut first).expect("first line");
+    assert!(first.starts_with(banner), "{first}");
+    (child, stderr)
+}
+
 /// A database as a user leaves it: a few keys in the default family.
 fn user_database(dir: &Path) {
     let db = Db::open(dir, Options::default()).expect("open");
@@ -218,28 +234,22 @@ fn cycles_bound_a_timed_crashtest() {
 fn ctrl_c_stops_a_stress_verifies_and_reports() {
     let dir = tempfile::tempdir().expect("tempdir");
     let report = dir.path().join("report.json");
-    let mut child = cairn()
-        .args([
-            "stress",
-            "--duration",
-            "1h",
-            "--keys",
-            "2000",
-            "--threads",
-            "2",
-            "--no-progress",
-            "--report",
-        ])
-        .arg(&report)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn cairn");
-    // The first line says the run has started (and the handler is in place).
-    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
-    let mut first = String::new();
-    stderr.read_line(&mut first).expect("first line");
-    assert!(first.starts_with("cairn stress:"), "{first}");
+    let (child, _stderr) = started(
+        cairn()
+            .args([
+                "stress",
+                "--duration",
+                "1h",
+                "--keys",
+                "2000",
+                "--threads",
+                "2",
+                "--no-progress",
+                "--report",
+            ])
+            .arg(&report),
+        "cairn stress:",
+    );
     std::thread::sleep(Duration::from_millis(1500));
     send("-INT", &child);
     let out = finish_within(child, Duration::from_secs(120));
@@ -260,26 +270,21 @@ fn ctrl_c_stops_a_stress_verifies_and_reports() {
 fn a_second_ctrl_c_exits_at_once_and_deletes_the_temporary_database() {
     // The temporary database goes under a directory of the test's own, to see what is left.
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mut child = cairn()
-        .args([
-            "stress",
-            "--duration",
-            "1h",
-            "--keys",
-            "50000",
-            "--threads",
-            "2",
-            "--no-progress",
-        ])
-        .env("TMPDIR", tmp.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn cairn");
-    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
-    let mut first = String::new();
-    stderr.read_line(&mut first).expect("first line");
-    assert!(first.starts_with("cairn stress:"), "{first}");
+    let (child, mut stderr) = started(
+        cairn()
+            .args([
+                "stress",
+                "--duration",
+                "1h",
+                "--keys",
+                "50000",
+                "--threads",
+                "2",
+                "--no-progress",
+            ])
+            .env("TMPDIR", tmp.path()),
+        "cairn stress:",
+    );
     std::thread::sleep(Duration::from_secs(2));
     let made = std::fs::read_dir(tmp.path()).expect("read tmp").count();
     assert_eq!(
@@ -307,8 +312,8 @@ fn a_second_ctrl_c_exits_at_once_and_deletes_the_temporary_database() {
 
 #[test]
 fn sigterm_stops_a_crashtest_after_a_verified_cycle() {
-    let mut child = cairn()
-        .args([
+    let (child, _stderr) = started(
+        cairn().args([
             "crashtest",
             "--mode",
             "blackbox",
@@ -320,15 +325,9 @@ fn sigterm_stops_a_crashtest_after_a_verified_cycle() {
             "200ms",
             "--kill-max",
             "400ms",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn cairn");
-    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
-    let mut first = String::new();
-    stderr.read_line(&mut first).expect("first line");
-    assert!(first.starts_with("cairn crashtest:"), "{first}");
+        ]),
+        "cairn crashtest:",
+    );
     std::thread::sleep(Duration::from_millis(2500));
     send("-TERM", &child);
     let out = finish_within(child, Duration::from_secs(120));
