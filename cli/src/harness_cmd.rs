@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use cairn_stress::CrashConfig;
 use cairn_stress::cluster::FaultKind;
+use cairn_stress::engine::{EngineError, EngineKind, Support};
 use cairn_stress::{Limit, OpWeights, StressConfig, StressError};
 use clap::{Args, Subcommand};
 
@@ -37,6 +38,11 @@ pub struct StressArgs {
     /// families (`stress`, `ttl_one`, `ttl_three`, `held`) are dropped and made afresh, others untouched.
     #[arg(long)]
     reuse: bool,
+    /// The engine under test: cairn, or a peer this build has (`--features fjall`,
+    /// `--features rocksdb`). A peer runs without what it lacks (TTL, held readers,
+    /// transactions, --inject-errors), and the summary names what was emulated and skipped.
+    #[arg(long, default_value = "cairn", value_parser = EngineKind::parse)]
+    engine: EngineKind,
     /// Worker threads (1 to 64).
     #[arg(long, default_value_t = 4, value_parser = output::parse_threads)]
     threads: usize,
@@ -50,7 +56,7 @@ pub struct StressArgs {
     /// instead: node kills and power cuts, leader pauses, followers down past the grace period,
     /// the whole cluster's power cut; --duration, --seed, --keys, --grace, --faults, --json and
     /// --report apply.
-    #[arg(long, conflicts_with_all = ["ops", "mix", "inject_errors", "reuse", "op_log", "expected_journal"])]
+    #[arg(long, conflicts_with_all = ["ops", "mix", "inject_errors", "reuse", "op_log", "expected_journal", "engine"])]
     cluster: Option<usize>,
     /// With --cluster, the faults to inject, comma-separated: kill, power-cut, pause,
     /// past-grace, cluster-crash [default: all].
@@ -150,6 +156,11 @@ pub struct CrashArgs {
     /// `blackbox` (SIGKILL a child), `power-loss` (in process, faulty file system) or `both`.
     #[arg(long, default_value = "both")]
     mode: String,
+    /// The engine under test: cairn, or a peer this build has. A peer runs the blackbox loop
+    /// alone: the power-loss loop needs the engine's file I/O routed through `FaultyFs`, and
+    /// `both` reports it as skipped.
+    #[arg(long, default_value = "cairn", value_parser = EngineKind::parse)]
+    engine: EngineKind,
     /// Crash cycles per mode (default 5, or no limit with --duration; with both, whichever
     /// comes first ends the mode; 0 is refused as exercising nothing).
     #[arg(long)]
@@ -169,7 +180,7 @@ pub struct CrashArgs {
     /// recovery: node kills and power cuts, followers down past the grace period (crashed
     /// again while installing a snapshot), the whole cluster's power cut; --seed, --keys,
     /// --faults, --json and --report apply.
-    #[arg(long, conflicts_with_all = ["mode", "cycles", "kill_min", "kill_max", "sync_probability"])]
+    #[arg(long, conflicts_with_all = ["mode", "cycles", "kill_min", "kill_max", "sync_probability", "engine"])]
     cluster: Option<usize>,
     /// With --cluster, the faults to inject, comma-separated: kill, power-cut, past-grace,
     /// cluster-crash, pause [default: all but pause].
@@ -257,6 +268,35 @@ fn init_stress_logging(args: &StressArgs) {
     }
 }
 
+/// The run `args` ask for, with the op mix `weights`.
+fn stress_config(args: &StressArgs, weights: OpWeights) -> StressConfig {
+    StressConfig {
+        threads: args.threads,
+        keys: args.keys.unwrap_or(100_000),
+        seed: args.seed,
+        limit: args.ops.map_or(Limit::Duration(args.duration), Limit::Ops),
+        weights,
+        db: args.db.path().map(std::path::Path::to_path_buf),
+        reuse: args.reuse,
+        sync_probability: args.sync_probability,
+        grace: args
+            .grace
+            .or(args.grace_ms.map(Duration::from_millis))
+            .unwrap_or_default(),
+        deadline: args
+            .deadline
+            .or(args.deadline_secs.map(Duration::from_secs)),
+        memtable_size: args.memtable_size,
+        max_value_size: args.max_value_size,
+        op_log: args.op_log.clone(),
+        expected_journal: args.expected_journal.clone(),
+        progress: !args.no_progress && !args.quiet,
+        ttl: !args.no_ttl,
+        ttl_keys: args.ttl_keys,
+        engine: args.engine,
+    }
+}
+
 pub fn stress(args: StressArgs) -> i32 {
     init_stress_logging(&args);
     if let Some(StressSub::Replay {
@@ -283,32 +323,17 @@ pub fn stress(args: StressArgs) -> i32 {
     if let Some(nodes) = args.cluster {
         return cluster(&args, nodes);
     }
-    let config = StressConfig {
-        threads: args.threads,
-        keys: args.keys.unwrap_or(100_000),
-        seed: args.seed,
-        limit: args.ops.map_or(Limit::Duration(args.duration), Limit::Ops),
-        weights,
-        db: args.db.path().map(std::path::Path::to_path_buf),
-        reuse: args.reuse,
-        sync_probability: args.sync_probability,
-        grace: args
-            .grace
-            .or(args.grace_ms.map(Duration::from_millis))
-            .unwrap_or_default(),
-        deadline: args
-            .deadline
-            .or(args.deadline_secs.map(Duration::from_secs)),
-        memtable_size: args.memtable_size,
-        max_value_size: args.max_value_size,
-        op_log: args.op_log,
-        expected_journal: args.expected_journal,
-        progress: !args.no_progress && !args.quiet,
-        ttl: !args.no_ttl,
-        ttl_keys: args.ttl_keys,
-    };
+    let config = stress_config(&args, weights);
     if let Err(e) = config.validate() {
         return bad_args(&e);
+    }
+    if let (Some(_), Support::Missing(why)) =
+        (args.inject_errors, args.engine.capabilities().faulty_fs)
+    {
+        return bad_args(&format!(
+            "--inject-errors runs on cairn alone ({}: {why})",
+            args.engine.name()
+        ));
     }
     if config.memtable_size < MIN_MEMTABLE {
         return bad_args("--memtable-size must be at least 4KiB (a memtable holds whole entries)");
@@ -345,8 +370,11 @@ pub fn stress(args: StressArgs) -> i32 {
             Limit::Ops(n) => format!("for {n} ops"),
         };
         eprintln!(
-            "cairn stress: {} threads, {} keys, seed {}, {limit}",
-            config.threads, config.keys, config.seed
+            "cairn stress: {}, {} threads, {} keys, seed {}, {limit}",
+            config.engine.name(),
+            config.threads,
+            config.keys,
+            config.seed
         );
     }
     let result = match args.inject_errors {
@@ -375,9 +403,9 @@ fn finish(
             }
             outcome_code(report.exit_code(), written)
         }
-        Err(StressError::Engine(e @ cairn::Error::Io(cairn_fs::Error::Locked { .. }))) => {
-            db_arg::cannot_open(db.unwrap_or(std::path::Path::new(".")), &e)
-        }
+        Err(StressError::Engine(EngineError::Cairn(
+            e @ cairn::Error::Io(cairn_fs::Error::Locked { .. }),
+        ))) => db_arg::cannot_open(db.unwrap_or(std::path::Path::new(".")), &e),
         Err(e) => {
             eprintln!("cairn stress: {e}");
             e.exit_code()
@@ -393,15 +421,10 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
         return crashtest_cluster(args, nodes);
     }
     let keys = args.keys.unwrap_or(10_000);
-    let modes: &[&str] = match args.mode.as_str() {
-        "both" => &["blackbox", "power-loss"],
-        "blackbox" => &["blackbox"],
-        "power-loss" => &["power-loss"],
-        other => {
-            return bad_args(&format!(
-                "unknown crash mode {other:?}: blackbox, power-loss or both"
-            ));
-        }
+    let skipped = cairn_stress::power_loss_skipped(args.engine);
+    let modes = match crash_modes(&args.mode, skipped.as_deref()) {
+        Ok(modes) => modes,
+        Err(why) => return bad_args(&why),
     };
     if args.cycles == Some(0) {
         return bad_args("--cycles 0 exercised nothing: give at least one cycle");
@@ -414,8 +437,10 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
         keys,
         threads: args.threads,
         sync_probability: args.sync_probability,
+        engine: args.engine,
         ..StressConfig::default()
     };
+
     if let Err(e) = stress.validate() {
         return bad_args(&e);
     }
@@ -445,12 +470,44 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
     };
     stop_on_signals();
     eprintln!(
-        "cairn crashtest: {} per mode, {} keys, seed {}, {}",
+        "cairn crashtest: {}, {} per mode, {} keys, seed {}, {}",
+        args.engine.name(),
         modes.join(" and "),
         keys,
         args.seed,
         describe_limit(args.cycles, cycles, args.duration)
     );
+    let crash = CrashConfig {
+        cycles,
+        seed: args.seed,
+        kill_after_ms,
+        stress,
+        ..CrashConfig::default()
+    };
+    let (mut reports, errors, worst) = run_modes(args, modes, &crash, &dir);
+    if let (Some(why), "both") = (skipped, args.mode.as_str()) {
+        let report = cairn_stress::CrashReport {
+            mode: "power-loss".into(),
+            engine: args.engine.name().into(),
+            skipped: Some(why),
+            ..Default::default()
+        };
+        if !args.json {
+            print_mode(&report);
+        }
+        reports.push(report);
+    }
+    crash_outcome(args, &reports, &errors, worst)
+}
+
+/// Runs each mode in its own directory under `dir`, printing each report unless `--json`:
+/// the reports, the errors that ended a mode, and the worst exit code.
+fn run_modes(
+    args: &CrashArgs,
+    modes: &[&str],
+    config: &CrashConfig,
+    dir: &Path,
+) -> (Vec<cairn_stress::CrashReport>, Vec<String>, i32) {
     let mut reports = Vec::new();
     let mut errors = Vec::new();
     let mut worst = 0;
@@ -458,18 +515,11 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
         if cairn_stress::stop_requested() {
             break;
         }
-        let config = CrashConfig {
-            cycles,
-            seed: args.seed,
-            kill_after_ms,
-            stress: stress.clone(),
-            ..CrashConfig::default()
-        };
         // A time limit is shared out evenly between the modes.
         let share = args.duration / u32::try_from(modes.len()).unwrap_or(1);
         let result = run_mode(
             mode,
-            &config,
+            config,
             &dir.join(mode),
             share,
             std::time::Instant::now(),
@@ -489,7 +539,21 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
             }
         }
     }
-    crash_outcome(args, &reports, &errors, worst)
+    (reports, errors, worst)
+}
+
+/// The crash modes `--mode` names that the engine can run: power loss left out (as skipped)
+/// when the engine's I/O cannot be routed through `FaultyFs` (`skipped` says why).
+fn crash_modes(mode: &str, skipped: Option<&str>) -> Result<&'static [&'static str], String> {
+    match (mode, skipped) {
+        ("both", None) => Ok(&["blackbox", "power-loss"]),
+        ("both" | "blackbox", _) => Ok(&["blackbox"]),
+        ("power-loss", None) => Ok(&["power-loss"]),
+        ("power-loss", Some(why)) => Err(format!("--mode power-loss runs on cairn alone ({why})")),
+        (other, _) => Err(format!(
+            "unknown crash mode {other:?}: blackbox, power-loss or both"
+        )),
+    }
 }
 
 /// A run's exit code once its report file was (or was not) written: a failed write makes a
@@ -511,7 +575,11 @@ fn crash_outcome(
     let mut worst = worst;
     let interrupted = cairn_stress::stop_requested();
     // Fail closed: an interrupt before the first cycle's check leaves nothing to pass.
-    let exercised_nothing = worst == 0 && reports.iter().all(|r| r.cycles == 0);
+    let exercised_nothing = worst == 0
+        && reports
+            .iter()
+            .filter(|r| r.skipped.is_none())
+            .all(|r| r.cycles == 0);
     if exercised_nothing {
         worst = 1;
     }
@@ -557,6 +625,10 @@ fn describe_limit(asked: Option<usize>, cycles: usize, duration: Duration) -> St
 }
 
 fn print_mode(report: &cairn_stress::CrashReport) {
+    if let Some(why) = &report.skipped {
+        println!("{}: skipped ({why})", report.mode);
+        return;
+    }
     let f = &report.failures;
     println!(
         "{}: {} survived in {:.1}s ({} with a disk fault, {} recoveries), {} writes, {} keys verified; lost writes {}, resurrected deletes {}, holes {}, wrong values {}, expiry violations {}, unrecovered {}",
@@ -634,6 +706,7 @@ fn run_mode(
     // are spent.
     let mut total = cairn_stress::CrashReport {
         mode: mode.to_string(),
+        engine: config.stress.engine.name().into(),
         ..Default::default()
     };
     let mut cycle_config = config.clone();

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::engine::{Capabilities, EngineKind, Support};
+
 /// Relative weights of the operations a worker picks from.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct OpWeights {
@@ -151,6 +153,33 @@ impl OpWeights {
         }
     }
 
+    /// These weights with the operations `engine` lacks left out (emulated ones stay).
+    #[must_use]
+    pub fn for_engine(self, engine: &Capabilities) -> Self {
+        let kept = |support: Support, weight: u32| {
+            if matches!(support, Support::Missing(_)) {
+                0
+            } else {
+                weight
+            }
+        };
+        let mut weights = Self {
+            delete_range: kept(engine.range_delete, self.delete_range),
+            single_delete: kept(engine.single_delete, self.single_delete),
+            compact_range: kept(engine.compact_range, self.compact_range),
+            transaction: kept(engine.transactions, self.transaction),
+            ..self
+        };
+        if matches!(engine.ttl, Support::Missing(_)) {
+            weights = weights.without_ttl();
+        }
+        if matches!(engine.held_readers, Support::Missing(_)) {
+            weights.held_readers = 0;
+            weights.held_scene = 0;
+        }
+        weights
+    }
+
     /// Sets a weight by name.
     ///
     /// # Errors
@@ -257,6 +286,9 @@ pub struct StressConfig {
     /// it, such a directory is refused: it may be a user's database).
     #[serde(default)]
     pub reuse: bool,
+    /// The engine under test.
+    #[serde(default)]
+    pub engine: EngineKind,
 }
 
 impl Default for StressConfig {
@@ -279,6 +311,7 @@ impl Default for StressConfig {
             ttl: true,
             ttl_keys: 1_000,
             reuse: false,
+            engine: EngineKind::Cairn,
         }
     }
 }
@@ -289,6 +322,9 @@ impl StressConfig {
     /// # Errors
     /// A message naming the bad setting.
     pub fn validate(&self) -> Result<(), String> {
+        if !self.engine.compiled_in() {
+            return Err(crate::engine::not_compiled_in(self.engine).to_string());
+        }
         if self.threads == 0 || self.threads > 256 {
             return Err(format!("threads must be 1..=256, not {}", self.threads));
         }

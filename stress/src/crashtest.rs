@@ -30,6 +30,7 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::config::StressConfig;
+use crate::engine::{EngineKind, Support};
 use crate::expected::intersect;
 use crate::harness::{Harness, StressError};
 use crate::report::{Failures, Observed};
@@ -74,6 +75,13 @@ impl Default for CrashConfig {
 pub struct CrashReport {
     /// `blackbox` or `power-loss`.
     pub mode: String,
+    /// The engine under test (`cairn`, `fjall`, `rocksdb`).
+    #[serde(default)]
+    pub engine: String,
+    /// Why the mode did not run on this engine (the power-loss loop needs its file I/O routed
+    /// through `FaultyFs`); `None` for a mode that ran.
+    #[serde(default)]
+    pub skipped: Option<String>,
     /// Cycles survived.
     pub cycles: usize,
     /// Keys checked after crashes.
@@ -105,6 +113,15 @@ impl CrashReport {
     }
 }
 
+/// Why the power-loss loop cannot run on `engine` (its file I/O cannot be routed through
+/// `FaultyFs`), or `None` if it can.
+pub fn power_loss_skipped(engine: EngineKind) -> Option<String> {
+    match engine.capabilities().faulty_fs {
+        Support::Missing(why) => Some(format!("{}: {why}", engine.name())),
+        _ => None,
+    }
+}
+
 /// Runs the blackbox loop: `program` with `args` is the child `cairn` command (the loop appends
 /// `stress` and its options).
 ///
@@ -122,6 +139,7 @@ pub fn blackbox(
     let mut rng = SmallRng::seed_from_u64(config.seed);
     let mut report = CrashReport {
         mode: "blackbox".into(),
+        engine: config.stress.engine.name().into(),
         ..CrashReport::default()
     };
     let committed_before = committed_writes(&journal);
@@ -144,6 +162,7 @@ pub fn blackbox(
                 &config.stress.threads.to_string(),
             ])
             .args(["--seed", &(config.seed + cycle as u64).to_string()])
+            .args(["--engine", config.stress.engine.name()])
             .args([
                 "--sync-probability",
                 &config.stress.sync_probability.to_string(),
@@ -268,6 +287,18 @@ impl Fault {
 /// # Errors
 /// `Engine` if the database cannot be reopened after a power loss.
 pub fn power_loss(config: &CrashConfig, dir: &Path) -> Result<CrashReport, StressError> {
+    if let Some(skipped) = power_loss_skipped(config.stress.engine) {
+        return Err(StressError::Config(format!(
+            "the power-loss loop runs on cairn alone: {skipped}"
+        )));
+    }
+    let mut report = power_loss_on_cairn(config, dir)?;
+    report.engine = EngineKind::Cairn.name().into();
+    Ok(report)
+}
+
+/// The power-loss loop on Cairn over `FaultyFs` (see [`power_loss`]).
+fn power_loss_on_cairn(config: &CrashConfig, dir: &Path) -> Result<CrashReport, StressError> {
     let started = Instant::now();
     let fs = FaultyFs::new(config.seed);
     let options = || {
@@ -502,7 +533,7 @@ impl CycleWrites<'_> {
                             recovered: false,
                         }
                     });
-                    if !crate::harness::refused(&e) {
+                    if !crate::engine::cairn_refused(&e) {
                         stop.uncertain.push(history.writes.len());
                         history.writes.push(write);
                     }
@@ -659,7 +690,7 @@ fn read_all(
             failures.wrong_values += 1;
             continue;
         };
-        if let Observed::Version(version) = crate::worker::observe(i, Some(&v), max_value) {
+        if let Observed::Version(version) = crate::value::observe(i, Some(&v), max_value) {
             observed.insert(i, Some(version));
         } else {
             failures.wrong_values += 1;

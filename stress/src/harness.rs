@@ -29,19 +29,19 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use cairn::{CfOptions, Db, ManualClock, Options};
+
+use crate::engine::{
+    self, EngineError, EngineSettings, EngineStats, Sequencer, StressEngine, Support,
+};
 use cairn_fs::{FaultyFs, FileSystem};
 
 use crate::config::{Limit, StressConfig};
 use crate::expected::{Acceptable, ExpectedState, KeyState, SeqNo, intersect};
-use crate::held_readers::HeldWork;
+use crate::held_work::HeldWork;
 use crate::report::{Failure, Observed, StressReport, Tally};
 use crate::ttl_model::{TTL_FAMILIES, TtlState};
-use crate::ttl_worker::TtlWork;
-use crate::value::key_index;
-use crate::worker::{Worker, observe};
-
-/// The column family the harness stresses (it has the configured grace period).
-pub const STRESS_CF: &str = "stress";
+use crate::ttl_work::TtlWork;
+use crate::value::{key_index, observe};
 
 /// Where the harness's clock starts when no journal says otherwise (ms; any fixed reading will
 /// do, the TTL families measure against it alone).
@@ -68,10 +68,16 @@ pub enum StressError {
     Config(String),
     /// The engine failed where the run does not tolerate failures.
     #[error("engine error: {0}")]
-    Engine(#[from] cairn::Error),
+    Engine(#[from] EngineError),
     /// Files of the harness itself (op log, journal, report) could not be written.
     #[error("harness I/O: {0}")]
     Io(#[from] std::io::Error),
+}
+
+impl From<cairn::Error> for StressError {
+    fn from(e: cairn::Error) -> Self {
+        Self::Engine(EngineError::Cairn(e))
+    }
 }
 
 impl StressError {
@@ -95,18 +101,6 @@ pub(crate) enum Reopen {
     Final,
 }
 
-/// True if the engine says the write was certainly not applied.
-pub(crate) fn refused(e: &cairn::Error) -> bool {
-    matches!(
-        e,
-        cairn::Error::Stopped { .. }
-            | cairn::Error::InvalidArgument(_)
-            | cairn::Error::ColumnFamilyNotFound(_)
-            | cairn::Error::ReadOnly
-            | cairn::Error::Conflict { .. }
-    )
-}
-
 /// How a database a fault stopped was brought back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AfterFault {
@@ -124,10 +118,10 @@ pub struct Harness {
     /// Bumped by every reopen: workers drop handles of an older database.
     pub(crate) epoch: AtomicU64,
     path: PathBuf,
-    options: Options,
-    db: RwLock<Option<Db>>,
+    settings: EngineSettings,
+    db: RwLock<Option<Box<dyn StressEngine>>>,
     /// The faulty disk of a fault run.
-    faults: Option<FaultyFs>,
+    pub(crate) faults: Option<FaultyFs>,
     /// A fault stopped the database of this epoch: the next worker to look brings it back.
     stopped_epoch: AtomicU64,
     /// Stops that ended in a recovery, after which the run went on without a reopen.
@@ -136,7 +130,7 @@ pub struct Harness {
     own_resumes: AtomicU64,
     /// The open database's count of recoveries when the harness last looked.
     recoveries_seen: AtomicU64,
-    fault_reopens: AtomicU64,
+    pub(crate) fault_reopens: AtomicU64,
     /// Reopens of a database closed while stopped after a failed sync dropped log bytes,
     /// judged as a prefix of the writes.
     lossy_reopens: AtomicU64,
@@ -147,12 +141,12 @@ pub struct Harness {
     /// acknowledged write: at a reopen, or a recovery (fault runs).
     dropped_when_whole: AtomicU64,
     stop: AtomicBool,
-    ops: AtomicU64,
+    pub(crate) ops: AtomicU64,
     started: Instant,
     fatal: Mutex<Option<String>>,
     /// Flush, compaction, recovery and drop counts of the databases closed by reopens: a database's
     /// counters start again at zero when it is opened.
-    carried: Mutex<cairn::Stats>,
+    carried: Mutex<EngineStats>,
     op_log: Option<Mutex<std::fs::File>>,
     /// The TTL work's clock, model and counters, when it runs.
     pub(crate) ttl: Option<TtlWork>,
@@ -187,9 +181,17 @@ impl Harness {
     ) -> Result<Self, StressError> {
         let mut config = config;
         config.validate().map_err(StressError::Config)?;
+        let engine_offers = config.engine.capabilities();
+        if let (Some(_), Support::Missing(why)) = (&faults, engine_offers.faulty_fs) {
+            return Err(StressError::Config(format!(
+                "a fault run runs on cairn alone ({}: {why})",
+                config.engine.name()
+            )));
+        }
+        config.weights = config.weights.for_engine(&engine_offers);
         // A fault run's database closed while stopped may lose a suffix of the writes, which the
         // TTL model does not follow.
-        let ttl = if config.ttl && faults.is_none() {
+        let ttl = if config.ttl && faults.is_none() && engine_offers.ttl == Support::Native {
             Some(open_ttl_state(&config)?)
         } else {
             config.weights = config.weights.without_ttl();
@@ -211,21 +213,22 @@ impl Harness {
         if let Some(held) = &held {
             options = options.compaction_filter(held.filter.clone());
         }
-        let db = Db::open(path, options.clone())?;
-        if config.expected_journal.is_none() {
-            start_over(&db)?;
-        }
-        if ttl.is_some() {
-            create_ttl_families(&db)?;
-        }
-        if let Some(held) = &held {
-            held.reset(&db)?;
-        }
-        if db.column_family(STRESS_CF).is_err() {
-            db.create_column_family(
-                STRESS_CF,
-                CfOptions::default().tombstone_grace(config.grace),
-            )?;
+        let settings = EngineSettings {
+            kind: config.engine,
+            memtable_size: config.memtable_size,
+            grace: config.grace,
+            compression: true,
+            cairn: options,
+            sequencer: Arc::new(Sequencer::default()),
+        };
+        let engine = engine::open(path, &settings, config.expected_journal.is_none())?;
+        if let Some(db) = engine.as_cairn() {
+            if ttl.is_some() {
+                create_ttl_families(db)?;
+            }
+            if let Some(held) = &held {
+                held.reset(db)?;
+            }
         }
         let mut expected = match &config.expected_journal {
             Some(journal) => ExpectedState::from_journal(journal, config.keys)?,
@@ -234,7 +237,7 @@ impl Harness {
         if let Some(journal) = &config.expected_journal {
             expected.journal_to(journal)?;
         }
-        let durable = db.latest_seqno();
+        let durable = engine.latest_seqno();
         if faults.is_some() {
             expected.set_durable(Some(durable));
         }
@@ -242,7 +245,7 @@ impl Harness {
         let op_log = match &config.op_log {
             Some(p) => {
                 let mut file = std::fs::File::create(p)?;
-                file.write_all(crate::op_log::header_line(&config, &db).as_bytes())?;
+                file.write_all(crate::op_log::header_line(&config, &engine.families()).as_bytes())?;
                 Some(Mutex::new(file))
             }
             None => None,
@@ -253,8 +256,8 @@ impl Harness {
             tally: Tally::default(),
             epoch: AtomicU64::new(0),
             path: path.to_path_buf(),
-            options,
-            db: RwLock::new(Some(db)),
+            settings,
+            db: RwLock::new(Some(engine)),
             faults,
             stopped_epoch: AtomicU64::new(u64::MAX),
             fault_recoveries: AtomicU64::new(0),
@@ -269,14 +272,14 @@ impl Harness {
             ops: AtomicU64::new(0),
             started: Instant::now(),
             fatal: Mutex::new(None),
-            carried: Mutex::new(cairn::Stats::default()),
+            carried: Mutex::new(EngineStats::default()),
             op_log,
             ttl,
             held,
         })
     }
 
-    pub(crate) fn db(&self) -> RwLockReadGuard<'_, Option<Db>> {
+    pub(crate) fn db(&self) -> RwLockReadGuard<'_, Option<Box<dyn StressEngine>>> {
         self.db
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -304,7 +307,7 @@ impl Harness {
         self.ops.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn fatal_error(&self) -> Option<String> {
+    pub(crate) fn fatal_error(&self) -> Option<String> {
         lock(&self.fatal).clone()
     }
 
@@ -315,9 +318,10 @@ impl Harness {
     /// Records an engine error from a write (or a flush, a compaction: anything that changes
     /// the database). In a fault run it is tolerated and, unless the engine merely refused the
     /// request, asks for a recovery: a failed write stops the database. Otherwise it is fatal.
-    pub(crate) fn engine_error(&self, op: &str, e: &cairn::Error) {
+    pub(crate) fn engine_error(&self, op: &str, e: impl Into<EngineError>) {
+        let e = e.into();
         self.tally.engine_error();
-        if matches!(e, cairn::Error::Stopped { .. }) {
+        if e.stopped() {
             self.stopped_ops.fetch_add(1, Ordering::Relaxed);
         }
         if self.faults.is_none() {
@@ -325,10 +329,7 @@ impl Harness {
             return;
         }
         tracing::debug!(op, error = %e, "tolerated engine error");
-        if !matches!(
-            e,
-            cairn::Error::InvalidArgument(_) | cairn::Error::Conflict { .. }
-        ) {
+        if !e.leaves_database_running() {
             self.stopped_epoch
                 .store(self.epoch.load(Ordering::Acquire), Ordering::Release);
         }
@@ -336,7 +337,8 @@ impl Harness {
 
     /// Records an engine error from a read a worker made: tolerated in a fault run (an injected
     /// read fault fails the read, not the database), fatal otherwise.
-    pub(crate) fn read_error(&self, op: &str, e: &cairn::Error) {
+    pub(crate) fn read_error(&self, op: &str, e: impl Into<EngineError>) {
+        let e = e.into();
         self.tally.engine_error();
         if self.faults.is_none() {
             self.set_fatal(format!("{op}: {e}"));
@@ -353,7 +355,7 @@ impl Harness {
         targets: &[(usize, KeyState)],
         op: &'static str,
         sync: bool,
-        write: impl FnOnce() -> cairn::Result<SeqNo>,
+        write: impl FnOnce() -> Result<SeqNo, EngineError>,
     ) {
         self.expected.begin(targets);
         match write() {
@@ -365,12 +367,12 @@ impl Harness {
                 self.log_op(0, op, targets);
             }
             Err(e) => {
-                if refused(&e) {
+                if e.refused() {
                     self.expected.abort(targets);
                 } else {
                     self.expected.unknown(targets);
                 }
-                self.engine_error(op, &e);
+                self.engine_error(op, e);
             }
         }
     }
@@ -424,7 +426,8 @@ impl Harness {
         }
         // Every worker is between operations: any stop they met is the one handled here.
         self.stopped_epoch.store(u64::MAX, Ordering::Release);
-        let db = slot.as_ref()?;
+        let engine = slot.as_deref()?;
+        let db = engine.as_cairn()?;
         match self.bring_back(db, false) {
             Ok(()) => {
                 self.fault_recoveries.fetch_add(1, Ordering::Relaxed);
@@ -432,7 +435,7 @@ impl Harness {
                 if let Some(faults) = &self.faults {
                     faults.pause_errors();
                 }
-                self.verify_recovered(db);
+                self.verify_recovered(engine);
                 if let Some(faults) = &self.faults {
                     faults.resume_errors();
                 }
@@ -517,11 +520,13 @@ impl Harness {
         if let Some(held) = &self.held {
             held.forget_readers();
         }
-        if let Some(db) = slot.take() {
-            if self.faults.is_some() {
+        if let Some(engine) = slot.take() {
+            if let Some(db) = engine.as_cairn()
+                && self.faults.is_some()
+            {
                 // A stop not yet handled (the run's last fault, say) is recovered from first.
-                match self.bring_back(&db, true) {
-                    Ok(()) => self.note_whole(&db),
+                match self.bring_back(db, true) {
+                    Ok(()) => self.note_whole(db),
                     Err(e) if why == Reopen::AfterFault => {
                         tracing::debug!(error = %e, "closing a stopped database");
                         closed_stopped = true;
@@ -535,10 +540,12 @@ impl Harness {
                     }
                 }
             }
-            self.carry(&db.stats());
-            // What the engine says no crash can lose must survive whatever it does not say.
-            self.note_durable(db.durable_seqno());
-            if let Err(e) = db.close()
+            self.carry(&engine.stats());
+            if let Some(db) = engine.as_cairn() {
+                // What the engine says no crash can lose must survive whatever it does not say.
+                self.note_durable(db.durable_seqno());
+            }
+            if let Err(e) = engine.close()
                 && self.faults.is_none()
             {
                 self.set_fatal(format!("close: {e}"));
@@ -548,8 +555,8 @@ impl Harness {
             && self.faults.as_ref().is_some_and(|f| {
                 f.dropped_bytes(".log") > self.dropped_when_whole.load(Ordering::Acquire)
             });
-        match Db::open(&self.path, self.options.clone()) {
-            Ok(db) => {
+        match engine::open(&self.path, &self.settings, false) {
+            Ok(engine) => {
                 // Checked before any worker can write again.
                 let durable = self.durable.load(Ordering::Acquire);
                 let context = if lost_log_bytes {
@@ -563,24 +570,25 @@ impl Harness {
                 };
                 if lost_log_bytes {
                     self.lossy_reopens.fetch_add(1, Ordering::Relaxed);
-                    self.verify_prefix(&db, context, durable);
+                    self.verify_prefix(engine.as_ref(), context, durable);
                 } else {
-                    self.verify_db(&db, context);
+                    self.verify_db(engine.as_ref(), context);
                 }
                 // Everything it holds now is in tables.
-                self.durable.store(db.latest_seqno(), Ordering::Release);
+                self.durable.store(engine.latest_seqno(), Ordering::Release);
                 if let Some(faults) = &self.faults {
-                    self.expected.set_durable(Some(db.latest_seqno()));
+                    self.expected.set_durable(Some(engine.latest_seqno()));
                     self.dropped_when_whole
                         .store(faults.dropped_bytes(".log"), Ordering::Release);
                 }
                 if let Some(held) = &self.held
-                    && let Err(e) = held.reset(&db)
+                    && let Some(db) = engine.as_cairn()
+                    && let Err(e) = held.reset(db)
                 {
                     self.set_fatal(format!("reset of the held family: {e}"));
                 }
                 self.recoveries_seen.store(0, Ordering::Release);
-                *slot = Some(db);
+                *slot = Some(engine);
                 self.epoch.fetch_add(1, Ordering::AcqRel);
                 if why == Reopen::AfterFault {
                     self.fault_reopens.fetch_add(1, Ordering::Relaxed);
@@ -605,8 +613,8 @@ impl Harness {
     /// after the workers run.
     pub fn verify_all(&self, context: &str) {
         let guard = self.db();
-        match guard.as_ref() {
-            Some(db) => self.verify_db(db, context),
+        match guard.as_deref() {
+            Some(engine) => self.verify_db(engine, context),
             None => self.tally.fail(
                 Failure::Unreadable,
                 format!("{context}: no database is open to verify"),
@@ -616,11 +624,13 @@ impl Harness {
 
     /// Checks every key of `db` against every write made, and settles the keys whose last
     /// write's outcome was unknown.
-    fn verify_db(&self, db: &Db, context: &str) {
-        if let Some(work) = &self.ttl {
-            crate::ttl_worker::verify_all(self, work, db, context);
+    fn verify_db(&self, engine: &dyn StressEngine, context: &str) {
+        if let Some(work) = &self.ttl
+            && let Some(db) = engine.as_cairn()
+        {
+            crate::ttl_work::verify_all(&self.tally, self.config.max_value_size, work, db, context);
         }
-        let Some(found) = self.read_all(db, context) else {
+        let Some(found) = self.read_all(engine, context) else {
             return;
         };
         for (k, value) in found.iter().enumerate() {
@@ -635,13 +645,15 @@ impl Harness {
     /// keys whose last write's outcome was unknown. Snapshots taken before the recovery are
     /// still held, so a key is settled by a commit at its write's own sequence number (read
     /// back for a put; the latest for a delete), not by starting its history afresh.
-    fn verify_recovered(&self, db: &Db) {
+    fn verify_recovered(&self, engine: &dyn StressEngine) {
         let context = "after a fault and recovery";
-        let Some(found) = self.read_all(db, context) else {
+        let Some(found) = self.read_all(engine, context) else {
             return;
         };
-        let cf = db.column_family(STRESS_CF).ok();
-        let latest = db.latest_seqno();
+        let cf = engine
+            .as_cairn()
+            .and_then(|db| db.column_family(engine::STRESS_CF).ok());
+        let latest = engine.latest_seqno();
         for (k, value) in found.iter().enumerate() {
             // A write that failed was never applied (the log write or sync failed before the
             // memtables took it) and recovery replays no log: after an in-process recovery its
@@ -678,8 +690,8 @@ impl Harness {
     /// Checks `db` after a fault that dropped unsynced log bytes: it must hold exactly the
     /// state after some prefix of the writes (no holes), a prefix that reaches `durable`, the
     /// last write known durable. The expected state then forgets the writes past the prefix.
-    fn verify_prefix(&self, db: &Db, context: &str, durable: SeqNo) {
-        let Some(found) = self.read_all(db, context) else {
+    fn verify_prefix(&self, engine: &dyn StressEngine, context: &str, durable: SeqNo) {
+        let Some(found) = self.read_all(engine, context) else {
             return;
         };
         let observed: Vec<Observed> = found
@@ -705,7 +717,7 @@ impl Harness {
                 any = intersect(&any, &held);
             }
         }
-        let latest = db.latest_seqno();
+        let latest = engine.latest_seqno();
         let Some(&(from, to)) = reaching.first() else {
             let (kind, why) = match any.last() {
                 Some(&(_, to)) => (
@@ -758,42 +770,37 @@ impl Harness {
     }
 
     /// Every key's value, or `None` after recording why the database could not be read.
-    fn read_all(&self, db: &Db, context: &str) -> Option<Vec<Option<bytes::Bytes>>> {
-        let unreadable = |what: String| {
-            self.tally
-                .fail(Failure::Unreadable, format!("{context}: {what}"));
-            None
-        };
-        let cf = match db.column_family(STRESS_CF) {
-            Ok(cf) => cf,
-            Err(e) => return unreadable(format!("column family {STRESS_CF}: {e}")),
+    fn read_all(
+        &self,
+        engine: &dyn StressEngine,
+        context: &str,
+    ) -> Option<Vec<Option<bytes::Bytes>>> {
+        let entries = match engine.scan_all() {
+            Ok(entries) => entries,
+            Err(e) => {
+                self.tally
+                    .fail(Failure::Unreadable, format!("{context}: scan: {e}"));
+                return None;
+            }
         };
         let mut found: Vec<Option<bytes::Bytes>> = vec![None; self.expected.len()];
-        let iter = match cf.iter() {
-            Ok(iter) => iter,
-            Err(e) => return unreadable(format!("scan: {e}")),
-        };
-        let mut last: Option<bytes::Bytes> = None;
-        for item in iter {
-            let (k, v) = match item {
-                Ok(kv) => kv,
-                Err(e) => return unreadable(format!("scan: {e}")),
-            };
-            if last.as_ref().is_some_and(|l| *l >= k) {
+        let mut last: Option<&bytes::Bytes> = None;
+        for (k, v) in &entries {
+            if last.is_some_and(|l| l >= k) {
                 self.tally.fail(
                     Failure::WrongValue,
                     format!(
                         "{context}: the scan returned {:?} after {:?}",
-                        String::from_utf8_lossy(&k),
-                        last.as_deref().map(String::from_utf8_lossy)
+                        String::from_utf8_lossy(k),
+                        last.map(|l| String::from_utf8_lossy(l))
                     ),
                 );
             }
-            match key_index(&k).and_then(|i| found.get_mut(i)) {
-                Some(slot) => *slot = Some(v),
+            match key_index(k).and_then(|i| found.get_mut(i)) {
+                Some(slot) => *slot = Some(v.clone()),
                 None => self.tally.fail(
                     Failure::WrongValue,
-                    format!("{context}: unknown key {:?}", String::from_utf8_lossy(&k)),
+                    format!("{context}: unknown key {:?}", String::from_utf8_lossy(k)),
                 ),
             }
             last = Some(k);
@@ -809,50 +816,9 @@ impl Harness {
         }
     }
 
-    /// Runs the workers to the end, then verifies everything and reports. The final
-    /// verification runs even when an engine error ended the run, and its result counts.
-    ///
-    /// # Errors
-    /// None today; kept for settings a run may yet refuse.
-    pub fn run(&self) -> Result<StressReport, StressError> {
-        self.verify_all("at start");
-        std::thread::scope(|scope| {
-            for id in 0..self.config.threads {
-                scope.spawn(move || Worker::new(self, id).run());
-            }
-            if self.config.progress {
-                scope.spawn(|| self.show_progress());
-            }
-        });
-        if let (Some(held), Some(ttl)) = (&self.held, &self.ttl) {
-            match self.db().as_ref() {
-                Some(db) => held.finish(self, ttl, db),
-                None => held.forget_readers(),
-            }
-        }
-        if let Some(faults) = &self.faults {
-            // End on a healthy disk: stop the faults, reopen, and check everything.
-            faults.clear_errors();
-            self.reopen(self.epoch.load(Ordering::Acquire), Reopen::Final);
-            self.check_exercised();
-        } else if let Some(db) = self.db().as_ref()
-            && let Err(e) = db.wait_for_background_work()
-        {
-            self.engine_error("wait_for_background_work", &e);
-        }
-        self.verify_all("at the end");
-        if self.ops.load(Ordering::Relaxed) == 0 && self.fatal_error().is_none() {
-            self.tally.fail(
-                Failure::Unexercised,
-                "exercised nothing: the run ended before its first operation".into(),
-            );
-        }
-        Ok(self.report())
-    }
-
     /// A fault run must have gone through enough fault → recovery (or reopen) cycles, and
     /// mostly on a working database: otherwise its PASS would say little.
-    fn check_exercised(&self) {
+    pub(crate) fn check_exercised(&self) {
         let recoveries = self.fault_recoveries.load(Ordering::Relaxed);
         let reopens = self.fault_reopens.load(Ordering::Relaxed);
         if recoveries + reopens < MIN_FAULT_CYCLES {
@@ -870,6 +836,7 @@ impl Harness {
         let by_engine = self
             .stats()
             .recoveries
+            .unwrap_or(0)
             .saturating_sub(self.own_resumes.load(Ordering::Relaxed));
         if recoveries >= MIN_FAULT_CYCLES && by_engine * 2 < recoveries {
             self.tally.fail(
@@ -890,42 +857,18 @@ impl Harness {
         }
     }
 
-    fn show_progress(&self) {
-        let bar = crate::progress::show(indicatif::ProgressBar::new_spinner());
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-        );
-        let mut last = (Instant::now(), 0u64);
-        while !self.should_stop() {
-            std::thread::sleep(Duration::from_millis(250));
-            let ops = self.ops.load(Ordering::Relaxed);
-            let rate = per_sec(ops - last.1, last.0.elapsed().as_secs_f64());
-            last = (Instant::now(), ops);
-            let stats = self.stats();
-            bar.set_message(format!(
-                "{ops} ops ({rate:.0}/s) | flushes {} | compactions {} | recoveries {} | fault \
-                 reopens {} | tombstones {} | failures {}",
-                stats.flushes,
-                stats.compactions,
-                stats.recoveries,
-                self.fault_reopens.load(Ordering::Relaxed),
-                stats.tombstones_pending,
-                self.tally.total_failures()
-            ));
-            bar.tick();
-        }
-        bar.finish_and_clear();
-    }
-
-    fn carry(&self, closing: &cairn::Stats) {
-        add_counters(&mut lock(&self.carried), closing);
+    fn carry(&self, closing: &EngineStats) {
+        lock(&self.carried).add_counters(closing);
     }
 
     /// The database's statistics, with the counters of the databases reopens closed added in.
-    fn stats(&self) -> cairn::Stats {
-        let mut stats = self.db().as_ref().map(Db::stats).unwrap_or_default();
-        add_counters(&mut stats, &lock(&self.carried));
+    pub(crate) fn stats(&self) -> EngineStats {
+        let mut stats = self
+            .db()
+            .as_deref()
+            .map(StressEngine::stats)
+            .unwrap_or_default();
+        stats.add_counters(&lock(&self.carried));
         stats
     }
 
@@ -933,20 +876,24 @@ impl Harness {
     pub fn report(&self) -> StressReport {
         let stats = self.stats();
         let seconds = self.started.elapsed().as_secs_f64();
-        let d = stats.dropped;
-        let dropped = [
-            ("shadowed", d.shadowed),
-            ("obsolete_tombstone", d.obsolete_tombstone),
-            ("single_delete", d.single_delete),
-            ("range", d.range),
-            ("expired", d.expired),
-            ("filter", d.filter),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
         let ops = self.tally.ops_by_type();
+        let offers = self.config.engine.capabilities();
+        let by_support = |emulated: bool| {
+            offers
+                .named()
+                .into_iter()
+                .filter_map(|(name, support)| match support {
+                    Support::Emulated(how) if emulated => Some((name.to_string(), how.to_string())),
+                    Support::Missing(why) if !emulated => Some((name.to_string(), why.to_string())),
+                    _ => None,
+                })
+                .collect()
+        };
         StressReport {
+            engine: self.config.engine.name().to_string(),
+            emulated: by_support(true),
+            skipped: by_support(false),
+            sequenced_by_harness: !offers.own_seqnos,
             seed: self.config.seed,
             seconds,
             ops_per_sec: per_sec(ops.values().sum::<u64>(), seconds),
@@ -954,10 +901,10 @@ impl Harness {
             verifications: self.tally.verifications(),
             flushes: stats.flushes,
             compactions: stats.compactions,
-            dropped,
+            dropped: stats.dropped,
             tombstones_pending: stats.tombstones_pending,
             engine_errors: self.tally.engine_errors(),
-            recoveries: stats.recoveries,
+            recoveries: stats.recoveries.unwrap_or(0),
             fault_recoveries: self.fault_recoveries.load(Ordering::Relaxed),
             harness_resumes: self.own_resumes.load(Ordering::Relaxed),
             fault_reopens: self.fault_reopens.load(Ordering::Relaxed),
@@ -982,27 +929,24 @@ impl Harness {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
-        if let Some(db) = db {
-            db.close()?;
+        if let Some(engine) = db {
+            engine.close()?;
         }
         Ok(())
     }
 
-    /// Runs a held-reader scene with every worker paused (no other operation runs while the
-    /// database is held exclusively).
-    pub(crate) fn held_scene(&self, rng: &mut rand::rngs::SmallRng) {
-        let slot = self
-            .db
+    /// The database, held exclusively: no worker runs an operation meanwhile.
+    pub(crate) fn db_exclusive(
+        &self,
+    ) -> std::sync::RwLockWriteGuard<'_, Option<Box<dyn StressEngine>>> {
+        self.db
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let (Some(db), Some(held), Some(ttl)) = (slot.as_ref(), &self.held, &self.ttl) {
-            crate::held_readers::scene(self, held, ttl, db, rng);
-        }
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The database under test, while open (for fault injection and crash drivers).
     pub fn with_db<T>(&self, f: impl FnOnce(&Db) -> T) -> Option<T> {
-        self.db().as_ref().map(f)
+        self.db().as_deref().and_then(StressEngine::as_cairn).map(f)
     }
 }
 
@@ -1027,20 +971,6 @@ fn ttl_journal(journal: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Drops the harness's families, so that what they hold matches an expected state that starts
-/// empty (a run without a journal on a database an earlier stress left, or `--reuse`d).
-fn start_over(db: &Db) -> Result<(), StressError> {
-    let names = [STRESS_CF, crate::held_model::HELD_CF]
-        .into_iter()
-        .chain(TTL_FAMILIES.iter().map(|f| f.name));
-    for name in names {
-        if db.column_family(name).is_ok() {
-            db.drop_column_family(name)?;
-        }
-    }
-    Ok(())
-}
-
 /// Creates the TTL families a database lacks.
 fn create_ttl_families(db: &Db) -> Result<(), StressError> {
     for family in TTL_FAMILIES {
@@ -1056,20 +986,11 @@ fn create_ttl_families(db: &Db) -> Result<(), StressError> {
     Ok(())
 }
 
-fn per_sec(count: u64, seconds: f64) -> f64 {
+pub(crate) fn per_sec(count: u64, seconds: f64) -> f64 {
     #[expect(
         clippy::cast_precision_loss,
         reason = "operation counts are far below 2^52"
     )]
     let count = count as f64;
     count / seconds.max(1e-3)
-}
-
-/// Adds the counters a reopen would reset (flushes, compactions, recoveries, drops) of `from`
-/// to `to`.
-fn add_counters(to: &mut cairn::Stats, from: &cairn::Stats) {
-    to.flushes += from.flushes;
-    to.recoveries += from.recoveries;
-    to.compactions += from.compactions;
-    to.dropped.add(&from.dropped);
 }

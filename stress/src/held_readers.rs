@@ -23,29 +23,22 @@
 //! journal is needed across kills; a family TTL tightened below a floor is reset the same way.
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use cairn::{
-    CfOptions, ColumnFamily, CompactionFilter, Db, DbCursor, DbIterator, Decision, Snapshot,
-    WriteBatch,
-};
+use cairn::{ColumnFamily, Db, DbCursor, DbIterator, Snapshot, WriteBatch};
 use rand::Rng;
 use rand::rngs::SmallRng;
 
 use crate::harness::Harness;
 use crate::held_model::{
-    Expect, Found, HELD_CF, HELD_KEYS, HeldCell, HeldModel, doomed, expectation, judge_backward,
+    Expect, Found, HELD_CF, HELD_KEYS, HeldCell, HeldModel, expectation, judge_backward,
     judge_forward,
 };
-use crate::report::{Failure, HeldCounts};
-use crate::ttl_worker::TtlWork;
+use crate::held_work::{HeldInner, HeldReader, HeldWork, Reader, family_options};
+use crate::report::Failure;
+use crate::ttl_work::TtlWork;
 use crate::value::{key, key_index, parse_value, value};
-
-/// Deletes outlive every compaction of a run (measured on the harness's clock), so fresh reads
-/// keep stepping over them beside the keys a compaction dropped.
-const GRACE: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// A family TTL tightened below this is reset: the family emptied, its TTL removed.
 const TTL_FLOOR_MS: u64 = 5_000;
@@ -56,157 +49,36 @@ const MAX_HELD: usize = 4;
 /// Entries a held or fresh cursor reads from its seek.
 const READ_AHEAD: usize = 4;
 
-/// Removes doomed values (odd versions) of the held family while armed.
-#[derive(Debug)]
-pub(crate) struct DoomFilter {
-    armed: AtomicBool,
-    max_value_size: usize,
-}
-
-impl CompactionFilter for DoomFilter {
-    fn filter(&self, cf: &str, key: &[u8], value: &[u8]) -> Decision {
-        let doomed_value = cf == HELD_CF
-            && self.armed.load(Ordering::SeqCst)
-            && key_index(key)
-                .and_then(|k| parse_value(k, value, self.max_value_size))
-                .is_some_and(doomed);
-        if doomed_value {
-            Decision::Remove
-        } else {
-            Decision::Keep
+/// At the end of a run: uses every reader still held, then fails the run if held readers
+/// checked nothing although the work was on.
+pub(crate) fn finish(h: &Harness, work: &HeldWork, ttl: &TtlWork, db: &Db) {
+    if let Ok(cf) = db.column_family(HELD_CF) {
+        let mut inner = work.lock();
+        let _clock = ttl.hold_clock();
+        let op = Op { h, work, db, cf };
+        let held = std::mem::take(&mut inner.held);
+        for reader in held {
+            op.use_reader(reader, 0, "at the end");
         }
     }
-}
-
-/// A reader made earlier and not used yet.
-enum Reader {
-    Cursor(Box<DbCursor>),
-    /// An iterator over the keys from this one on.
-    Iter(Box<DbIterator>, usize),
-}
-
-struct HeldReader {
-    reader: Reader,
-    /// What it must read: the model when it was made.
-    expect: Vec<Expect>,
-    /// A snapshot taken just before it, with the puts it sees.
-    snapshot: Option<(Snapshot, Vec<Option<HeldCell>>)>,
-    /// Where it was made, for messages.
-    made: String,
-}
-
-struct HeldInner {
-    model: HeldModel,
-    held: Vec<HeldReader>,
-}
-
-/// The held-reader work: its model, its readers, its filter and its counters.
-pub(crate) struct HeldWork {
-    inner: Mutex<HeldInner>,
-    pub(crate) filter: Arc<DoomFilter>,
-    /// Held readers used and judged.
-    readers: AtomicU64,
-    /// Keys held readers were judged on.
-    checks: AtomicU64,
-    /// Fresh reads judged.
-    fresh: AtomicU64,
-    scenes: AtomicU64,
-}
-
-impl std::fmt::Debug for HeldWork {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HeldWork").finish_non_exhaustive()
+    let weights = h.config.weights;
+    if weights.held_readers + weights.held_scene > 0 && work.checks.load(Ordering::Relaxed) == 0 {
+        h.tally.fail(
+            Failure::Unexercised,
+            "held readers: none was checked against what it saw when made".into(),
+        );
     }
 }
 
-/// The options the held family is created and reset with.
-fn family_options() -> CfOptions {
-    CfOptions::default().tombstone_grace(GRACE)
-}
-
-impl HeldWork {
-    pub(crate) fn new(max_value_size: usize) -> Self {
-        Self {
-            inner: Mutex::new(HeldInner {
-                model: HeldModel::new(),
-                held: Vec::new(),
-            }),
-            filter: Arc::new(DoomFilter {
-                armed: AtomicBool::new(false),
-                max_value_size,
-            }),
-            readers: AtomicU64::new(0),
-            checks: AtomicU64::new(0),
-            fresh: AtomicU64::new(0),
-            scenes: AtomicU64::new(0),
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, HeldInner> {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// What the work did so far.
-    pub(crate) fn counts(&self) -> HeldCounts {
-        HeldCounts {
-            readers: self.readers.load(Ordering::Relaxed),
-            checks: self.checks.load(Ordering::Relaxed),
-            fresh_reads: self.fresh.load(Ordering::Relaxed),
-            scenes: self.scenes.load(Ordering::Relaxed),
-        }
-    }
-
-    /// Drops every held reader unread (the database they read is closing).
-    pub(crate) fn forget_readers(&self) {
-        self.lock().held.clear();
-    }
-
-    /// Creates the family if `db` lacks it, else empties it and removes its TTL (a range
-    /// delete over every key first, so no put an old TTL expired comes back); the model
-    /// follows. Call with no held-work operation running.
-    pub(crate) fn reset(&self, db: &Db) -> cairn::Result<()> {
-        let mut inner = self.lock();
-        inner.held.clear();
-        match db.column_family(HELD_CF) {
-            Ok(cf) => {
-                cf.delete_range(key(0), key(HELD_KEYS))?;
-                cf.set_options(family_options())?;
-            }
-            Err(_) => {
-                db.create_column_family(HELD_CF, family_options())?;
-            }
-        }
-        inner.model.reset();
-        Ok(())
-    }
-
-    /// At the end of a run: uses every reader still held, then fails the run if held readers
-    /// checked nothing although the work was on.
-    pub(crate) fn finish(&self, h: &Harness, ttl: &TtlWork, db: &Db) {
-        if let Ok(cf) = db.column_family(HELD_CF) {
-            let mut inner = self.lock();
-            let _clock = ttl.hold_clock();
-            let op = Op {
-                h,
-                work: self,
-                db,
-                cf,
-            };
-            let held = std::mem::take(&mut inner.held);
-            for reader in held {
-                op.use_reader(reader, 0, "at the end");
-            }
-        }
-        let weights = h.config.weights;
-        if weights.held_readers + weights.held_scene > 0 && self.checks.load(Ordering::Relaxed) == 0
-        {
-            h.tally.fail(
-                Failure::Unexercised,
-                "held readers: none was checked against what it saw when made".into(),
-            );
-        }
+/// Runs a held-reader scene with every worker paused (no other operation runs while the
+/// database is held exclusively).
+pub(crate) fn paused_scene(h: &Harness, rng: &mut SmallRng) {
+    let slot = h.db_exclusive();
+    let db = slot
+        .as_deref()
+        .and_then(crate::engine::StressEngine::as_cairn);
+    if let (Some(db), Some(held), Some(ttl)) = (db, &h.held, &h.ttl) {
+        scene(h, held, ttl, db, rng);
     }
 }
 
@@ -243,7 +115,7 @@ impl DropBy {
 pub(crate) fn step(h: &Harness, work: &HeldWork, ttl: &TtlWork, db: &Db, rng: &mut SmallRng) {
     let cf = match db.column_family(HELD_CF) {
         Ok(cf) => cf,
-        Err(e) => return h.read_error("column_family", &e),
+        Err(e) => return h.read_error("column_family", e),
     };
     let op = Op { h, work, db, cf };
     let mut inner = work.lock();
@@ -335,7 +207,7 @@ fn pick_ttl(rng: &mut SmallRng) -> Option<u64> {
 pub(crate) fn scene(h: &Harness, work: &HeldWork, ttl: &TtlWork, db: &Db, rng: &mut SmallRng) {
     let cf = match db.column_family(HELD_CF) {
         Ok(cf) => cf,
-        Err(e) => return h.read_error("column_family", &e),
+        Err(e) => return h.read_error("column_family", e),
     };
     let op = Op { h, work, db, cf };
     let mut inner = work.lock();
@@ -421,7 +293,7 @@ impl Op<'_> {
                     model.put(k, cell);
                 }
             }
-            Err(e) => self.h.engine_error("held write", &e),
+            Err(e) => self.h.engine_error("held write", e),
         }
     }
 
@@ -437,7 +309,7 @@ impl Op<'_> {
         }
         match self.db.write(batch) {
             Ok(_) => keys.for_each(|k| model.delete(k)),
-            Err(e) => self.h.engine_error("held delete", &e),
+            Err(e) => self.h.engine_error("held delete", e),
         }
     }
 
@@ -445,7 +317,7 @@ impl Op<'_> {
         match self.db.flush() {
             Ok(()) => Some(()),
             Err(e) => {
-                self.h.engine_error("held flush", &e);
+                self.h.engine_error("held flush", e);
                 None
             }
         }
@@ -477,7 +349,7 @@ impl Op<'_> {
                 made: format!("made at clock {now} (family TTL {:?} ms)", model.cf_ttl_ms),
             }),
             Err(e) => {
-                self.h.read_error("held reader", &e);
+                self.h.read_error("held reader", e);
                 None
             }
         }
@@ -490,7 +362,7 @@ impl Op<'_> {
             let ttl = inner.model.cf_ttl_ms.map_or(ttl, |old| old.min(ttl));
             let options = family_options().ttl(Duration::from_millis(ttl));
             if let Err(e) = self.cf.set_options(options) {
-                return self.h.engine_error("held set_options", &e);
+                return self.h.engine_error("held set_options", e);
             }
             inner.model.cf_ttl_ms = Some(ttl);
         }
@@ -504,7 +376,7 @@ impl Op<'_> {
         let compacted = self.cf.compact_tables::<&[u8]>(..);
         self.work.filter.armed.store(false, Ordering::SeqCst);
         if let Err(e) = compacted {
-            self.h.engine_error("held compact_tables", &e);
+            self.h.engine_error("held compact_tables", e);
         }
     }
 
@@ -527,11 +399,11 @@ impl Op<'_> {
         let mut batch = WriteBatch::new();
         batch.delete_range_cf(&self.cf, key(0), key(HELD_KEYS));
         if let Err(e) = self.db.write(batch) {
-            return self.h.engine_error("held reset", &e);
+            return self.h.engine_error("held reset", e);
         }
         inner.model.reset();
         if let Err(e) = self.cf.set_options(family_options()) {
-            self.h.engine_error("held set_options", &e);
+            self.h.engine_error("held set_options", e);
         }
     }
 
@@ -604,7 +476,7 @@ impl Op<'_> {
                 let back = match back {
                     Ok(Ok(back)) => back,
                     Ok(Err(why)) => return self.held_failure(context, "cursor", &made, &why),
-                    Err(e) => return self.h.read_error("held cursor", &e),
+                    Err(e) => return self.h.read_error("held cursor", e),
                 };
                 let judged = judge_forward(&expect, from, &forward)
                     .and_then(|n| judge_backward(&expect, from, back).map(|m| n + m));
@@ -651,7 +523,7 @@ impl Op<'_> {
                 None
             }
             Err(e) => {
-                self.h.read_error(context, &e);
+                self.h.read_error(context, e);
                 None
             }
         }

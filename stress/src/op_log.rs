@@ -44,8 +44,8 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The header line (with its newline) for a run of `config` on `db`.
-pub(crate) fn header_line(config: &StressConfig, db: &cairn::Db) -> String {
+/// The header line (with its newline) for a run of `config` on a database with `families`.
+pub(crate) fn header_line(config: &StressConfig, families: &[String]) -> String {
     let header = OpLogHeader {
         op_log: OP_LOG_FORMAT,
         keys: config.keys,
@@ -57,7 +57,7 @@ pub(crate) fn header_line(config: &StressConfig, db: &cairn::Db) -> String {
         memtable_size: config.memtable_size,
         ttl: config.ttl,
         ttl_keys: config.ttl_keys,
-        families: db.list_column_families(),
+        families: families.to_vec(),
         weights: config.weights,
     };
     let mut line = serde_json::to_string(&header).unwrap_or_default();

@@ -16,8 +16,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{Limit, OpWeights, StressConfig};
+use crate::engine::WriteOp;
 use crate::expected::KeyState;
-use crate::harness::{Harness, STRESS_CF, StressError};
+use crate::harness::{Harness, StressError};
 use crate::op_log::{OP_LOG_FORMAT, OpLogHeader};
 use crate::report::StressReport;
 use crate::value::{key, value};
@@ -176,28 +177,32 @@ impl Harness {
         max_value_size: usize,
     ) -> Result<(), StressError> {
         let guard = self.db();
-        let Some(db) = guard.as_ref() else {
+        let Some(engine) = guard.as_deref() else {
             return Ok(());
         };
-        let cf = db.column_family(STRESS_CF)?;
-        let mut batch = cairn::WriteBatch::new();
-        match (op, targets.first(), targets.last()) {
-            ("delete_range", Some(&(first, _)), Some(&(last, _))) => {
-                batch.delete_range_cf(&cf, key(first), key(last + 1));
-            }
-            _ => {
-                for &(k, s) in targets {
+        let ops: Vec<WriteOp> = match (op, targets.first(), targets.last()) {
+            ("delete_range", Some(&(first, _)), Some(&(last, _))) => vec![WriteOp::DeleteRange {
+                start: key(first),
+                end: key(last + 1),
+                covered: (first..=last).map(key).collect(),
+            }],
+            _ => targets
+                .iter()
+                .map(|&(k, s)| {
                     if s.exists() {
-                        batch.put_cf(&cf, key(k), value(k, s.version(), max_value_size));
+                        WriteOp::Put {
+                            key: key(k),
+                            value: value(k, s.version(), max_value_size),
+                        }
                     } else if op == "single_delete" {
-                        batch.single_delete_cf(&cf, key(k));
+                        WriteOp::SingleDelete { key: key(k) }
                     } else {
-                        batch.delete_cf(&cf, key(k));
+                        WriteOp::Delete { key: key(k) }
                     }
-                }
-            }
-        }
-        let seqno = db.write(batch)?;
+                })
+                .collect(),
+        };
+        let seqno = engine.write(&ops, false)?;
         self.expected.commit(targets, seqno);
         Ok(())
     }

@@ -316,9 +316,32 @@ impl Failures {
     }
 }
 
+fn cairn_name() -> String {
+    "cairn".to_string()
+}
+
+/// A count an engine may not keep: `n/a` when it does not.
+pub(crate) fn counted(n: Option<u64>) -> String {
+    n.map_or_else(|| "n/a".to_string(), |n| n.to_string())
+}
+
 /// The report a run ends with (printed, and written as JSON on request).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StressReport {
+    /// The engine under test (`cairn`, `fjall`, `rocksdb`).
+    #[serde(default = "cairn_name")]
+    pub engine: String,
+    /// Operations the engine lacks that the harness emulated exactly, and how.
+    #[serde(default)]
+    pub emulated: BTreeMap<String, String>,
+    /// Work left out because the engine lacks it, and why.
+    #[serde(default)]
+    pub skipped: BTreeMap<String, String>,
+    /// The engine returns no sequence numbers, so the harness stamped its writes and snapshots
+    /// in one order, serializing them: races inside the engine between a write and a snapshot
+    /// were not exercised.
+    #[serde(default)]
+    pub sequenced_by_harness: bool,
     /// The seed, to replay the run's choices.
     pub seed: u64,
     /// Seconds the run took.
@@ -329,14 +352,15 @@ pub struct StressReport {
     pub ops_per_sec: f64,
     /// Reads checked against the expected state.
     pub verifications: u64,
-    /// Flushes the engine ran.
-    pub flushes: u64,
-    /// Compactions the engine ran.
-    pub compactions: u64,
+    /// Flushes the engine ran (`None`: the engine does not count them).
+    pub flushes: Option<u64>,
+    /// Compactions the engine ran (`None`: the engine does not count them).
+    pub compactions: Option<u64>,
     /// Entries compaction dropped, by rule.
     pub dropped: BTreeMap<String, u64>,
-    /// Point and range tombstones on disk or in memtables at the end.
-    pub tombstones_pending: u64,
+    /// Point and range tombstones on disk or in memtables at the end (`None`: the engine
+    /// does not count them).
+    pub tombstones_pending: Option<u64>,
     /// Engine errors tolerated (injected faults).
     pub engine_errors: u64,
     /// The engine's recoveries from a stop caused by an I/O error (`Stats::recoveries`, over
@@ -395,6 +419,31 @@ impl StressReport {
         }
     }
 
+    /// The lines that say what a peer engine ran without, or ran emulated (none for Cairn).
+    fn engine_lines(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let listed = |what: &BTreeMap<String, String>| {
+            what.iter()
+                .map(|(name, why)| format!("{name} ({why})"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        if !self.emulated.is_empty() {
+            let _ = writeln!(out, "{} emulated: {}", self.engine, listed(&self.emulated));
+        }
+        if !self.skipped.is_empty() {
+            let _ = writeln!(out, "{} skipped: {}", self.engine, listed(&self.skipped));
+        }
+        if self.sequenced_by_harness {
+            let _ = writeln!(
+                out,
+                "{}: writes and snapshots stamped in one order by the harness (the engine \
+                 returns no sequence numbers), so its own write/snapshot races went untested",
+                self.engine
+            );
+        }
+    }
+
     /// A human summary.
     pub fn summary(&self) -> String {
         use std::fmt::Write as _;
@@ -414,11 +463,15 @@ impl StressReport {
                 "interrupted: stopped by a signal before its limit; the final verification ran"
             );
         }
+        self.engine_lines(&mut out);
         let _ = writeln!(out, "ops: {}", ops.join(" "));
         let _ = writeln!(
             out,
             "flushes {}, compactions {}, verifications {}, tombstones pending {}",
-            self.flushes, self.compactions, self.verifications, self.tombstones_pending
+            counted(self.flushes),
+            counted(self.compactions),
+            self.verifications,
+            counted(self.tombstones_pending)
         );
         let dropped: Vec<String> = self
             .dropped

@@ -9,79 +9,20 @@
 
 use std::fmt::Write as _;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use cairn::{ColumnFamily, Db, ManualClock, WriteBatch, WriteOptions};
+use cairn::{ColumnFamily, Db, WriteBatch, WriteOptions};
 use rand::Rng;
 use rand::rngs::SmallRng;
 
-use crate::harness::{Harness, refused};
-use crate::report::{Failure, TtlCounts};
-use crate::ttl_model::{
-    Cell, TTL_FAMILIES, TtlFamily, TtlKey, TtlState, TtlWrite, Verdict, begin_line,
-};
-use crate::value::{key, key_index, parse_value, value};
+use crate::engine::cairn_refused as refused;
+use crate::harness::Harness;
+use crate::ttl_model::{Cell, TTL_FAMILIES, TtlFamily, TtlKey, TtlWrite, begin_line};
+use crate::ttl_work::{TtlWork, judge};
+use crate::value::{key, key_index, value};
 
 /// Keys a TTL range delete or scan spans at most.
 const MAX_SPAN: usize = 12;
-
-/// The clock the TTL work drives, its model, and its counters.
-#[derive(Debug)]
-pub(crate) struct TtlWork {
-    pub(crate) state: TtlState,
-    pub(crate) clock: Arc<ManualClock>,
-    /// Read by every TTL operation, written by a clock advance.
-    gate: RwLock<()>,
-    /// Reads of TTL keys checked.
-    pub(crate) checks: AtomicU64,
-    /// Of those, the ones where a candidate had expired.
-    pub(crate) expiry_checks: AtomicU64,
-    /// How far the clock moved in this run, ms.
-    pub(crate) advanced_ms: AtomicU64,
-}
-
-impl TtlWork {
-    pub(crate) fn new(state: TtlState, clock: Arc<ManualClock>) -> Self {
-        Self {
-            state,
-            clock,
-            gate: RwLock::new(()),
-            checks: AtomicU64::new(0),
-            expiry_checks: AtomicU64::new(0),
-            advanced_ms: AtomicU64::new(0),
-        }
-    }
-
-    /// What the TTL work did so far.
-    pub(crate) fn counts(&self) -> TtlCounts {
-        TtlCounts {
-            checks: self.checks.load(Ordering::Relaxed),
-            expiry_checks: self.expiry_checks.load(Ordering::Relaxed),
-            clock_advanced_ms: self.advanced_ms.load(Ordering::Relaxed),
-        }
-    }
-
-    pub(crate) fn hold_clock(&self) -> std::sync::RwLockReadGuard<'_, ()> {
-        self.gate
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Moves the clock on by `by`, recorded first, while no TTL operation runs.
-    pub(crate) fn advance(&self, by: Duration) {
-        let _stopped = self
-            .gate
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
-        let to = self.clock.now_ms().saturating_add(ms);
-        self.state.journal(&format!("T {to}\n"));
-        self.clock.set(to);
-        self.advanced_ms.fetch_add(ms, Ordering::Relaxed);
-    }
-}
 
 /// Runs the TTL operation `op` (one of the `ttl_*` ops of the mix, or `advance_clock`).
 pub(crate) fn step(h: &Harness, work: &TtlWork, db: &Db, rng: &mut SmallRng, op: &str) {
@@ -95,7 +36,7 @@ pub(crate) fn step(h: &Harness, work: &TtlWork, db: &Db, rng: &mut SmallRng, op:
     };
     let cf = match db.column_family(family.name) {
         Ok(cf) => cf,
-        Err(e) => return h.read_error("column_family", &e),
+        Err(e) => return h.read_error("column_family", e),
     };
     let keys = work.state.len();
     let k = rng.random_range(0..keys);
@@ -119,7 +60,7 @@ pub(crate) fn step(h: &Harness, work: &TtlWork, db: &Db, rng: &mut SmallRng, op:
         "ttl_scan" => op_on.scan(k..span),
         "ttl_compact" if rng.random_bool(0.3) => {
             if let Err(e) = db.flush() {
-                h.engine_error("flush", &e);
+                h.engine_error("flush", e);
             }
         }
         "ttl_compact" => op_on.compact(k..(k + rng.random_range(1..keys / 4 + 2)).min(keys)),
@@ -217,7 +158,7 @@ impl TtlOp<'_> {
                         m.unknown(write, self.family);
                     }
                 }
-                self.h.engine_error("ttl write", &e);
+                self.h.engine_error("ttl write", e);
             }
         }
     }
@@ -245,7 +186,8 @@ impl TtlOp<'_> {
         };
         match found {
             Ok(values) => judge(
-                self.h,
+                &self.h.tally,
+                self.h.config.max_value_size,
                 self.work,
                 self.family,
                 model,
@@ -255,7 +197,7 @@ impl TtlOp<'_> {
                 limit.max(1),
                 context,
             ),
-            Err(e) => self.h.read_error(context, &e),
+            Err(e) => self.h.read_error(context, e),
         }
     }
 
@@ -270,7 +212,7 @@ impl TtlOp<'_> {
             .and_then(Iterator::collect::<cairn::Result<Vec<_>>>);
         let found = match found {
             Ok(found) => found,
-            Err(e) => return self.h.read_error("ttl scan", &e),
+            Err(e) => return self.h.read_error("ttl scan", e),
         };
         for (k, model) in keys.zip(locked.iter_mut()) {
             let values: Vec<bytes::Bytes> = found
@@ -279,7 +221,8 @@ impl TtlOp<'_> {
                 .map(|(_, v)| v.clone())
                 .collect();
             judge(
-                self.h,
+                &self.h.tally,
+                self.h.config.max_value_size,
                 self.work,
                 self.family,
                 model,
@@ -295,114 +238,7 @@ impl TtlOp<'_> {
     /// Compacts `keys` of the family while the clock may move.
     fn compact(&self, keys: Range<usize>) {
         if let Err(e) = self.cf.compact_range(key(keys.start)..key(keys.end)) {
-            self.h.engine_error("ttl compact_range", &e);
-        }
-    }
-}
-
-/// Judges what a read of key `k` at `now` returned (`values`, newest first, at most `limit`).
-#[expect(clippy::too_many_arguments, reason = "one read's whole context")]
-fn judge(
-    h: &Harness,
-    work: &TtlWork,
-    family: TtlFamily,
-    model: &mut TtlKey,
-    k: usize,
-    now: u64,
-    values: &[bytes::Bytes],
-    limit: usize,
-    context: &str,
-) {
-    h.tally.verified();
-    work.checks.fetch_add(1, Ordering::Relaxed);
-    let parsed: Option<Vec<u32>> = values
-        .iter()
-        .map(|v| parse_value(k, v, h.config.max_value_size))
-        .collect();
-    let Some(observed) = parsed else {
-        return h.tally.fail(
-            Failure::WrongValue,
-            format!(
-                "{context} in {}: key {k} holds bytes no write produced",
-                family.name
-            ),
-        );
-    };
-    match model.judge(family, now, &observed, limit) {
-        Verdict::Ok { expiry_mattered } => {
-            if expiry_mattered {
-                work.expiry_checks.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        Verdict::Wrong { expected } => h.tally.fail(
-            Failure::Expiry,
-            format!(
-                "{context} in {} at clock {now}: key {k} read versions {observed:?}, expected one of {expected:?}",
-                family.name
-            ),
-        ),
-    }
-}
-
-/// Checks every key of every TTL family: a scan for the value, `get_versions` for the rest.
-/// Nothing may write meanwhile.
-pub(crate) fn verify_all(h: &Harness, work: &TtlWork, db: &Db, context: &str) {
-    let _clock = work.hold_clock();
-    let now = work.clock.now_ms();
-    for (f, family) in TTL_FAMILIES.iter().enumerate() {
-        let cf = match db.column_family(family.name) {
-            Ok(cf) => cf,
-            Err(e) => {
-                return h.tally.fail(
-                    Failure::Unreadable,
-                    format!("{context}: column family {}: {e}", family.name),
-                );
-            }
-        };
-        let limit = usize::try_from(family.max_versions).unwrap_or(1);
-        let mut locked = work.state.lock(f, 0..work.state.len());
-        for (k, model) in locked.iter_mut().enumerate() {
-            let read = cf
-                .get_versions(key(k), limit)
-                .map(|vs| vs.into_iter().map(|v| v.value).collect::<Vec<_>>());
-            match read {
-                Ok(values) => judge(h, work, *family, model, k, now, &values, limit, context),
-                Err(e) => {
-                    return h.tally.fail(
-                        Failure::Unreadable,
-                        format!("{context}: get_versions in {}: {e}", family.name),
-                    );
-                }
-            }
-        }
-        let scanned = cf
-            .iter()
-            .and_then(Iterator::collect::<cairn::Result<Vec<_>>>);
-        let scanned = match scanned {
-            Ok(scanned) => scanned,
-            Err(e) => {
-                return h.tally.fail(
-                    Failure::Unreadable,
-                    format!("{context}: scan of {}: {e}", family.name),
-                );
-            }
-        };
-        let mut by_key: Vec<Vec<bytes::Bytes>> = vec![Vec::new(); locked.len()];
-        for (k, v) in scanned {
-            match key_index(&k).and_then(|i| by_key.get_mut(i)) {
-                Some(slot) => slot.push(v),
-                None => h.tally.fail(
-                    Failure::WrongValue,
-                    format!(
-                        "{context}: unknown key {:?} in {}",
-                        String::from_utf8_lossy(&k),
-                        family.name
-                    ),
-                ),
-            }
-        }
-        for ((k, model), values) in locked.iter_mut().enumerate().zip(by_key) {
-            judge(h, work, *family, model, k, now, &values, 1, context);
+            self.h.engine_error("ttl compact_range", e);
         }
     }
 }

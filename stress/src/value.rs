@@ -1,6 +1,8 @@
 //! Keys and values: a value names its key and version and carries filler derived from both, so
 //! a read can tell a lost write, a resurrected delete and a wrong value apart.
 
+use crate::report::Observed;
+
 /// The key for index `i`.
 pub(crate) fn key(i: usize) -> Vec<u8> {
     format!("k{i:09}").into_bytes()
@@ -55,6 +57,16 @@ pub(crate) fn parse_value(i: usize, bytes: &[u8], max_len: usize) -> Option<u32>
         .parse()
         .ok()?;
     (value(i, version, max_len) == bytes).then_some(version)
+}
+
+/// What a read of key `k` found.
+pub(crate) fn observe(k: usize, found: Option<&[u8]>, max_value_size: usize) -> Observed {
+    match found {
+        None => Observed::Absent,
+        Some(bytes) => {
+            parse_value(k, bytes, max_value_size).map_or(Observed::Damaged, Observed::Version)
+        }
+    }
 }
 
 #[cfg(test)]

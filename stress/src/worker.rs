@@ -5,14 +5,14 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 
-use cairn::{ColumnFamily, Db, Snapshot, WriteBatch, WriteOptions};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use crate::engine::{EngineError, STRESS_CF, SnapshotHandle, StressEngine, WriteOp};
 use crate::expected::{Floor, KeyState};
-use crate::harness::{AfterFault, Harness, Reopen, STRESS_CF};
+use crate::harness::{AfterFault, Harness, Reopen};
 use crate::report::{Failure, Observed};
-use crate::value::{is_single_delete_key, key, parse_value, value};
+use crate::value::{is_single_delete_key, key, observe, value};
 
 /// Keys a range delete or scan spans at most.
 const MAX_SPAN: usize = 32;
@@ -21,7 +21,7 @@ const MAX_SPAN: usize = 32;
 /// number when taken and again when released, whatever flushes and compactions ran meanwhile,
 /// and required to read the same both times.
 struct HeldSnapshot<'h> {
-    snapshot: Snapshot,
+    snapshot: SnapshotHandle,
     /// Keeps the expected state's history back to the snapshot's sequence number.
     _floor: Floor<'h>,
     /// Taken just after the snapshot: a write that began later cannot be in it.
@@ -36,7 +36,8 @@ pub(crate) struct Worker<'h> {
     h: &'h Harness,
     id: usize,
     rng: SmallRng,
-    cf: Option<(u64, ColumnFamily)>,
+    /// The epoch of the database this worker's snapshots were taken on.
+    epoch: Option<u64>,
     snapshots: Vec<HeldSnapshot<'h>>,
 }
 
@@ -51,7 +52,7 @@ impl<'h> Worker<'h> {
                     .wrapping_mul(1_000_003)
                     .wrapping_add(id as u64),
             ),
-            cf: None,
+            epoch: None,
             snapshots: Vec::new(),
         }
     }
@@ -81,36 +82,31 @@ impl<'h> Worker<'h> {
                 continue;
             }
             if op == "held_scene" {
-                self.h.held_scene(&mut self.rng);
+                crate::held_readers::paused_scene(self.h, &mut self.rng);
                 self.h.tally.op(op);
                 self.h.op_done();
                 continue;
             }
             if op == "reopen" {
                 self.release_all(epoch);
-                self.cf = None;
+                self.epoch = None;
                 if self.h.reopen(epoch, Reopen::Op) {
                     self.h.tally.op("reopen");
                 }
                 continue;
             }
             let guard = self.h.db();
-            let Some(db) = guard.as_ref() else {
+            let Some(engine) = guard.as_deref() else {
                 return;
             };
-            // Read again under the guard: a reopen may have come between.
+            // Read again under the guard: a reopen may have come between. Snapshots of a
+            // database closed since went with it.
             let epoch = self.h.epoch.load(Ordering::Acquire);
-            if self.cf.as_ref().is_none_or(|(e, _)| *e != epoch) {
+            if self.epoch != Some(epoch) {
                 self.snapshots.clear();
-                match db.column_family(STRESS_CF) {
-                    Ok(cf) => self.cf = Some((epoch, cf)),
-                    Err(e) => {
-                        self.h.read_error("column_family", &e);
-                        continue;
-                    }
-                }
+                self.epoch = Some(epoch);
             }
-            self.step(op, db);
+            self.step(op, engine);
             self.h.tally.op(op);
             self.h.op_done();
         }
@@ -121,18 +117,16 @@ impl<'h> Worker<'h> {
     /// is still open: a reopen must wait until they have been read.
     fn release_all(&mut self, epoch: u64) {
         let guard = self.h.db();
-        let open = guard.is_some()
+        if let Some(engine) = guard.as_deref()
             && self.h.epoch.load(Ordering::Acquire) == epoch
-            && self.cf.as_ref().is_some_and(|(e, _)| *e == epoch);
-        while open && !self.snapshots.is_empty() {
-            self.release_oldest();
+            && self.epoch == Some(epoch)
+        {
+            while !self.snapshots.is_empty() {
+                self.release_oldest(engine);
+            }
         }
         self.snapshots.clear();
         drop(guard);
-    }
-
-    fn cf(&self) -> Option<&ColumnFamily> {
-        self.cf.as_ref().map(|(_, cf)| cf)
     }
 
     fn random_key(&mut self) -> usize {
@@ -149,96 +143,97 @@ impl<'h> Worker<'h> {
         }
     }
 
-    fn step(&mut self, op: &str, db: &Db) {
+    fn step(&mut self, op: &str, engine: &dyn StressEngine) {
         match op {
-            "get" => self.get(),
-            "scan" => self.scan(),
+            "get" => self.get(engine),
+            "scan" => self.scan(engine),
             "put" => {
                 let k = self.ordinary_key();
-                self.write_keys(db, &[k], false);
+                self.write_keys(engine, &[k], false);
             }
             "batch" => {
                 let n = self.rng.random_range(2..8);
                 let keys: Vec<usize> = (0..n).map(|_| self.ordinary_key()).collect();
-                self.write_keys(db, &keys, true);
+                self.write_keys(engine, &keys, true);
             }
             "delete" => {
                 let k = self.ordinary_key();
-                self.delete(db, k);
+                self.delete(engine, k);
             }
-            "single_delete" => self.single_delete_or_put_once(db),
-            "delete_range" => self.delete_range(db),
-            "snapshot" => self.snapshot(db),
-            "transaction" => self.transaction(db),
-            "flush" => {
-                if let Err(e) = db.flush() {
-                    self.h.engine_error("flush", &e);
+            "single_delete" => self.single_delete_or_put_once(engine),
+            "delete_range" => self.delete_range(engine),
+            "snapshot" => self.snapshot(engine),
+            "transaction" => {
+                if let Some(db) = engine.as_cairn() {
+                    self.transaction(db);
                 }
             }
-            "compact_range" => self.compact_range(),
+            "flush" => {
+                if let Err(e) = engine.flush() {
+                    self.h.engine_error("flush", e);
+                }
+            }
+            "compact_range" => self.compact_range(engine),
             "held_readers" => {
-                if let (Some(held), Some(ttl)) = (&self.h.held, &self.h.ttl) {
+                if let (Some(held), Some(ttl), Some(db)) =
+                    (&self.h.held, &self.h.ttl, engine.as_cairn())
+                {
                     crate::held_readers::step(self.h, held, ttl, db, &mut self.rng);
                 }
             }
             "ttl_put" | "ttl_delete" | "ttl_get" | "ttl_scan" | "ttl_compact" | "advance_clock" => {
-                if let Some(work) = &self.h.ttl {
+                if let (Some(work), Some(db)) = (&self.h.ttl, engine.as_cairn()) {
                     crate::ttl_worker::step(self.h, work, db, &mut self.rng, op);
                 }
             }
             _ => {}
         }
-        self.age_snapshots();
+        self.age_snapshots(engine);
     }
 
-    fn sync(&mut self) -> WriteOptions {
-        WriteOptions {
-            sync: self.rng.random_bool(self.h.config.sync_probability),
-        }
+    fn sync(&mut self) -> bool {
+        self.rng.random_bool(self.h.config.sync_probability)
     }
 
     /// Writes puts (and, in a batch, some deletes) to distinct `keys` atomically.
-    fn write_keys(&mut self, db: &Db, keys: &[usize], mixed: bool) {
-        let Some(cf) = self.cf().cloned() else { return };
+    fn write_keys(&mut self, engine: &dyn StressEngine, keys: &[usize], mixed: bool) {
         let mut keys = keys.to_vec();
         keys.sort_unstable();
         keys.dedup();
         let _locks = self.h.expected.lock(&keys);
-        let mut batch = WriteBatch::new();
+        let mut ops = Vec::with_capacity(keys.len());
         let mut targets = Vec::with_capacity(keys.len());
         for &k in &keys {
             if mixed && self.rng.random_ratio(1, 4) {
-                batch.delete_cf(&cf, key(k));
+                ops.push(WriteOp::Delete { key: key(k) });
                 targets.push((k, KeyState::deleted(self.h.expected.get(k).version())));
             } else {
                 let version = self.h.expected.next_version(k);
-                batch.put_cf(&cf, key(k), value(k, version, self.h.config.max_value_size));
+                ops.push(WriteOp::Put {
+                    key: key(k),
+                    value: value(k, version, self.h.config.max_value_size),
+                });
                 targets.push((k, KeyState::present(version)));
             }
         }
-        let options = self.sync();
-        self.h.apply(&targets, "write", options.sync, || {
-            db.write_opt(batch, &options)
-        });
+        let sync = self.sync();
+        self.h
+            .apply(&targets, "write", sync, || engine.write(&ops, sync));
     }
 
-    fn delete(&mut self, db: &Db, k: usize) {
-        let Some(cf) = self.cf().cloned() else { return };
+    fn delete(&mut self, engine: &dyn StressEngine, k: usize) {
         let _locks = self.h.expected.lock(&[k]);
         let old = self.h.expected.get(k);
-        let mut batch = WriteBatch::new();
-        batch.delete_cf(&cf, key(k));
-        let options = self.sync();
+        let ops = [WriteOp::Delete { key: key(k) }];
+        let sync = self.sync();
         let targets = [(k, KeyState::deleted(old.version()))];
-        self.h.apply(&targets, "delete", options.sync, || {
-            db.write_opt(batch, &options)
-        });
+        self.h
+            .apply(&targets, "delete", sync, || engine.write(&ops, sync));
     }
 
     /// On a key reserved for single deletes: put it if absent, single-delete it if present, so
     /// every single delete covers exactly one put.
-    fn single_delete_or_put_once(&mut self, db: &Db) {
-        let Some(cf) = self.cf().cloned() else { return };
+    fn single_delete_or_put_once(&mut self, engine: &dyn StressEngine) {
         let stride = crate::value::SINGLE_DELETE_STRIDE;
         let k = (self.random_key() / stride) * stride;
         let _locks = self.h.expected.lock(&[k]);
@@ -246,24 +241,26 @@ impl<'h> Worker<'h> {
             return; // An earlier write's outcome is unknown: a single delete might cover two puts.
         }
         let old = self.h.expected.get(k);
-        let mut batch = WriteBatch::new();
-        let target = if old.exists() {
-            batch.single_delete_cf(&cf, key(k));
-            KeyState::deleted(old.version())
+        let (op, target) = if old.exists() {
+            (
+                WriteOp::SingleDelete { key: key(k) },
+                KeyState::deleted(old.version()),
+            )
         } else {
             let version = self.h.expected.next_version(k);
-            batch.put_cf(&cf, key(k), value(k, version, self.h.config.max_value_size));
-            KeyState::present(version)
+            let put = WriteOp::Put {
+                key: key(k),
+                value: value(k, version, self.h.config.max_value_size),
+            };
+            (put, KeyState::present(version))
         };
-        let options = self.sync();
-        self.h
-            .apply(&[(k, target)], "single_delete", options.sync, || {
-                db.write_opt(batch, &options)
-            });
+        let sync = self.sync();
+        self.h.apply(&[(k, target)], "single_delete", sync, || {
+            engine.write(std::slice::from_ref(&op), sync)
+        });
     }
 
-    fn delete_range(&mut self, db: &Db) {
-        let Some(cf) = self.cf().cloned() else { return };
+    fn delete_range(&mut self, engine: &dyn StressEngine) {
         let start = self.random_key();
         let end = (start + self.rng.random_range(1..=MAX_SPAN)).min(self.h.expected.len());
         let keys: Vec<usize> = (start..end).collect();
@@ -272,45 +269,38 @@ impl<'h> Worker<'h> {
             .iter()
             .map(|&k| (k, KeyState::deleted(self.h.expected.get(k).version())))
             .collect();
-        let mut batch = WriteBatch::new();
-        batch.delete_range_cf(&cf, key(start), key(end));
-        let options = self.sync();
-        self.h.apply(&targets, "delete_range", options.sync, || {
-            db.write_opt(batch, &options)
-        });
+        let ops = [WriteOp::DeleteRange {
+            start: key(start),
+            end: key(end),
+            covered: keys.iter().map(|&k| key(k)).collect(),
+        }];
+        let sync = self.sync();
+        self.h
+            .apply(&targets, "delete_range", sync, || engine.write(&ops, sync));
     }
 
-    fn get(&mut self) {
-        let Some(cf) = self.cf().cloned() else { return };
+    fn get(&mut self, engine: &dyn StressEngine) {
         let k = self.random_key();
         let before = self.h.expected.before(k);
-        match cf.get(key(k)) {
+        match engine.get(&key(k)) {
             Ok(found) => {
                 let ok = self.h.expected.after(k, before);
                 let observed = observe(k, found.as_deref(), self.h.config.max_value_size);
                 self.h.tally.judge(k, observed, &ok, "get");
             }
-            Err(e) => self.h.read_error("get", &e),
+            Err(e) => self.h.read_error("get", e),
         }
     }
 
     /// Scans a short range in either direction and checks every key in it, present or not.
-    fn scan(&mut self) {
-        let Some(cf) = self.cf().cloned() else { return };
+    fn scan(&mut self, engine: &dyn StressEngine) {
         let start = self.random_key();
         let end = (start + self.rng.random_range(1..=MAX_SPAN)).min(self.h.expected.len());
         let befores: Vec<_> = (start..end).map(|k| self.h.expected.before(k)).collect();
         let backward = self.rng.random_bool(0.3);
-        let found = cf.range(key(start)..key(end)).and_then(|iter| {
-            if backward {
-                iter.rev().collect::<cairn::Result<Vec<_>>>()
-            } else {
-                iter.collect::<cairn::Result<Vec<_>>>()
-            }
-        });
-        let found = match found {
+        let found = match engine.scan(&key(start)[..]..&key(end)[..], backward) {
             Ok(found) => found,
-            Err(e) => return self.h.read_error("scan", &e),
+            Err(e) => return self.h.read_error("scan", e),
         };
         self.check_order(&found, backward, Failure::WrongValue, "scan");
         let seen = self.by_index(&found, start..end, Failure::WrongValue, "scan");
@@ -332,20 +322,22 @@ impl<'h> Worker<'h> {
 
     /// Takes a snapshot, checks what it reads over a range against the expected state at its
     /// sequence number, and holds it; `age_snapshots` checks it again when it lets it go.
-    fn snapshot(&mut self, db: &Db) {
+    fn snapshot(&mut self, engine: &dyn StressEngine) {
         if self.snapshots.len() >= 4 {
-            self.release_oldest();
+            self.release_oldest(engine);
             return;
         }
-        let Some(cf) = self.cf().cloned() else { return };
         let start = self.random_key();
         let range = start..(start + 100).min(self.h.expected.len());
         // The floor goes in first, at or below the number the snapshot will get.
-        let floor = self.h.expected.floor(db.latest_seqno());
-        let snapshot = db.snapshot();
+        let floor = self.h.expected.floor(engine.latest_seqno());
+        let snapshot = match engine.snapshot() {
+            Ok(snapshot) => snapshot,
+            Err(e) => return self.h.read_error("snapshot", e),
+        };
         let ticket = self.h.expected.ticket();
-        floor.raise(snapshot.seqno());
-        let read = self.check_snapshot(&snapshot, &cf, range.clone(), ticket, "snapshot taken");
+        floor.raise(snapshot.seqno);
+        let read = self.check_snapshot(engine, &snapshot, range.clone(), ticket, "snapshot taken");
         let ops_left = self.rng.random_range(10..200);
         self.snapshots.push(HeldSnapshot {
             snapshot,
@@ -357,31 +349,31 @@ impl<'h> Worker<'h> {
         });
     }
 
-    fn age_snapshots(&mut self) {
+    fn age_snapshots(&mut self, engine: &dyn StressEngine) {
         for s in &mut self.snapshots {
             s.ops_left = s.ops_left.saturating_sub(1);
         }
         if self.snapshots.first().is_some_and(|s| s.ops_left == 0) {
-            self.release_oldest();
+            self.release_oldest(engine);
         }
     }
 
     /// Checks the oldest held snapshot once more, against the expected state and against what
     /// it read when taken, and lets it go.
-    fn release_oldest(&mut self) {
+    fn release_oldest(&mut self, engine: &dyn StressEngine) {
         if self.snapshots.is_empty() {
             return;
         }
         let held = self.snapshots.remove(0);
-        let Some(cf) = self.cf().cloned() else { return };
         let context = "snapshot released";
         let read = self.check_snapshot(
+            engine,
             &held.snapshot,
-            &cf,
             held.range.clone(),
             held.ticket,
             context,
         );
+        engine.release(&held.snapshot);
         let (Some(first), Some(now)) = (held.read, read) else {
             return;
         };
@@ -391,8 +383,7 @@ impl<'h> Worker<'h> {
                 Failure::SnapshotMismatch,
                 format!(
                     "{context} at seqno {}: {:?} read differently than when taken",
-                    held.snapshot.seqno(),
-                    held.range
+                    held.snapshot.seqno, held.range
                 ),
             );
         }
@@ -456,20 +447,18 @@ impl<'h> Worker<'h> {
     /// read, hashed, or `None` if the read failed.
     fn check_snapshot(
         &self,
-        snapshot: &Snapshot,
-        cf: &ColumnFamily,
+        engine: &dyn StressEngine,
+        snapshot: &SnapshotHandle,
         range: Range<usize>,
         ticket: u64,
         context: &str,
     ) -> Option<u64> {
-        let seqno = snapshot.seqno();
-        let found = snapshot
-            .range_cf(cf, key(range.start)..key(range.end))
-            .and_then(Iterator::collect::<cairn::Result<Vec<_>>>);
+        let seqno = snapshot.seqno;
+        let found = engine.scan_at(snapshot, &key(range.start)[..]..&key(range.end)[..]);
         let found = match found {
             Ok(found) => found,
             Err(e) => {
-                self.h.read_error("snapshot read", &e);
+                self.h.read_error("snapshot read", e);
                 return None;
             }
         };
@@ -512,8 +501,11 @@ impl<'h> Worker<'h> {
     /// Reads one key and writes another from it. The read must match the history at the
     /// transaction's snapshot; a commit must have no write to the read key between the
     /// snapshot and itself (that is what a conflict is for); a conflict leaves both unchanged.
-    fn transaction(&mut self, db: &Db) {
-        let Some(cf) = self.cf().cloned() else { return };
+    fn transaction(&mut self, db: &cairn::Db) {
+        let cf = match db.column_family(STRESS_CF) {
+            Ok(cf) => cf,
+            Err(e) => return self.h.read_error("column_family", e),
+        };
         let read_key = self.ordinary_key();
         let write_key = self.ordinary_key();
         let floor = self.h.expected.floor(db.latest_seqno());
@@ -526,7 +518,7 @@ impl<'h> Worker<'h> {
                 let observed = observe(read_key, found.as_deref(), self.h.config.max_value_size);
                 self.judge_at(read_key, observed, since, ticket, "transaction read");
             }
-            Err(e) => return self.h.read_error("transaction read", &e),
+            Err(e) => return self.h.read_error("transaction read", e),
         }
         let version = self.h.expected.next_version(write_key);
         tx.put_cf(
@@ -545,15 +537,16 @@ impl<'h> Worker<'h> {
                 seqno
             }
             Err(e) => {
-                if crate::harness::refused(&e) {
+                let e = EngineError::from(e);
+                if e.refused() {
                     self.h.expected.abort(&targets);
                 } else {
                     self.h.expected.unknown(&targets);
                 }
-                if matches!(e, cairn::Error::Conflict { .. }) {
+                if matches!(e, EngineError::Cairn(cairn::Error::Conflict { .. })) {
                     self.h.tally.conflict();
                 } else {
-                    self.h.engine_error("transaction commit", &e);
+                    self.h.engine_error("transaction commit", e);
                 }
                 return;
             }
@@ -576,23 +569,12 @@ impl<'h> Worker<'h> {
         drop(floor);
     }
 
-    fn compact_range(&mut self) {
-        let Some(cf) = self.cf().cloned() else { return };
+    fn compact_range(&mut self, engine: &dyn StressEngine) {
         let start = self.random_key();
         let end = (start + self.rng.random_range(1..self.h.expected.len() / 4 + 2))
             .min(self.h.expected.len());
-        if let Err(e) = cf.compact_range(key(start)..key(end)) {
-            self.h.engine_error("compact_range", &e);
-        }
-    }
-}
-
-/// What a read of key `k` found.
-pub(crate) fn observe(k: usize, found: Option<&[u8]>, max_value_size: usize) -> Observed {
-    match found {
-        None => Observed::Absent,
-        Some(bytes) => {
-            parse_value(k, bytes, max_value_size).map_or(Observed::Damaged, Observed::Version)
+        if let Err(e) = engine.compact_range(&key(start)[..]..&key(end)[..]) {
+            self.h.engine_error("compact_range", e);
         }
     }
 }

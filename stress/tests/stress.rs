@@ -36,7 +36,7 @@ fn a_short_stress_with_reopens_finds_nothing_wrong() -> Result<(), cairn_stress:
         );
         assert!(report.verifications > 10_000);
         assert!(
-            report.compactions > 0 && report.flushes > 0,
+            report.compactions > Some(0) && report.flushes > Some(0),
             "{}",
             report.summary()
         );
