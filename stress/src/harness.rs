@@ -90,6 +90,10 @@ impl StressError {
     }
 }
 
+/// Opens the engine at a directory, dropping the harness's families first if asked.
+pub(crate) type Opener =
+    Box<dyn Fn(&Path, bool) -> Result<Box<dyn StressEngine>, EngineError> + Send + Sync>;
+
 /// Why the database is being reopened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Reopen {
@@ -118,7 +122,8 @@ pub struct Harness {
     /// Bumped by every reopen: workers drop handles of an older database.
     pub(crate) epoch: AtomicU64,
     path: PathBuf,
-    settings: EngineSettings,
+    /// Opens the database (again, at a reopen).
+    opener: Opener,
     db: RwLock<Option<Box<dyn StressEngine>>>,
     /// The faulty disk of a fault run.
     pub(crate) faults: Option<FaultyFs>,
@@ -221,7 +226,34 @@ impl Harness {
             cairn: options,
             sequencer: Arc::new(Sequencer::default()),
         };
-        let engine = engine::open(path, &settings, config.expected_journal.is_none())?;
+        let opener: Opener = Box::new(move |dir, fresh| engine::open(dir, &settings, fresh));
+        Self::open_with(config, path, faults, (ttl, held), opener)
+    }
+
+    /// A harness on the engine `opener` opens, without the work that needs Cairn's own API
+    /// (TTL, held readers, transactions): the peer path, on a test's model engine.
+    #[cfg(test)]
+    pub(crate) fn on_engine(
+        mut config: StressConfig,
+        path: &Path,
+        opener: Opener,
+    ) -> Result<Self, StressError> {
+        config.validate().map_err(StressError::Config)?;
+        config.ttl = false;
+        config.weights = config.weights.without_ttl();
+        config.weights.transaction = 0;
+        Self::open_with(config, path, None, (None, None), opener)
+    }
+
+    /// Opens the database with `opener` and builds the harness around it (see [`Self::open`]).
+    fn open_with(
+        config: StressConfig,
+        path: &Path,
+        faults: Option<FaultyFs>,
+        (ttl, held): (Option<TtlWork>, Option<HeldWork>),
+        opener: Opener,
+    ) -> Result<Self, StressError> {
+        let engine = opener(path, config.expected_journal.is_none())?;
         if let Some(db) = engine.as_cairn() {
             if ttl.is_some() {
                 create_ttl_families(db)?;
@@ -256,7 +288,7 @@ impl Harness {
             tally: Tally::default(),
             epoch: AtomicU64::new(0),
             path: path.to_path_buf(),
-            settings,
+            opener,
             db: RwLock::new(Some(engine)),
             faults,
             stopped_epoch: AtomicU64::new(u64::MAX),
@@ -555,7 +587,7 @@ impl Harness {
             && self.faults.as_ref().is_some_and(|f| {
                 f.dropped_bytes(".log") > self.dropped_when_whole.load(Ordering::Acquire)
             });
-        match engine::open(&self.path, &self.settings, false) {
+        match (self.opener)(&self.path, false) {
             Ok(engine) => {
                 // Checked before any worker can write again.
                 let durable = self.durable.load(Ordering::Acquire);

@@ -478,7 +478,12 @@ impl StressReport {
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
-        let _ = writeln!(out, "dropped by rule: {}", dropped.join(" "));
+        let dropped = if dropped.is_empty() {
+            "n/a (the engine does not count them)".to_string()
+        } else {
+            dropped.join(" ")
+        };
+        let _ = writeln!(out, "dropped by rule: {dropped}");
         let _ = writeln!(
             out,
             "engine errors tolerated {}, recoveries {} (fault → recovery cycles {}, {} by the \

@@ -20,6 +20,8 @@
 mod cairn;
 #[cfg(feature = "fjall")]
 mod fjall;
+#[cfg(test)]
+mod model;
 mod sequencer;
 
 use std::collections::BTreeMap;
@@ -139,7 +141,7 @@ impl EngineKind {
                     "point deletes of every key of the range, in one atomic batch",
                 ),
                 single_delete: Support::Emulated(
-                    "a plain delete (reads see the same; remove_weak is experimental)",
+                    "a plain delete, which reads the same; remove_weak is experimental",
                 ),
                 compact_range: Support::Emulated("a major compaction of the whole keyspace"),
                 transactions: Support::Missing(NO_TX),
