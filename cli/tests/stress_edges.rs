@@ -176,6 +176,25 @@ fn runs_that_would_exercise_nothing_are_refused() {
     }
 }
 
+/// A peer this build leaves out is refused with the feature that builds it in, before anything
+/// is opened (the default build compiles no peer).
+#[test]
+#[cfg(not(feature = "fjall"))]
+fn a_peer_left_out_of_the_build_is_refused_with_its_feature() {
+    for args in [
+        &["stress", "--engine", "fjall", "--duration", "1s"][..],
+        &["crashtest", "--engine", "fjall", "--cycles", "1"],
+    ] {
+        let out = run_within(cairn().args(args), Duration::from_secs(60));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "cairn {args:?}: {stderr}");
+        assert!(
+            stderr.contains("--features fjall"),
+            "cairn {args:?}: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn a_kill_window_upside_down_and_zero_faults_are_refused() {
     for args in [

@@ -1,0 +1,104 @@
+//! `cairn stress --engine fjall` and `cairn crashtest --engine fjall` from the command line:
+//! a short stress passes and its JSON report names the engine and what it skipped; the
+//! blackbox loop kills a fjall child and checks it, reporting power loss as skipped; what only
+//! Cairn can run is refused with exit 3. Built only with `--features fjall` (CI runs it).
+#![cfg(feature = "fjall")]
+#![allow(
+    clippy::indexing_slicing,
+    reason = "in a test, a panic is the failure report"
+)]
+
+use std::process::{Command, Output};
+
+fn cairn(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(args)
+        .output()
+        .expect("run cairn")
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[test]
+fn a_short_fjall_stress_passes_and_reports_what_it_skipped() {
+    let out = cairn(&[
+        "stress",
+        "--engine",
+        "fjall",
+        "--duration",
+        "3s",
+        "--keys",
+        "5000",
+        "--json",
+        "--memtable-size",
+        "64KiB",
+    ]);
+    let report = json(&out);
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    assert_eq!(report["engine"], "fjall");
+    assert_eq!(report["flushes"], serde_json::Value::Null);
+    assert!(report["skipped"]["ttl"].is_string(), "{report:#}");
+    assert!(report["emulated"]["delete_range"].is_string(), "{report:#}");
+    assert!(
+        report["verifications"].as_u64().unwrap_or(0) > 10_000,
+        "{report:#}"
+    );
+}
+
+#[test]
+fn a_fjall_crashtest_kills_and_checks_its_child_and_skips_power_loss() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let work = dir.path().join("work");
+    let out = cairn(&[
+        "crashtest",
+        "--engine",
+        "fjall",
+        "--cycles",
+        "2",
+        "--keys",
+        "2000",
+        "--kill-min",
+        "300ms",
+        "--kill-max",
+        "800ms",
+        "--json",
+        &work.to_string_lossy(),
+    ]);
+    let report = json(&out);
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    let modes = report["modes"].as_array().expect("modes");
+    let blackbox = &modes[0];
+    assert_eq!(blackbox["mode"], "blackbox");
+    assert_eq!(blackbox["engine"], "fjall");
+    assert_eq!(blackbox["cycles"], 2, "{report:#}");
+    assert!(blackbox["verifications"].as_u64().unwrap_or(0) >= 4_000);
+    assert!(blackbox["writes"].as_u64().unwrap_or(0) > 0, "{report:#}");
+    assert_eq!(modes[1]["mode"], "power-loss");
+    assert!(modes[1]["skipped"].is_string(), "{report:#}");
+    // The child really ran fjall: its keyspace folder is there.
+    assert!(
+        work.join("blackbox/db/keyspaces").is_dir(),
+        "no fjall database made"
+    );
+}
+
+#[test]
+fn what_only_cairn_runs_is_refused_for_fjall() {
+    for args in [
+        &["stress", "--engine", "fjall", "--inject-errors", "10"][..],
+        &["crashtest", "--engine", "fjall", "--mode", "power-loss"],
+    ] {
+        let out = cairn(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "cairn {args:?}: {stderr}");
+        assert!(stderr.contains("cairn alone"), "cairn {args:?}: {stderr}");
+    }
+}
