@@ -5,6 +5,7 @@
 //! was (or no fault was injected), 2 when the cluster could not be set up or the report not
 //! written, 3 for bad arguments.
 
+use cairn_stress::engine::EngineKind;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -130,7 +131,7 @@ pub fn run(run: &ClusterRun) -> i32 {
 /// user's database (the nodes' databases and logs go there).
 fn claim(command: &str, dir: &Path) -> Result<(), i32> {
     crate::db_arg::check_directory_if_present(dir)?;
-    match cairn_stress::claim(dir, false) {
+    match cairn_stress::claim(dir, false, EngineKind::Cairn) {
         Ok(_) => {}
         Err(cairn_stress::StressError::Config(_)) => {
             eprintln!(

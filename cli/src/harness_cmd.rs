@@ -358,7 +358,7 @@ pub fn stress(args: StressArgs) -> i32 {
     if let Some(Err(e)) = config
         .db
         .as_deref()
-        .map(|d| cairn_stress::claim(d, config.reuse))
+        .map(|d| cairn_stress::claim(d, config.reuse, config.engine))
     {
         eprintln!("cairn stress: {e}");
         return e.exit_code();
@@ -761,7 +761,7 @@ fn replay(
             return code;
         }
         // A replay writes a fresh database: never into a user's.
-        if let Err(e) = cairn_stress::claim(dir, false) {
+        if let Err(e) = cairn_stress::claim(dir, false, EngineKind::Cairn) {
             eprintln!("cairn stress replay: {e}");
             return e.exit_code();
         }

@@ -102,3 +102,34 @@ fn what_only_cairn_runs_is_refused_for_fjall() {
         assert!(stderr.contains("cairn alone"), "cairn {args:?}: {stderr}");
     }
 }
+
+#[test]
+fn a_fjall_database_is_refused_to_cairn_and_its_op_log_replays_on_fjall() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let log = dir.path().join("ops.jsonl");
+    let (db, log) = (db.to_string_lossy(), log.to_string_lossy());
+    let out = cairn(&[
+        "stress", "--engine", "fjall", "--ops", "3000", "--keys", "1000", "--op-log", &log,
+        "--quiet", &db,
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    for engine in ["cairn", "rocksdb"] {
+        let out = cairn(&["stress", "--engine", engine, "--reuse", "--ops", "10", &db]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "--engine {engine}: {stderr}");
+        assert!(
+            stderr.contains("a stress database of fjall") || stderr.contains("--features rocksdb"),
+            "--engine {engine}: {stderr}"
+        );
+    }
+    let out = cairn(&["stress", "replay", "--log", &log, "--json"]);
+    let report = json(&out);
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    assert_eq!(report["engine"], "fjall", "{report:#}");
+}

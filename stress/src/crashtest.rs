@@ -758,7 +758,7 @@ pub fn work_dir(
 ) -> Result<(PathBuf, Option<crate::TemporaryDir>), crate::StressError> {
     if let Some(d) = dir {
         // Never a user's directory: empty, new, or one a crash test made.
-        let fresh = crate::run::claim(&d, false)?;
+        let fresh = crate::run::claim(&d, false, EngineKind::Cairn)?;
         std::fs::create_dir_all(&d)?;
         if fresh {
             crate::run::mark(&d)?;

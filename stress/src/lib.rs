@@ -63,5 +63,6 @@ pub use op_log::OpLogHeader;
 pub use replay::{ReplaySettings, replay};
 pub use report::{Failure, Failures, HeldCounts, StressReport, TtlCounts};
 pub use run::{
-    FaultPlan, STRESS_MARKER, claim, mark, run_stress, run_with_fault_plan, run_with_faults,
+    FaultPlan, STRESS_MARKER, claim, mark, mark_engine, run_stress, run_with_fault_plan,
+    run_with_faults,
 };

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{OpWeights, StressConfig};
+use crate::engine::EngineKind;
 
 /// The op log format written in the header; a replay refuses a newer one.
 pub(crate) const OP_LOG_FORMAT: u32 = 1;
@@ -38,6 +39,9 @@ pub struct OpLogHeader {
     pub families: Vec<String>,
     /// The op mix.
     pub weights: OpWeights,
+    /// The engine the run stressed (a replay writes into the same one).
+    #[serde(default)]
+    pub engine: EngineKind,
 }
 
 fn millis(d: Duration) -> u64 {
@@ -59,6 +63,7 @@ pub(crate) fn header_line(config: &StressConfig, families: &[String]) -> String 
         ttl_keys: config.ttl_keys,
         families: families.to_vec(),
         weights: config.weights,
+        engine: config.engine,
     };
     let mut line = serde_json::to_string(&header).unwrap_or_default();
     line.push('\n');

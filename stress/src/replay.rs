@@ -80,6 +80,7 @@ fn settings(
         memtable_size: h.memtable_size,
         ttl: h.ttl,
         ttl_keys: h.ttl_keys,
+        engine: h.engine,
         ..defaults
     })
 }

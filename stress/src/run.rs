@@ -4,6 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::config::StressConfig;
+use crate::engine::EngineKind;
 use crate::harness::{Harness, StressError};
 use crate::report::StressReport;
 
@@ -26,7 +27,7 @@ pub const STRESS_MARKER: &str = "CAIRN-STRESS";
 pub fn run_stress(config: StressConfig) -> Result<StressReport, StressError> {
     config.validate().map_err(StressError::Config)?;
     let fresh = match &config.db {
-        Some(dir) => claim(dir, config.reuse)?,
+        Some(dir) => claim(dir, config.reuse, config.engine)?,
         None => true,
     };
     let temp = match config.db {
@@ -38,9 +39,10 @@ pub fn run_stress(config: StressConfig) -> Result<StressReport, StressError> {
         .clone()
         .or_else(|| temp.as_ref().map(|t| t.path().to_path_buf()))
         .unwrap_or_default();
+    let engine = config.engine;
     let harness = Harness::open(config, &path, Arc::new(cairn_fs::RealFs::new()), None)?;
     if fresh {
-        mark(&path)?;
+        mark_engine(&path, engine)?;
     }
     let report = harness.run()?;
     if report.fatal.is_none() {
@@ -56,7 +58,7 @@ pub fn run_stress(config: StressConfig) -> Result<StressReport, StressError> {
 ///
 /// # Errors
 /// `Config` naming the directory, or `Io` if it cannot be listed.
-pub fn claim(dir: &Path, reuse: bool) -> Result<bool, StressError> {
+pub fn claim(dir: &Path, reuse: bool, engine: EngineKind) -> Result<bool, StressError> {
     let mut entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
@@ -70,6 +72,17 @@ pub fn claim(dir: &Path, reuse: bool) -> Result<bool, StressError> {
     };
     if entries.next().is_none() {
         return Ok(true);
+    }
+    if let Some(made_by) = marker_engine(dir)?
+        && made_by != engine.name()
+    {
+        // Even with --reuse: a journal or a database of one engine means nothing to another.
+        return Err(StressError::Config(format!(
+            "{} is a stress database of {made_by}, not {}: give --engine {made_by}, or an empty \
+             or new directory",
+            dir.display(),
+            engine.name()
+        )));
     }
     if reuse || dir.join(STRESS_MARKER).exists() {
         return Ok(false);
@@ -87,11 +100,34 @@ pub fn claim(dir: &Path, reuse: bool) -> Result<bool, StressError> {
 /// # Errors
 /// `Io` if the file cannot be written.
 pub fn mark(dir: &Path) -> Result<(), StressError> {
-    std::fs::write(
-        dir.join(STRESS_MARKER),
-        "A `cairn stress` database: later stresses may write into it.\n",
-    )?;
+    std::fs::write(dir.join(STRESS_MARKER), MARKER_TEXT)?;
     Ok(())
+}
+
+/// Leaves [`STRESS_MARKER`] in `dir`, a database of `engine` the harness made its own: a
+/// stress of another engine is refused there.
+///
+/// # Errors
+/// `Io` if the file cannot be written.
+pub fn mark_engine(dir: &Path, engine: EngineKind) -> Result<(), StressError> {
+    let text = format!("{MARKER_TEXT}{ENGINE_LINE}{}\n", engine.name());
+    std::fs::write(dir.join(STRESS_MARKER), text)?;
+    Ok(())
+}
+
+const MARKER_TEXT: &str = "A `cairn stress` database: later stresses may write into it.\n";
+const ENGINE_LINE: &str = "engine: ";
+
+/// The engine the marker in `dir` names, if it names one (markers before engines had none).
+fn marker_engine(dir: &Path) -> Result<Option<String>, StressError> {
+    match std::fs::read_to_string(dir.join(STRESS_MARKER)) {
+        Ok(text) => Ok(text
+            .lines()
+            .find_map(|l| l.strip_prefix(ENGINE_LINE))
+            .map(str::to_string)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Runs a stress with I/O errors injected one operation in `one_in` of every kind: appends fail
