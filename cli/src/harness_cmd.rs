@@ -126,6 +126,12 @@ pub struct StressArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum StressSub {
+    /// Measure how many deleted values the engine keeps on disk, file by file, and for how
+    /// long: a delete-heavy phase, the engine settling on its own, one full compaction, close;
+    /// every byte of every file scanned for the deleted values' markers (compression off).
+    #[command(mut_arg("db", |a| a.help("The database directory, empty or new (default: a temporary one, \
+        deleted afterwards)")))]
+    Erasure(crate::erasure_cmd::ErasureArgs),
     /// Replay an op log's writes in order, alone, on a fresh database, and verify.
     #[command(mut_arg("db", |a| a.help("The database directory, empty or new (default: a temporary one, \
         deleted afterwards)")))]
@@ -299,6 +305,9 @@ fn stress_config(args: &StressArgs, weights: OpWeights) -> StressConfig {
 
 pub fn stress(args: StressArgs) -> i32 {
     init_stress_logging(&args);
+    if let Some(StressSub::Erasure(erasure)) = args.replay {
+        return crate::erasure_cmd::erasure(&erasure);
+    }
     if let Some(StressSub::Replay {
         log,
         db,
@@ -653,7 +662,7 @@ fn print_mode(report: &cairn_stress::CrashReport) {
 
 /// Makes Ctrl-C and SIGTERM end the run early but whole (see the module doc); a second one
 /// ends the process at once.
-fn stop_on_signals() {
+pub(crate) fn stop_on_signals() {
     let installed = ctrlc::set_handler(|| {
         if cairn_stress::request_stop() {
             eprintln!("cairn: interrupted again; exiting without the final verification");
@@ -732,7 +741,10 @@ fn run_mode(
 }
 
 /// Writes `value` as JSON to `path`; says on stderr why not when it cannot.
-fn write_json<T: serde::Serialize + ?Sized>(path: &PathBuf, value: &T) -> Result<(), ()> {
+pub(crate) fn write_json<T: serde::Serialize + ?Sized>(
+    path: &PathBuf,
+    value: &T,
+) -> Result<(), ()> {
     let written = serde_json::to_string_pretty(value)
         .map_err(std::io::Error::other)
         .and_then(|json| std::fs::write(path, json));

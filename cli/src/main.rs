@@ -17,6 +17,7 @@ mod cluster_stress;
 mod compact;
 mod db_arg;
 mod dump;
+mod erasure_cmd;
 mod explain;
 mod harness_cmd;
 mod inspect;

@@ -1,10 +1,13 @@
-//! `cairn inspect levels --plot FILE.png`: bytes per level and the tombstone share of each,
-//! one bar per level of each column family, drawn with plotters.
+//! The command line's charts, drawn with plotters: `cairn inspect levels --plot FILE.png`
+//! (bytes per level and the tombstone share of each, one bar per level of each column family)
+//! and `cairn stress erasure --plot FILE.png` (deleted values still on disk over time, a line
+//! per kind of file, the run's phases marked).
 //!
 //! Text needs a TrueType font, read at run time (no font library is linked): `CAIRN_FONT`
 //! names one, else the first of a few usual system paths, else any `.ttf` under
 //! `/usr/share/fonts`.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
@@ -65,6 +68,82 @@ pub fn levels(bars_of: &[LevelBar], title: &str, path: &Path) -> Result<(), Stri
         Scale::Linear,
         |v| format!("{v:.1}%"),
     )?;
+    root.present().map_err(|e| e.to_string())
+}
+
+/// Draws the erasure figure into the PNG at `path`: each of `lines` (deleted values on disk
+/// against seconds) in its own colour, and a grey mark where each of `phases` begins.
+///
+/// # Errors
+/// A message: no font found, no sample to draw, or the drawing or file failed.
+pub fn erasure(
+    lines: &BTreeMap<String, Vec<(f64, u64)>>,
+    phases: &[(f64, String)],
+    title: &str,
+    path: &Path,
+) -> Result<(), String> {
+    let points = lines.values().flatten();
+    let right = points.clone().map(|p| p.0).fold(0.0_f64, f64::max).max(1.0) * 1.12;
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "axis heights for people to read"
+    )]
+    let top = points.map(|p| p.1 as f64).fold(0.0_f64, f64::max).max(1.0) * 1.15;
+    if lines.is_empty() {
+        return Err("no sample to draw".to_owned());
+    }
+    load_font()?;
+    let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, (FONT, 18))
+        .margin(16)
+        .x_label_area_size(40)
+        .y_label_area_size(72)
+        .build_cartesian_2d(0.0..right, 0.0..top)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds since the deletes")
+        .y_desc("deleted values on disk")
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .label_style((FONT, 14))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (t, phase) in phases {
+        let mark = ShapeStyle::from(&BLACK.mix(0.3)).stroke_width(1);
+        chart
+            .draw_series([PathElement::new(vec![(*t, 0.0), (*t, top)], mark)])
+            .map_err(|e| e.to_string())?;
+        let label = (FONT, 13).into_font().color(&BLACK.mix(0.7));
+        chart
+            .draw_series([Text::new(phase.clone(), (*t, top * 0.97), label)])
+            .map_err(|e| e.to_string())?;
+    }
+    for (n, (name, points)) in lines.iter().enumerate() {
+        let color = Palette99::pick(n).to_rgba();
+        #[allow(
+            clippy::cast_precision_loss,
+            reason = "axis heights for people to read"
+        )]
+        let xy: Vec<(f64, f64)> = points.iter().map(|&(t, v)| (t, v as f64)).collect();
+        chart
+            .draw_series([PathElement::new(xy.clone(), color.stroke_width(2))])
+            .map_err(|e| e.to_string())?
+            .label(name.clone())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color.stroke_width(2)));
+        chart
+            .draw_series(xy.into_iter().map(|p| Circle::new(p, 3, color.filled())))
+            .map_err(|e| e.to_string())?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK.mix(0.3))
+        .label_font((FONT, 14))
+        .draw()
+        .map_err(|e| e.to_string())?;
     root.present().map_err(|e| e.to_string())
 }
 

@@ -133,3 +133,42 @@ fn a_fjall_database_is_refused_to_cairn_and_its_op_log_replays_on_fjall() {
     assert_eq!(out.status.code(), Some(0), "{report:#}");
     assert_eq!(report["engine"], "fjall", "{report:#}");
 }
+
+#[test]
+fn the_erasure_figure_of_fjall_is_measured_and_drawn() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let png = dir.path().join("erasure.png");
+    let out = cairn(&[
+        "stress",
+        "erasure",
+        "--engine",
+        "fjall",
+        "--keys",
+        "2000",
+        "--settle",
+        "1s",
+        "--sample",
+        "500ms",
+        "--json",
+        "--plot",
+        &png.to_string_lossy(),
+    ]);
+    let report = json(&out);
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    assert_eq!(report["engine"], "fjall");
+    let samples = report["samples"].as_array().expect("samples");
+    let phases: Vec<&str> = samples.iter().filter_map(|s| s["phase"].as_str()).collect();
+    for phase in ["after deletes", "after full compaction", "after close"] {
+        assert!(phases.contains(&phase), "no {phase} sample: {phases:?}");
+    }
+    let live = report["live_values"].as_u64().expect("live_values");
+    assert!(
+        samples
+            .iter()
+            .all(|s| s["live_found"].as_u64() == Some(live))
+    );
+    assert!(
+        std::fs::metadata(&png).map_or(0, |m| m.len()) > 10_000,
+        "no figure drawn"
+    );
+}

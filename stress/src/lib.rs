@@ -37,6 +37,7 @@ mod config;
 mod crashtest;
 mod drive;
 pub mod engine;
+mod erasure;
 mod expected;
 mod harness;
 mod held_model;
@@ -57,6 +58,9 @@ mod worker;
 pub use config::{Limit, OpWeights, StressConfig};
 pub use crashtest::{CrashConfig, CrashReport, blackbox, power_loss, power_loss_skipped, work_dir};
 pub use engine::STRESS_CF;
+pub use erasure::{
+    ErasureConfig, ErasureReport, ErasureSample, FileFinding, run_erasure, series as erasure_series,
+};
 pub use harness::{Harness, MIN_FAULT_CYCLES, StressError};
 pub use interrupt::{TemporaryDir, remove_temporary_dirs, request_stop, stop_requested};
 pub use op_log::OpLogHeader;

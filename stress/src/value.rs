@@ -69,6 +69,50 @@ pub(crate) fn observe(k: usize, found: Option<&[u8]>, max_value_size: usize) -> 
     }
 }
 
+/// The byte a marker starts with; no key, filler or other marker byte is this.
+const MARK_START: u8 = 0x1F;
+/// The byte a marker ends with.
+const MARK_END: u8 = 0x1E;
+/// A marker's bytes: start, `DEL`, key index and version (8 hex digits each), end.
+pub(crate) const MARK_LEN: usize = 21;
+
+/// The erasure run's value for version `v` of key `i`, `len` bytes (at least [`MARK_LEN`]): a
+/// marker a byte scan finds wherever the value lies, uncompressed, then letters.
+pub(crate) fn marked(i: u32, v: u32, len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len.max(MARK_LEN));
+    out.push(MARK_START);
+    out.extend_from_slice(format!("DEL{i:08x}{v:08x}").as_bytes());
+    out.push(MARK_END);
+    let mut x = u64::from(i) << 32 | u64::from(v);
+    while out.len() < len {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        out.push(b'a' + u8::try_from((x >> 33) % 26).unwrap_or(0));
+    }
+    out
+}
+
+/// Every marker in `bytes`: the key index and version each names.
+pub(crate) fn find_marks(bytes: &[u8]) -> impl Iterator<Item = (u32, u32)> + '_ {
+    bytes
+        .iter()
+        .enumerate()
+        .filter(|&(_, &b)| b == MARK_START)
+        .filter_map(|(at, _)| parse_mark(bytes.get(at..at + MARK_LEN)?))
+}
+
+fn parse_mark(mark: &[u8]) -> Option<(u32, u32)> {
+    let (&MARK_START, rest) = mark.split_first()? else {
+        return None;
+    };
+    let (&MARK_END, body) = rest.split_last()? else {
+        return None;
+    };
+    let hex = std::str::from_utf8(body.strip_prefix(b"DEL")?).ok()?;
+    let i = u32::from_str_radix(hex.get(..8)?, 16).ok()?;
+    let v = u32::from_str_radix(hex.get(8..)?, 16).ok()?;
+    Some((i, v))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,5 +136,23 @@ mod tests {
             }
         }
         assert_eq!(key_index(&key(42)), Some(42));
+    }
+
+    #[test]
+    fn every_marker_is_found_where_it_lies_and_nothing_else_is() {
+        let mut bytes = b"k000000001\x1fDELzz".to_vec();
+        let values = [(1, 2), (0xdead_beef, 7), (u32::MAX, u32::MAX)];
+        for &(i, v) in &values {
+            bytes.extend_from_slice(&marked(i, v, 60));
+            bytes.extend_from_slice(&[0x1f, 0x00]);
+        }
+        bytes.extend(marked(9, 9, 60).into_iter().take(MARK_LEN - 1));
+        let found: Vec<(u32, u32)> = find_marks(&bytes).collect();
+        assert_eq!(found, values);
+        assert_eq!(
+            marked(3, 4, 5).len(),
+            MARK_LEN,
+            "a marker is never cut short"
+        );
     }
 }

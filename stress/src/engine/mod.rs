@@ -22,6 +22,8 @@ mod cairn;
 mod fjall;
 #[cfg(test)]
 mod model;
+#[cfg(feature = "rocksdb")]
+mod rocksdb;
 mod sequencer;
 
 use std::collections::BTreeMap;
@@ -456,6 +458,10 @@ pub fn open(
         EngineKind::Cairn => Ok(Box::new(CairnEngine::open(dir, settings, fresh)?)),
         #[cfg(feature = "fjall")]
         EngineKind::Fjall => Ok(Box::new(fjall::FjallEngine::open(dir, settings, fresh)?)),
+        #[cfg(feature = "rocksdb")]
+        EngineKind::Rocksdb => Ok(Box::new(rocksdb::RocksDbEngine::open(
+            dir, settings, fresh,
+        )?)),
         #[allow(unreachable_patterns, reason = "every peer may be built in")]
         kind => Err(not_compiled_in(kind)),
     }
