@@ -109,7 +109,7 @@ pub fn erasure(args: &ErasureArgs) -> i32 {
         .map(std::path::Path::to_path_buf)
         .or_else(|| temp.as_ref().map(|t| t.path().to_path_buf()))
         .unwrap_or_default();
-    crate::harness_cmd::stop_on_signals();
+    crate::signals::stop_on_signals();
     if !args.quiet {
         eprintln!(
             "cairn stress erasure: {}, {} keys, compression off, settling {}",
@@ -131,7 +131,7 @@ pub fn erasure(args: &ErasureArgs) -> i32 {
 fn finish(args: &ErasureArgs, report: &ErasureReport) -> i32 {
     let mut code = report.exit_code();
     if let Some(path) = &args.report
-        && crate::harness_cmd::write_json(path, report).is_err()
+        && output::write_json(path, report).is_err()
     {
         code = code.max(2);
     }

@@ -222,7 +222,7 @@ pub struct CrashArgs {
 
 /// `stress --cluster N`: the flags that apply, handed to the cluster stress.
 fn cluster(args: &StressArgs, nodes: usize) -> i32 {
-    stop_on_signals();
+    crate::signals::stop_on_signals();
     crate::cluster_stress::run(&crate::cluster_stress::ClusterRun {
         command: "stress",
         faults: args.faults.clone(),
@@ -240,7 +240,7 @@ fn cluster(args: &StressArgs, nodes: usize) -> i32 {
 
 /// `crashtest --cluster N`: the cluster stress with crashes alone (by default).
 fn crashtest_cluster(args: &CrashArgs, nodes: usize) -> i32 {
-    stop_on_signals();
+    crate::signals::stop_on_signals();
     crate::cluster_stress::run(&crate::cluster_stress::ClusterRun {
         command: "crashtest",
         faults: args.faults.clone(),
@@ -372,7 +372,7 @@ pub fn stress(args: StressArgs) -> i32 {
         eprintln!("cairn stress: {e}");
         return e.exit_code();
     }
-    stop_on_signals();
+    crate::signals::stop_on_signals();
     if !args.quiet {
         let limit = match config.limit {
             Limit::Duration(d) => format!("for {}", humantime::format_duration(d)),
@@ -404,7 +404,7 @@ fn finish(
     match result {
         Ok(report) => {
             // The report file first, so what is printed is the whole outcome.
-            let written = report_path.map_or(Ok(()), |path| write_json(path, &report));
+            let written = report_path.map_or(Ok(()), |path| output::write_json(path, &report));
             if json {
                 output::print_json(&report);
             } else {
@@ -477,7 +477,7 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
         (None, true) => 5,
         (None, false) => usize::MAX,
     };
-    stop_on_signals();
+    crate::signals::stop_on_signals();
     eprintln!(
         "cairn crashtest: {}, {} per mode, {} keys, seed {}, {}",
         args.engine.name(),
@@ -595,7 +595,7 @@ fn crash_outcome(
     let written = args
         .report
         .as_ref()
-        .map_or(Ok(()), |path| write_json(path, reports));
+        .map_or(Ok(()), |path| output::write_json(path, reports));
     worst = outcome_code(worst, written);
     if args.json {
         output::print_json(&serde_json::json!({
@@ -660,25 +660,6 @@ fn print_mode(report: &cairn_stress::CrashReport) {
     }
 }
 
-/// Makes Ctrl-C and SIGTERM end the run early but whole (see the module doc); a second one
-/// ends the process at once.
-pub(crate) fn stop_on_signals() {
-    let installed = ctrlc::set_handler(|| {
-        if cairn_stress::request_stop() {
-            eprintln!("cairn: interrupted again; exiting without the final verification");
-            cairn_stress::remove_temporary_dirs();
-            std::process::exit(130);
-        }
-        eprintln!(
-            "cairn: interrupted; stopping the workers, then the final verification and the \
-             report (interrupt again to exit at once)"
-        );
-    });
-    if let Err(e) = installed {
-        tracing::warn!(error = %e, "Ctrl-C will end the run without its verification");
-    }
-}
-
 /// The shortest and longest run before a kill, in ms.
 fn kill_window(args: &CrashArgs) -> Result<(u64, u64), String> {
     let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
@@ -738,19 +719,6 @@ fn run_mode(
         total.failures.merge(r.failures);
     }
     Ok(total)
-}
-
-/// Writes `value` as JSON to `path`; says on stderr why not when it cannot.
-pub(crate) fn write_json<T: serde::Serialize + ?Sized>(
-    path: &PathBuf,
-    value: &T,
-) -> Result<(), ()> {
-    let written = serde_json::to_string_pretty(value)
-        .map_err(std::io::Error::other)
-        .and_then(|json| std::fs::write(path, json));
-    written.map_err(|e| {
-        eprintln!("cairn: cannot write the report to {}: {e}", path.display());
-    })
 }
 
 fn tempfile_dir(needed: bool) -> Option<cairn_stress::TemporaryDir> {

@@ -28,6 +28,7 @@ mod progress;
 mod purge;
 mod purge_demo;
 mod serve;
+mod signals;
 mod ttl;
 mod verify;
 

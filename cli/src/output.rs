@@ -438,6 +438,16 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
     }
 }
 
+/// Writes `value` as JSON to `path`; says on stderr why not when it cannot.
+pub fn write_json<T: serde::Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), ()> {
+    let written = serde_json::to_string_pretty(value)
+        .map_err(std::io::Error::other)
+        .and_then(|json| std::fs::write(path, json));
+    written.map_err(|e| {
+        eprintln!("cairn: cannot write the report to {}: {e}", path.display());
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
