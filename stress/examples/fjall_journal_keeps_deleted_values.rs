@@ -1,13 +1,16 @@
 //! A minimal reproduction for fjall's maintainers (docs/findings/fjall-journal-keeps-deleted-values.md):
-//! values deleted, flushed and major-compacted away are still readable, byte for byte, in the
-//! journal after the database is closed, and after it is reopened and written to again, until
-//! about 64 MB more has been journaled.
+//! values written and flushed, then deleted, flushed and major-compacted away, are still
+//! readable byte for byte in the table the compaction replaced (until the next memtable rotation
+//! or close) and in the journal: after the database is closed, and after it is reopened and
+//! written to again, until about 64 MB more has been journaled.
 //!
 //! ```sh
 //! cargo run -p cairn-stress --features fjall --example fjall_journal_keeps_deleted_values
 //! ```
 //!
-//! It uses fjall's public API only, with its default settings.
+//! It uses fjall's API with its default settings; two of the calls (`rotate_memtable_and_wait`,
+//! `major_compact`) are public but `#[doc(hidden)]`, standing for the flushes and compactions a
+//! busy database makes on its own.
 
 use std::path::Path;
 
@@ -23,6 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for i in 0..1_000 {
             users.insert(format!("user{i:04}"), format!("SECRET-{i:04}-card-4111"))?;
         }
+        users.rotate_memtable_and_wait()?;
         for i in 0..1_000 {
             users.remove(format!("user{i:04}"))?;
         }
@@ -31,6 +35,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         db.persist(PersistMode::SyncAll)?;
         println!("live keys after the deletes: {}", users.len()?);
         println!("after delete, flush and major compaction:");
+        report(dir.path())?;
+        users.insert("unrelated", "x")?;
+        users.rotate_memtable_and_wait()?;
+        println!("after one more write and memtable rotation:");
         report(dir.path())?;
     }
     println!("after close:");
