@@ -309,7 +309,7 @@ fn open(config: &ErasureConfig, dir: &Path) -> Result<Box<dyn StressEngine>, Str
         cairn,
         sequencer: Arc::new(Sequencer::default()),
     };
-    Ok(engine::open(dir, &settings, true)?)
+    Ok(engine::open(dir, &settings, engine::OpenMode::Fresh)?)
 }
 
 /// The workload (see the module doc): what became of every value written.

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use cairn::{CfOptions, Db, ManualClock, Options};
 
 use crate::engine::{
-    self, EngineError, EngineSettings, EngineStats, Sequencer, StressEngine, Support,
+    self, EngineError, EngineSettings, EngineStats, OpenMode, Sequencer, StressEngine, Support,
 };
 use cairn_fs::{FaultyFs, FileSystem};
 
@@ -90,9 +90,9 @@ impl StressError {
     }
 }
 
-/// Opens the engine at a directory, dropping the harness's families first if asked.
+/// Opens the engine at a directory, as the mode says.
 pub(crate) type Opener =
-    Box<dyn Fn(&Path, bool) -> Result<Box<dyn StressEngine>, EngineError> + Send + Sync>;
+    Box<dyn Fn(&Path, OpenMode) -> Result<Box<dyn StressEngine>, EngineError> + Send + Sync>;
 
 /// Why the database is being reopened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -226,7 +226,7 @@ impl Harness {
             cairn: options,
             sequencer: Arc::new(Sequencer::default()),
         };
-        let opener: Opener = Box::new(move |dir, fresh| engine::open(dir, &settings, fresh));
+        let opener: Opener = Box::new(move |dir, mode| engine::open(dir, &settings, mode));
         Self::open_with(config, path, faults, (ttl, held), opener)
     }
 
@@ -253,7 +253,12 @@ impl Harness {
         (ttl, held): (Option<TtlWork>, Option<HeldWork>),
         opener: Opener,
     ) -> Result<Self, StressError> {
-        let engine = opener(path, config.expected_journal.is_none())?;
+        let mode = if config.expected_journal.is_none() {
+            OpenMode::Fresh
+        } else {
+            OpenMode::Create
+        };
+        let engine = opener(path, mode)?;
         if let Some(db) = engine.as_cairn() {
             if ttl.is_some() {
                 create_ttl_families(db)?;
@@ -587,7 +592,7 @@ impl Harness {
             && self.faults.as_ref().is_some_and(|f| {
                 f.dropped_bytes(".log") > self.dropped_when_whole.load(Ordering::Acquire)
             });
-        match (self.opener)(&self.path, false) {
+        match (self.opener)(&self.path, OpenMode::Existing) {
             Ok(engine) => {
                 // Checked before any worker can write again.
                 let durable = self.durable.load(Ordering::Acquire);
@@ -1026,3 +1031,37 @@ pub(crate) fn per_sec(count: u64, seconds: f64) -> f64 {
     let count = count as f64;
     count / seconds.max(1e-3)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::OpWeights;
+
+    /// A reopen that finds the stressed family gone reports it (`Unreadable`), rather than
+    /// making an empty family and judging that.
+    #[test]
+    fn a_family_lost_at_a_reopen_is_reported_not_recreated() -> Result<(), StressError> {
+        let dir = tempfile::tempdir()?;
+        let config = StressConfig {
+            keys: 100,
+            ttl: false,
+            weights: OpWeights::default().without_ttl(),
+            ..StressConfig::default()
+        };
+        let fs: Arc<dyn FileSystem> = Arc::new(cairn_fs::RealFs::new());
+        let harness = Harness::open(config, dir.path(), fs, None)?;
+        harness
+            .with_db(|db| db.drop_column_family(engine::STRESS_CF))
+            .expect("open")?;
+        assert!(harness.reopen(0, Reopen::Op));
+        let report = harness.report();
+        assert!(report.failures.unreadable > 0, "{}", report.summary());
+        assert!(
+            report.failures.messages.iter().any(|m| m.contains("could not be reopened")),
+            "{}",
+            report.summary()
+        );
+        Ok(())
+    }
+}
+

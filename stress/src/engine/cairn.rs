@@ -15,8 +15,8 @@ use bytes::Bytes;
 use cairn::{CfOptions, ColumnFamily, Compression, Db, Snapshot, WriteBatch, WriteOptions};
 
 use super::{
-    EngineError, EngineKind, EngineSettings, EngineStats, Entry, STRESS_CF, SnapshotHandle,
-    StressEngine, WriteOp,
+    EngineError, EngineKind, EngineSettings, EngineStats, Entry, OpenMode, STRESS_CF,
+    SnapshotHandle, StressEngine, WriteOp,
 };
 use crate::expected::SeqNo;
 use crate::held_model::HELD_CF;
@@ -38,17 +38,17 @@ impl std::fmt::Debug for CairnEngine {
 
 impl CairnEngine {
     /// Opens Cairn at `dir` with `settings.cairn`, and the stressed family with the grace
-    /// period; with `fresh`, every family the harness uses is dropped first.
+    /// period; `Fresh` drops every family the harness uses first.
     ///
     /// # Errors
-    /// Cairn's.
-    pub fn open(dir: &Path, settings: &EngineSettings, fresh: bool) -> cairn::Result<Self> {
+    /// Cairn's; `ColumnFamilyNotFound` for a family missing in `Existing` mode.
+    pub fn open(dir: &Path, settings: &EngineSettings, mode: OpenMode) -> cairn::Result<Self> {
         let mut options = settings.cairn.clone();
         if !settings.compression {
             options = options.compression(Compression::None);
         }
         let db = Db::open(dir, options)?;
-        if fresh {
+        if mode == OpenMode::Fresh {
             let names = [STRESS_CF, HELD_CF]
                 .into_iter()
                 .chain(TTL_FAMILIES.iter().map(|f| f.name));
@@ -60,6 +60,10 @@ impl CairnEngine {
         }
         let cf = match db.column_family(STRESS_CF) {
             Ok(cf) => cf,
+            Err(e) if mode == OpenMode::Existing => {
+                db.close()?;
+                return Err(e);
+            }
             Err(_) => db.create_column_family(
                 STRESS_CF,
                 CfOptions::default().tombstone_grace(settings.grace),
@@ -203,10 +207,14 @@ impl StressEngine for CairnEngine {
     }
 
     fn close(self: Box<Self>) -> Result<(), EngineError> {
-        self.snapshots().clear();
+        // The snapshots still held go after the close, as a caller's late drops would: Cairn
+        // must take a snapshot outliving its database.
+        let held = std::mem::take(&mut *self.snapshots());
         let Self { db, cf, .. } = *self;
         drop(cf);
-        Ok(db.close()?)
+        let closed = db.close();
+        drop(held);
+        Ok(closed?)
     }
 
     fn as_cairn(&self) -> Option<&Db> {

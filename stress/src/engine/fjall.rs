@@ -20,7 +20,7 @@ use fjall::config::CompressionPolicy;
 use fjall::{CompressionType, Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 
 use super::{
-    EngineError, EngineKind, EngineSettings, EngineStats, Entry, STRESS_CF, Sequencer,
+    EngineError, EngineKind, EngineSettings, EngineStats, Entry, OpenMode, STRESS_CF, Sequencer,
     SnapshotHandle, StressEngine, WriteOp,
 };
 use crate::expected::SeqNo;
@@ -47,11 +47,16 @@ fn entries(iter: impl Iterator<Item = fjall::Guard>) -> Result<Vec<Entry>, Engin
 }
 
 impl FjallEngine {
-    /// Opens fjall at `dir` and the `stress` keyspace (dropped and made afresh with `fresh`).
+    /// Opens fjall at `dir` and the `stress` keyspace (dropped and made afresh in `Fresh`
+    /// mode; required in `Existing` mode).
     ///
     /// # Errors
-    /// fjall's.
-    pub fn open(dir: &Path, settings: &EngineSettings, fresh: bool) -> Result<Self, EngineError> {
+    /// fjall's, or one saying the keyspace is missing in `Existing` mode.
+    pub fn open(
+        dir: &Path,
+        settings: &EngineSettings,
+        mode: OpenMode,
+    ) -> Result<Self, EngineError> {
         let mut builder = Database::builder(dir);
         if !settings.compression {
             builder = builder.journal_compression(CompressionType::None);
@@ -68,7 +73,10 @@ impl FjallEngine {
                     .index_block_compression_policy(CompressionPolicy::all(CompressionType::None))
             }
         };
-        if fresh && db.keyspace_exists(STRESS_CF) {
+        if mode == OpenMode::Existing && !db.keyspace_exists(STRESS_CF) {
+            return Err(super::family_missing(EngineKind::Fjall));
+        }
+        if mode == OpenMode::Fresh && db.keyspace_exists(STRESS_CF) {
             let old = db.keyspace(STRESS_CF, options).map_err(peer)?;
             db.delete_keyspace(old).map_err(peer)?;
         }

@@ -345,6 +345,26 @@ impl std::fmt::Debug for EngineSettings {
     }
 }
 
+/// How [`open`] treats the harness's family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Drop the harness's families and make the stressed one afresh (a run with no journal).
+    Fresh,
+    /// Open the stressed family, making it if it is missing (a first open on a journal).
+    Create,
+    /// Open the stressed family, which must be there: a reopen that finds it missing is an
+    /// error, so the harness reports the loss rather than stressing an empty family.
+    Existing,
+}
+
+/// The error for a stressed family missing at a reopen.
+pub(crate) fn family_missing(engine: EngineKind) -> EngineError {
+    EngineError::peer(
+        engine,
+        format!("the {STRESS_CF} family is missing from a database that had it"),
+    )
+}
+
 /// A key-value pair as the harness reads it.
 pub type Entry = (Bytes, Bytes);
 
@@ -443,8 +463,7 @@ pub trait StressEngine: Send + Sync {
     }
 }
 
-/// Opens the engine `settings` name at `dir` and its family `stress`; with `fresh`, the
-/// harness's families are dropped first, so the database holds nothing of an earlier run.
+/// Opens the engine `settings` name at `dir` and its family `stress`, as `mode` says.
 ///
 /// # Errors
 /// The engine's, or `InvalidArgument` for a peer this build leaves out (with the feature that
@@ -452,16 +471,14 @@ pub trait StressEngine: Send + Sync {
 pub fn open(
     dir: &Path,
     settings: &EngineSettings,
-    fresh: bool,
+    mode: OpenMode,
 ) -> Result<Box<dyn StressEngine>, EngineError> {
     match settings.kind {
-        EngineKind::Cairn => Ok(Box::new(CairnEngine::open(dir, settings, fresh)?)),
+        EngineKind::Cairn => Ok(Box::new(CairnEngine::open(dir, settings, mode)?)),
         #[cfg(feature = "fjall")]
-        EngineKind::Fjall => Ok(Box::new(fjall::FjallEngine::open(dir, settings, fresh)?)),
+        EngineKind::Fjall => Ok(Box::new(fjall::FjallEngine::open(dir, settings, mode)?)),
         #[cfg(feature = "rocksdb")]
-        EngineKind::Rocksdb => Ok(Box::new(rocksdb::RocksDbEngine::open(
-            dir, settings, fresh,
-        )?)),
+        EngineKind::Rocksdb => Ok(Box::new(rocksdb::RocksDbEngine::open(dir, settings, mode)?)),
         #[allow(unreachable_patterns, reason = "every peer may be built in")]
         kind => Err(not_compiled_in(kind)),
     }

@@ -50,9 +50,9 @@ impl ModelEngine {
         store: &Arc<Mutex<Store>>,
         sequencer: &Arc<Sequencer>,
         bug: Option<Bug>,
-        fresh: bool,
+        mode: super::OpenMode,
     ) -> Self {
-        if fresh {
+        if mode == super::OpenMode::Fresh {
             *lock(store) = Store::default();
         }
         Self {
@@ -199,8 +199,8 @@ mod tests {
     fn run(bug: Option<Bug>, seed: u64) -> Result<StressReport, StressError> {
         let store = Arc::new(Mutex::new(Store::default()));
         let sequencer = Arc::new(Sequencer::default());
-        let opener: crate::harness::Opener = Box::new(move |_dir, fresh| {
-            Ok(Box::new(ModelEngine::open(&store, &sequencer, bug, fresh)))
+        let opener: crate::harness::Opener = Box::new(move |_dir, mode| {
+            Ok(Box::new(ModelEngine::open(&store, &sequencer, bug, mode)))
         });
         let config = StressConfig {
             threads: 4,

@@ -24,7 +24,7 @@ use rocksdb::{
 };
 
 use super::{
-    EngineError, EngineKind, EngineSettings, EngineStats, Entry, STRESS_CF, Sequencer,
+    EngineError, EngineKind, EngineSettings, EngineStats, Entry, OpenMode, STRESS_CF, Sequencer,
     SnapshotHandle, StressEngine, WriteOp,
 };
 use crate::expected::SeqNo;
@@ -95,19 +95,26 @@ fn read_range<'a>(
 }
 
 impl RocksDbEngine {
-    /// Opens RocksDB at `dir` with its `stress` column family (dropped and made afresh with
-    /// `fresh`).
+    /// Opens RocksDB at `dir` with its `stress` column family (dropped and made afresh in
+    /// `Fresh` mode; required in `Existing` mode).
     ///
     /// # Errors
-    /// RocksDB's.
-    pub fn open(dir: &Path, settings: &EngineSettings, fresh: bool) -> Result<Self, EngineError> {
+    /// RocksDB's, or one saying the family is missing in `Existing` mode.
+    pub fn open(
+        dir: &Path,
+        settings: &EngineSettings,
+        mode: OpenMode,
+    ) -> Result<Self, EngineError> {
         let options = options(settings);
         let mut families = DB::list_cf(&options, dir).unwrap_or_default();
         if !families.iter().any(|f| f == STRESS_CF) {
+            if mode == OpenMode::Existing {
+                return Err(super::family_missing(EngineKind::Rocksdb));
+            }
             families.push(STRESS_CF.to_string());
         }
         let mut db = DB::open_cf(&options, dir, &families).map_err(peer)?;
-        if fresh {
+        if mode == OpenMode::Fresh {
             db.drop_cf(STRESS_CF).map_err(peer)?;
             db.create_cf(STRESS_CF, &options).map_err(peer)?;
         }
