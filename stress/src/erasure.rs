@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::{self, EngineKind, EngineSettings, Sequencer, StressEngine, WriteOp};
 use crate::harness::StressError;
-use crate::value::{MARK_LEN, find_marks, key, marked};
+use crate::value::{MARK_LEN, find_marks, key, key_index, marked};
 
 /// Keys deleted together, by one range delete or one batch of point deletes.
 const GROUP: usize = 16;
@@ -81,6 +81,18 @@ impl ErasureConfig {
             return Err(format!(
                 "value size must be {MARK_LEN}..=1048576, not {}",
                 self.value_size
+            ));
+        }
+        if self.keys as u64 * self.value_size as u64 > 1 << 30 {
+            return Err(format!(
+                "{} keys of {} bytes is over 1 GiB: the run is for a figure, not a load test",
+                self.keys, self.value_size
+            ));
+        }
+        if self.memtable_size < 4 << 10 {
+            return Err(format!(
+                "memtable size must be at least 4KiB, not {}",
+                self.memtable_size
             ));
         }
         if self.sample_every.is_zero() {
@@ -152,8 +164,12 @@ pub struct ErasureReport {
     pub deadline_secs: Option<f64>,
     /// The samples, in time order.
     pub samples: Vec<ErasureSample>,
-    /// Why the run failed, if it did (Cairn only: deleted values outlived the full compaction).
+    /// Why the run failed, if it did: the engine served something other than the live keys
+    /// (any engine), or deleted values outlived the full compaction (Cairn).
     pub failure: Option<String>,
+    /// A Ctrl-C or SIGTERM cut the settling short; the database was still closed and scanned.
+    #[serde(default)]
+    pub interrupted: bool,
 }
 
 impl ErasureReport {
@@ -241,32 +257,75 @@ pub fn run_erasure(config: &ErasureConfig, dir: &Path) -> Result<ErasureReport, 
         deadline_secs: config.deadline.map(|d| d.as_secs_f64()),
         samples: Vec::new(),
         failure: None,
+        interrupted: false,
     };
+    let mut wrong = check_contents(engine.as_ref(), &fates, "after the deletes")?;
     let started = Instant::now();
-    let mut take = |phase: &str| -> Result<(), StressError> {
+    let mut take = |phase: &str| -> Result<bool, StressError> {
         let sample = sample(dir, &fates, phase, started.elapsed().as_secs_f64())?;
         report.samples.push(sample);
-        Ok(())
+        Ok(!crate::interrupt::stop_requested())
     };
-    take("after deletes")?;
-    let settle = |take: &mut dyn FnMut(&str) -> Result<(), StressError>, phase: &str| {
+    let mut going = take("after deletes")?;
+    let settle = |take: &mut dyn FnMut(&str) -> Result<bool, StressError>, phase: &str| {
         let from = Instant::now();
         while from.elapsed() < config.settle {
             let left = config.settle.saturating_sub(from.elapsed());
             std::thread::sleep(config.sample_every.min(left));
-            take(phase)?;
+            if !take(phase)? {
+                return Ok(false);
+            }
         }
-        Ok::<(), StressError>(())
+        Ok::<bool, StressError>(true)
     };
-    settle(&mut take, "settling")?;
-    engine.compact_all()?;
-    take("after full compaction")?;
-    // Files a compaction replaced may go only when nothing reads them any more.
-    settle(&mut take, "after full compaction")?;
+    going = going && settle(&mut take, "settling")?;
+    if going {
+        engine.compact_all()?;
+        wrong = wrong.or(check_contents(
+            engine.as_ref(),
+            &fates,
+            "after the full compaction",
+        )?);
+        going = take("after full compaction")?;
+        // Files a compaction replaced may go only when nothing reads them any more.
+        going = going && settle(&mut take, "after full compaction")?;
+    }
     engine.close()?;
     take("after close")?;
-    report.failure = cairn_failure(config.engine, &report.samples);
+    report.interrupted = !going;
+    report.failure = wrong.or_else(|| cairn_failure(config.engine, &report.samples));
     Ok(report)
+}
+
+/// What the engine serves must be exactly the live keys at their last versions: else a value
+/// it never deleted would be counted as a deleted value it kept. A mismatch is the engine's
+/// failure (the figure is then worthless), returned as its description.
+fn check_contents(
+    engine: &dyn StressEngine,
+    fates: &Fates,
+    when: &str,
+) -> Result<Option<String>, StressError> {
+    let mut served = 0;
+    for (k, v) in engine.scan_all()? {
+        let mark = find_marks(&v).next();
+        let ok = mark
+            .is_some_and(|m| fates.live.contains(&m) && key_index(&k) == usize::try_from(m.0).ok());
+        if !ok {
+            return Ok(Some(format!(
+                "{when}: the engine serves {:?} = {:?}, which is no live key's last value (a \
+                 delete not applied, or a wrong value)",
+                String::from_utf8_lossy(&k),
+                mark
+            )));
+        }
+        served += 1;
+    }
+    Ok((served != fates.live.len()).then(|| {
+        format!(
+            "{when}: the engine serves {served} keys, not the {} live ones",
+            fates.live.len()
+        )
+    }))
 }
 
 /// On Cairn, deleted values still on disk after the full compaction: its compaction erases
@@ -277,20 +336,21 @@ fn cairn_failure(engine: EngineKind, samples: &[ErasureSample]) -> Option<String
     }
     let after = samples
         .iter()
-        .find(|s| s.phase == "after full compaction")?;
-    (after.deleted_found > 0).then(|| {
-        format!(
-            "{} deleted values outlived a full compaction: {}",
-            after.deleted_found,
-            after
-                .files
-                .iter()
-                .filter(|f| f.deleted > 0)
-                .map(|f| f.path.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
-    })
+        .skip_while(|s| s.phase != "after full compaction")
+        .find(|s| s.deleted_found > 0)?;
+    Some(format!(
+        "{} deleted values outlived a full compaction ({} at {:.1}s): {}",
+        after.deleted_found,
+        after.phase,
+        after.seconds,
+        after
+            .files
+            .iter()
+            .filter(|f| f.deleted > 0)
+            .map(|f| f.path.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
 }
 
 fn open(config: &ErasureConfig, dir: &Path) -> Result<Box<dyn StressEngine>, StressError> {
@@ -377,35 +437,74 @@ fn delete_group(g: usize, range: std::ops::Range<usize>) -> Vec<WriteOp> {
 }
 
 /// Scans `dir` and the files this process holds open under it, unlinked.
+/// Scans before a sample counts as blind: a compaction that finishes during a scan deletes
+/// inputs the scan listed and writes an output it did not, so one scan may miss live values.
+const SCAN_ATTEMPTS: u32 = 20;
+
+/// Samples `dir` (see [`scan`]), again while a scan misses live values a compaction moved
+/// under it; blind on every attempt is an error.
 fn sample(
     dir: &Path,
     fates: &Fates,
     phase: &str,
     seconds: f64,
 ) -> Result<ErasureSample, StressError> {
+    let mut attempt = 1;
+    loop {
+        match scan(dir, fates, phase, seconds) {
+            Err(StressError::Io(e)) if attempt < SCAN_ATTEMPTS && e.kind() == BLIND => {
+                std::thread::sleep(Duration::from_millis(50));
+                attempt += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
+/// The error kind of a blind scan.
+const BLIND: std::io::ErrorKind = std::io::ErrorKind::Other;
+
+/// Scans every file under `dir` and those unlinked but held open for the values' markers.
+fn scan(
+    dir: &Path,
+    fates: &Fates,
+    phase: &str,
+    seconds: f64,
+) -> Result<ErasureSample, StressError> {
     let mut files = Vec::new();
-    walk(dir, &mut files)?;
+    walk(dir, dir, &mut files)?;
     files.extend(unlinked_open(dir));
-    let (mut deleted, mut superseded, mut live) = (HashSet::new(), HashSet::new(), HashSet::new());
+    let (mut deleted, mut superseded) = (HashSet::new(), HashSet::new());
+    let (mut live, mut live_in_tables) = (HashSet::new(), HashSet::new());
     let mut findings = Vec::new();
     let mut by_class: BTreeMap<&str, HashSet<(u32, u32)>> = BTreeMap::new();
     let mut bytes = 0;
-    for (path, data) in files {
+    for (path, source) in files {
+        // One file at a time: the directory may be far larger than memory.
+        let data = match std::fs::read(&source) {
+            Ok(data) => data,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e.into()),
+        };
         bytes += data.len() as u64;
+        let kind = class(&path);
         let (mut d, mut s) = (HashSet::new(), HashSet::new());
-        for mark in find_marks(&data) {
+        for mark in marks_in(&data, kind) {
             if fates.deleted.contains(&mark) {
                 d.insert(mark);
             } else if fates.superseded.contains(&mark) {
                 s.insert(mark);
             } else if fates.live.contains(&mark) {
                 live.insert(mark);
+                if kind == "table" {
+                    live_in_tables.insert(mark);
+                }
             }
         }
         if !d.is_empty() || !s.is_empty() {
-            by_class.entry(class(&path)).or_default().extend(&d);
+            by_class.entry(kind).or_default().extend(&d);
             findings.push(FileFinding {
-                class: class(&path).to_string(),
+                class: kind.to_string(),
                 path,
                 bytes: data.len() as u64,
                 deleted: d.len() as u64,
@@ -415,14 +514,20 @@ fn sample(
         deleted.extend(d);
         superseded.extend(s);
     }
-    if live.len() < fates.live.len() {
-        return Err(StressError::Io(std::io::Error::other(format!(
-            "the byte scan is blind ({phase}): it found {} of {} live values in {}, so it cannot \
-             count deleted ones (compressed blocks, or files it could not read)",
-            live.len(),
-            fates.live.len(),
-            dir.display()
-        ))));
+    // Every live value was flushed before the deletes began, so each is in some table: a scan
+    // that misses one there cannot see the tables (compressed blocks, a format it cannot read),
+    // whatever a log still holds.
+    if live_in_tables.len() < fates.live.len() {
+        return Err(StressError::Io(std::io::Error::new(
+            BLIND,
+            format!(
+                "the byte scan is blind ({phase}): it found {} of {} live values in the tables of {}, \
+             so it cannot count deleted ones (compressed blocks, or files it could not read)",
+                live_in_tables.len(),
+                fates.live.len(),
+                dir.display()
+            ),
+        )));
     }
     findings.sort_by(|a, b| b.deleted.cmp(&a.deleted).then(a.path.cmp(&b.path)));
     Ok(ErasureSample {
@@ -440,44 +545,57 @@ fn sample(
     })
 }
 
-/// Every regular file under `dir` (recursively), by its path under `dir`; a file removed while
-/// the walk runs is skipped.
-fn walk(dir: &Path, out: &mut Vec<(String, Vec<u8>)>) -> Result<(), StressError> {
-    fn go(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) -> std::io::Result<()> {
-        let entries = match std::fs::read_dir(dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+/// LevelDB-framed logs (Cairn's and RocksDB's WAL and MANIFEST) cut records into 32 KiB blocks,
+/// each behind a 7-byte header: a marker across a block boundary has a header inside it.
+const LOG_BLOCK: usize = 32 * 1024;
+const LOG_HEADER: usize = 7;
+
+/// The markers in a file of class `kind`: for logs and manifests, also those found once the
+/// block headers are taken out.
+fn marks_in(data: &[u8], kind: &str) -> HashSet<(u32, u32)> {
+    let mut found: HashSet<(u32, u32)> = find_marks(data).collect();
+    if matches!(kind, "log" | "manifest") && data.len() > LOG_BLOCK {
+        let payload: Vec<u8> = data
+            .chunks(LOG_BLOCK)
+            .flat_map(|block| block.iter().skip(LOG_HEADER).copied())
+            .collect();
+        found.extend(find_marks(&payload));
+    }
+    found
+}
+
+/// Every regular file under `dir` (recursively): its name under `root`, and where to read it.
+fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) -> std::io::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let path = entry.path();
+        let kind = match entry.file_type() {
+            Ok(kind) => kind,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(e),
         };
-        for entry in entries {
-            let entry = entry?;
-            let path = entry.path();
-            let kind = match entry.file_type() {
-                Ok(kind) => kind,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
-            };
-            if kind.is_dir() {
-                go(root, &path, out)?;
-            } else if kind.is_file() {
-                match std::fs::read(&path) {
-                    Ok(data) => {
-                        let name = path.strip_prefix(root).unwrap_or(&path);
-                        out.push((name.display().to_string(), data));
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(e),
-                }
-            }
+        if kind.is_dir() {
+            walk(root, &path, out)?;
+        } else if kind.is_file() {
+            let name = path
+                .strip_prefix(root)
+                .unwrap_or(&path)
+                .display()
+                .to_string();
+            out.push((name, path));
         }
-        Ok(())
     }
-    Ok(go(dir, dir, out)?)
+    Ok(())
 }
 
 /// Files under `dir` this process still holds open after they were unlinked, read through
 /// their descriptors (Linux's `/proc/self/fd`; none elsewhere).
-fn unlinked_open(dir: &Path) -> Vec<(String, Vec<u8>)> {
+fn unlinked_open(dir: &Path) -> Vec<(String, PathBuf)> {
     let Ok(root) = dir.canonicalize() else {
         return Vec::new();
     };
@@ -497,11 +615,8 @@ fn unlinked_open(dir: &Path) -> Vec<(String, Vec<u8>)> {
         let Ok(name) = path.strip_prefix(&root) else {
             continue;
         };
-        if !seen.insert(path.clone()) {
-            continue;
-        }
-        if let Ok(data) = std::fs::read(fd.path()) {
-            out.push((format!("(unlinked) {}", name.display()), data));
+        if seen.insert(path.clone()) {
+            out.push((format!("(unlinked) {}", name.display()), fd.path()));
         }
     }
     out
@@ -597,9 +712,49 @@ mod tests {
         std::fs::write(dir.path().join("000001.sst"), marked(1, 1, 40))?;
         let blind = sample(dir.path(), &fates, "test", 0.0);
         assert!(matches!(blind, Err(StressError::Io(_))), "{blind:?}");
+        // A log that holds every value does not make up for tables the scan cannot see.
         std::fs::write(dir.path().join("000002.log"), marked(2, 1, 40))?;
+        let blind = sample(dir.path(), &fates, "test", 0.0);
+        assert!(matches!(blind, Err(StressError::Io(_))), "{blind:?}");
+        std::fs::write(dir.path().join("000003.sst"), marked(2, 1, 40))?;
         let seen = sample(dir.path(), &fates, "test", 0.0)?;
         assert_eq!(seen.live_found, 2);
+        Ok(())
+    }
+
+    #[test]
+    fn a_marker_cut_by_a_log_block_header_is_found() {
+        let mut log = vec![b'.'; LOG_BLOCK - 10];
+        let mark = marked(5, 6, MARK_LEN);
+        let (head, tail) = mark.split_at(10);
+        log.extend_from_slice(head);
+        log.extend_from_slice(&[0xEE; LOG_HEADER]);
+        log.extend_from_slice(tail);
+        assert!(
+            find_marks(&log).next().is_none(),
+            "the header hides it from a plain scan"
+        );
+        assert!(marks_in(&log, "log").contains(&(5, 6)));
+        assert!(
+            marks_in(&log, "table").is_empty(),
+            "tables are not log-framed"
+        );
+    }
+
+    /// A delete the engine did not apply would be counted as a deleted value it kept: the run
+    /// reads its contents back and fails instead.
+    #[test]
+    fn an_engine_that_misses_a_delete_fails_the_run_rather_than_the_figure()
+    -> Result<(), StressError> {
+        use crate::engine::model::{Bug, ModelEngine, Store};
+        for (bug, wrong) in [(None, false), (Some(Bug::RangeDeleteMissesLast), true)] {
+            let store = std::sync::Arc::new(std::sync::Mutex::new(Store::default()));
+            let sequencer = Arc::new(Sequencer::default());
+            let engine = ModelEngine::open(&store, &sequencer, bug, engine::OpenMode::Fresh);
+            let fates = write_and_delete(&engine, &quick(EngineKind::Cairn))?;
+            let found = check_contents(&engine, &fates, "test")?;
+            assert_eq!(found.is_some(), wrong, "{bug:?}: {found:?}");
+        }
         Ok(())
     }
 

@@ -1057,11 +1057,14 @@ mod tests {
         let report = harness.report();
         assert!(report.failures.unreadable > 0, "{}", report.summary());
         assert!(
-            report.failures.messages.iter().any(|m| m.contains("could not be reopened")),
+            report
+                .failures
+                .messages
+                .iter()
+                .any(|m| m.contains("could not be reopened")),
             "{}",
             report.summary()
         );
         Ok(())
     }
 }
-

@@ -21,7 +21,7 @@ mod cairn;
 #[cfg(feature = "fjall")]
 mod fjall;
 #[cfg(test)]
-mod model;
+pub(crate) mod model;
 #[cfg(feature = "rocksdb")]
 mod rocksdb;
 mod sequencer;
@@ -357,7 +357,8 @@ pub enum OpenMode {
     Existing,
 }
 
-/// The error for a stressed family missing at a reopen.
+/// The error for a stressed family missing at a reopen (of a peer; Cairn has its own).
+#[cfg(any(feature = "fjall", feature = "rocksdb"))]
 pub(crate) fn family_missing(engine: EngineKind) -> EngineError {
     EngineError::peer(
         engine,
