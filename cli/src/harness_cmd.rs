@@ -463,14 +463,16 @@ pub fn crashtest(args: &CrashArgs) -> i32 {
     if let Some(Err(code)) = args.db.path().map(db_arg::check_directory_if_present) {
         return code;
     }
-    let (dir, _guard) =
-        match cairn_stress::work_dir(args.db.path().map(std::path::Path::to_path_buf)) {
-            Ok(d) => d,
-            Err(e) => {
-                eprintln!("cairn crashtest: {e}");
-                return e.exit_code();
-            }
-        };
+    let (dir, _guard) = match cairn_stress::work_dir(
+        args.db.path().map(std::path::Path::to_path_buf),
+        args.engine,
+    ) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("cairn crashtest: {e}");
+            return e.exit_code();
+        }
+    };
     // Without a time limit, 5 cycles; with one, as many as fit, unless --cycles ends it first.
     let cycles = match (args.cycles, args.duration.is_zero()) {
         (Some(n), _) => n,

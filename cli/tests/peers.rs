@@ -92,15 +92,82 @@ fn a_fjall_crashtest_kills_and_checks_its_child_and_skips_power_loss() {
 
 #[test]
 fn what_only_cairn_runs_is_refused_for_fjall() {
-    for args in [
-        &["stress", "--engine", "fjall", "--inject-errors", "10"][..],
-        &["crashtest", "--engine", "fjall", "--mode", "power-loss"],
+    for (args, says) in [
+        (
+            &["stress", "--engine", "fjall", "--inject-errors", "10"][..],
+            "cairn alone",
+        ),
+        (
+            &["crashtest", "--engine", "fjall", "--mode", "power-loss"],
+            "cairn alone",
+        ),
+        (
+            &["stress", "--engine", "fjall", "--grace", "1s"],
+            "Cairn's tombstone settings",
+        ),
+        (
+            &[
+                "stress",
+                "--engine",
+                "fjall",
+                "--mix",
+                "put=0,batch=0,delete=0,single_delete=0,delete_range=0",
+            ],
+            "exercised nothing",
+        ),
     ] {
         let out = cairn(args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(3), "cairn {args:?}: {stderr}");
-        assert!(stderr.contains("cairn alone"), "cairn {args:?}: {stderr}");
+        assert!(stderr.contains(says), "cairn {args:?}: {stderr}");
     }
+}
+
+/// A directory a stress or crash test of one engine made is refused to another: a marker from
+/// before engines were named is Cairn's, and a crash work dir records its engine.
+#[test]
+fn directories_of_another_engine_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let old = dir.path().join("old");
+    std::fs::create_dir(&old).expect("mkdir");
+    std::fs::write(
+        old.join("CAIRN-STRESS"),
+        "A `cairn stress` database: later stresses may write into it.\n",
+    )
+    .expect("marker");
+    let out = cairn(&[
+        "stress",
+        "--engine",
+        "fjall",
+        "--ops",
+        "10",
+        &old.to_string_lossy(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("a stress database of cairn"), "{stderr}");
+    let work = dir.path().join("work");
+    let work = work.to_string_lossy();
+    let out = cairn(&[
+        "crashtest",
+        "--engine",
+        "fjall",
+        "--cycles",
+        "1",
+        "--keys",
+        "1000",
+        &work,
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = cairn(&["crashtest", "--mode", "blackbox", "--cycles", "1", &work]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("a stress database of fjall"), "{stderr}");
 }
 
 #[test]

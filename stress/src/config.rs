@@ -153,6 +153,11 @@ impl OpWeights {
         }
     }
 
+    /// True if any operation that writes the stressed family has a weight.
+    pub fn writes_any(&self) -> bool {
+        self.put + self.batch + self.delete + self.single_delete + self.delete_range > 0
+    }
+
     /// These weights with the operations `engine` lacks left out (emulated ones stay).
     #[must_use]
     pub fn for_engine(self, engine: &Capabilities) -> Self {
@@ -324,6 +329,12 @@ impl StressConfig {
     pub fn validate(&self) -> Result<(), String> {
         if !self.engine.compiled_in() {
             return Err(crate::engine::not_compiled_in(self.engine).to_string());
+        }
+        if self.engine != EngineKind::Cairn && (!self.grace.is_zero() || self.deadline.is_some()) {
+            return Err(format!(
+                "--grace and --deadline are Cairn's tombstone settings; {} has none",
+                self.engine.name()
+            ));
         }
         if self.threads == 0 || self.threads > 256 {
             return Err(format!("threads must be 1..=256, not {}", self.threads));

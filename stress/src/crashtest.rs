@@ -748,20 +748,22 @@ fn consistent_prefix(
     allowed.first().map(|&(lo, _)| lo)
 }
 
-/// A directory for a crash loop: `dir` if given, else a temporary one (kept alive by the guard).
+/// A directory for a crash loop of `engine`: `dir` if given, else a temporary one (kept alive
+/// by the guard).
 ///
 /// # Errors
-/// `Config` for a directory that is not empty and not a crash test's; `Io` if a directory
-/// cannot be created.
+/// `Config` for a directory that is not empty and not a crash test's of the same engine (its
+/// journal and databases mean nothing to another); `Io` if a directory cannot be created.
 pub fn work_dir(
     dir: Option<PathBuf>,
+    engine: EngineKind,
 ) -> Result<(PathBuf, Option<crate::TemporaryDir>), crate::StressError> {
     if let Some(d) = dir {
-        // Never a user's directory: empty, new, or one a crash test made.
-        let fresh = crate::run::claim(&d, false, EngineKind::Cairn)?;
+        // Never a user's directory: empty, new, or one a crash test of this engine made.
+        let fresh = crate::run::claim(&d, false, engine)?;
         std::fs::create_dir_all(&d)?;
         if fresh {
-            crate::run::mark(&d)?;
+            crate::run::mark_engine(&d, engine)?;
         }
         return Ok((d, None));
     }

@@ -364,6 +364,8 @@ fn open(config: &ErasureConfig, dir: &Path) -> Result<Box<dyn StressEngine>, Str
     let settings = EngineSettings {
         kind: config.engine,
         memtable_size: config.memtable_size,
+        target_file_size: config.memtable_size as u64,
+        level_base_bytes: config.memtable_size as u64 * 4,
         grace: Duration::ZERO,
         compression: false,
         cairn,

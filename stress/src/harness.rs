@@ -193,7 +193,15 @@ impl Harness {
                 config.engine.name()
             )));
         }
-        config.weights = config.weights.for_engine(&engine_offers);
+        let weights = config.weights.for_engine(&engine_offers);
+        if weights != config.weights && !weights.writes_any() {
+            return Err(StressError::Config(format!(
+                "exercised nothing: on {} the mix writes nothing once its Cairn-only operations \
+                 are left out",
+                config.engine.name()
+            )));
+        }
+        config.weights = weights;
         // A fault run's database closed while stopped may lose a suffix of the writes, which the
         // TTL model does not follow.
         let ttl = if config.ttl && faults.is_none() && engine_offers.ttl == Support::Native {
@@ -221,6 +229,8 @@ impl Harness {
         let settings = EngineSettings {
             kind: config.engine,
             memtable_size: config.memtable_size,
+            target_file_size: config.memtable_size as u64 / 4,
+            level_base_bytes: config.memtable_size as u64 / 2,
             grace: config.grace,
             compression: true,
             cairn: options,

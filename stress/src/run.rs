@@ -95,7 +95,8 @@ pub fn claim(dir: &Path, reuse: bool, engine: EngineKind) -> Result<bool, Stress
     )))
 }
 
-/// Leaves [`STRESS_MARKER`] in `dir`, a directory the harness made its own.
+/// Leaves [`STRESS_MARKER`] in `dir`, a directory the harness made its own (Cairn's, or one
+/// that holds no database of its own, as a cluster's).
 ///
 /// # Errors
 /// `Io` if the file cannot be written.
@@ -118,13 +119,16 @@ pub fn mark_engine(dir: &Path, engine: EngineKind) -> Result<(), StressError> {
 const MARKER_TEXT: &str = "A `cairn stress` database: later stresses may write into it.\n";
 const ENGINE_LINE: &str = "engine: ";
 
-/// The engine the marker in `dir` names, if it names one (markers before engines had none).
+/// The engine the marker in `dir` names: `cairn` for a marker that names none (written before
+/// there were other engines, or by `mark` for a directory of Cairn's); `None` with no marker.
 fn marker_engine(dir: &Path) -> Result<Option<String>, StressError> {
     match std::fs::read_to_string(dir.join(STRESS_MARKER)) {
-        Ok(text) => Ok(text
-            .lines()
-            .find_map(|l| l.strip_prefix(ENGINE_LINE))
-            .map(str::to_string)),
+        Ok(text) => Ok(Some(
+            text.lines()
+                .find_map(|l| l.strip_prefix(ENGINE_LINE))
+                .unwrap_or(EngineKind::Cairn.name())
+                .to_string(),
+        )),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e.into()),
     }

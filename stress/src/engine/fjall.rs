@@ -25,6 +25,10 @@ use super::{
 };
 use crate::expected::SeqNo;
 
+/// How long [`StressEngine::wait_idle`] polls before it gives up (a deadlock guard, not a
+/// timing claim).
+const IDLE_WAIT: Duration = Duration::from_secs(600);
+
 /// An open fjall database and the stressed keyspace.
 pub struct FjallEngine {
     db: Database,
@@ -63,8 +67,12 @@ impl FjallEngine {
         }
         let db = builder.open().map_err(peer)?;
         let options = || {
-            let options =
-                KeyspaceCreateOptions::default().max_memtable_size(settings.memtable_size as u64);
+            // Levels scaled to the memtable, as the harness scales Cairn's (L1 is four tables).
+            let leveled = fjall::compaction::Leveled::default()
+                .with_table_target_size(settings.target_file_size);
+            let options = KeyspaceCreateOptions::default()
+                .max_memtable_size(settings.memtable_size as u64)
+                .compaction_strategy(Arc::new(leveled));
             if settings.compression {
                 options
             } else {
@@ -188,8 +196,14 @@ impl StressEngine for FjallEngine {
 
     fn wait_idle(&self) -> Result<(), EngineError> {
         // fjall has no call that waits: its counters of running work must stay at zero.
+        let waiting = std::time::Instant::now();
         let mut quiet = 0;
         while quiet < 3 {
+            if waiting.elapsed() > IDLE_WAIT {
+                return Err(peer(format!(
+                    "flushes or compactions still running after {IDLE_WAIT:?}"
+                )));
+            }
             if self.db.outstanding_flushes() == 0 && self.db.active_compactions() == 0 {
                 quiet += 1;
             } else {

@@ -323,6 +323,12 @@ pub struct EngineSettings {
     pub kind: EngineKind,
     /// The write buffer's size in bytes.
     pub memtable_size: usize,
+    /// The size a table is cut at (the peers' `target_file_size_base` and table target size;
+    /// Cairn's is in `cairn`), scaled to the memtable so a short run builds several levels.
+    pub target_file_size: u64,
+    /// The first level's size under the memtables (RocksDB's `max_bytes_for_level_base`;
+    /// fjall's is its table target times its L0 threshold).
+    pub level_base_bytes: u64,
     /// The stressed family's tombstone grace (Cairn; the peers have none).
     pub grace: Duration,
     /// False to store blocks and logs uncompressed (the erasure run: compression hides what

@@ -59,6 +59,10 @@ fn options(settings: &EngineSettings) -> Options {
     options.create_if_missing(true);
     options.create_missing_column_families(true);
     options.set_write_buffer_size(settings.memtable_size);
+    // Levels scaled to the memtable, as the harness scales Cairn's: a short run reaches the
+    // bottom levels, where range tombstones and snapshots meet compaction's last rules.
+    options.set_target_file_size_base(settings.target_file_size);
+    options.set_max_bytes_for_level_base(settings.level_base_bytes);
     let (above, bottom) = if settings.compression {
         (DBCompressionType::Lz4, DBCompressionType::Zstd)
     } else {
@@ -131,6 +135,18 @@ impl RocksDbEngine {
         self.snapshots
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// rust-rocksdb's manual compactions return no status (the C API drops it): a failed one
+    /// shows as a background error, which must not pass for a compaction that ran.
+    fn background_errors(&self) -> Result<(), EngineError> {
+        match self.db.property_int_value("rocksdb.background-errors") {
+            Ok(Some(0) | None) => Ok(()),
+            Ok(Some(n)) => Err(peer(format!(
+                "{n} background errors (a flush or compaction failed)"
+            ))),
+            Err(e) => Err(peer(e)),
+        }
     }
 
     fn cf(&self) -> Result<&rocksdb::ColumnFamily, EngineError> {
@@ -232,7 +248,7 @@ impl StressEngine for RocksDbEngine {
     fn compact_range(&self, range: Range<&[u8]>) -> Result<(), EngineError> {
         self.db
             .compact_range_cf(self.cf()?, Some(range.start), Some(range.end));
-        Ok(())
+        self.background_errors()
     }
 
     fn compact_all(&self) -> Result<(), EngineError> {
@@ -251,7 +267,8 @@ impl StressEngine for RocksDbEngine {
     fn wait_idle(&self) -> Result<(), EngineError> {
         self.db
             .wait_for_compact(&WaitForCompactOptions::default())
-            .map_err(peer)
+            .map_err(peer)?;
+        self.background_errors()
     }
 
     fn families(&self) -> Vec<String> {
