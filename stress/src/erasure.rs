@@ -209,6 +209,13 @@ impl ErasureReport {
                 );
             }
         }
+        if self.interrupted {
+            let _ = writeln!(
+                out,
+                "interrupted: the settling was cut short by a signal; the database was closed \
+                 and scanned"
+            );
+        }
         let _ = write!(
             out,
             "{}",
