@@ -1,8 +1,10 @@
 //! `cairn stress erasure`: the erasure figure of one engine (see `cairn_stress::run_erasure`),
 //! printed as a table of samples (or JSON), written as a JSON report, drawn as a PNG.
 //!
-//! Exit codes: 0 the figure was measured; 1 Cairn kept deleted values past a full compaction;
-//! 2 the engine failed or the scan could not see the values it must; 3 bad arguments.
+//! Exit codes: 0 the figure was measured; 1 the engine served something other than the live
+//! keys, Cairn kept deleted values past its full compaction, or a signal stopped the run before
+//! the full compaction; 2 the engine failed or the scan could not see the values it must; 3
+//! bad arguments.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -69,6 +71,16 @@ pub fn erasure(args: &ErasureArgs) -> i32 {
     if let Err(e) = config.validate() {
         return bad_args(&e);
     }
+    if let Some(plot) = &args.plot
+        && plot
+            .extension()
+            .is_none_or(|e| !e.eq_ignore_ascii_case("png"))
+    {
+        return bad_args(&format!(
+            "--plot {}: the figure is a PNG (name it .png)",
+            plot.display()
+        ));
+    }
     for (flag, path) in [("--report", &args.report), ("--plot", &args.plot)] {
         if let Some(Err(code)) = path.as_deref().map(|p| output::check_output_path(flag, p)) {
             return code;
@@ -78,19 +90,13 @@ pub fn erasure(args: &ErasureArgs) -> i32 {
         if let Err(code) = db_arg::check_directory_if_present(dir) {
             return code;
         }
-        match cairn_stress::claim(dir, false, args.engine) {
-            Ok(true) => {}
-            Ok(false) => {
-                return bad_args(&format!(
-                    "{} holds an earlier stress's database: the erasure figure needs an empty or \
-                     new directory (what is already there would count)",
-                    dir.display()
-                ));
-            }
-            Err(e) => {
-                eprintln!("cairn stress erasure: {e}");
-                return e.exit_code();
-            }
+        let empty = std::fs::read_dir(dir).map_or(true, |mut entries| entries.next().is_none());
+        if !empty {
+            return bad_args(&format!(
+                "{} is not empty: the erasure figure needs an empty or new directory (every file \
+                 in it is scanned, and what is already there would count)",
+                dir.display()
+            ));
         }
     }
     let temp = match args.db.path() {

@@ -274,6 +274,14 @@ fn init_stress_logging(args: &StressArgs) {
     }
 }
 
+/// A `DB` that is a subcommand's name and no existing directory: `cairn stress --engine fjall
+/// erasure` reads `erasure` as the database, since clap takes subcommands only before flags.
+fn misplaced_subcommand(db: &Path) -> Option<&'static str> {
+    ["erasure", "replay"]
+        .into_iter()
+        .find(|word| db == Path::new(word) && !db.exists())
+}
+
 /// The run `args` ask for, with the op mix `weights`.
 fn stress_config(args: &StressArgs, weights: OpWeights) -> StressConfig {
     StressConfig {
@@ -324,6 +332,12 @@ pub fn stress(args: StressArgs) -> i32 {
     }
     if let Some(Err(code)) = args.db.path().map(db_arg::check_directory_if_present) {
         return code;
+    }
+    if let Some(word) = args.db.path().and_then(misplaced_subcommand) {
+        return bad_args(&format!(
+            "{word:?} came after a flag, so it was taken for the database directory: a \
+             subcommand comes first, its flags after it (`cairn stress {word} --engine …`)"
+        ));
     }
     let weights = match OpWeights::parse(&args.mix) {
         Ok(w) => w,

@@ -110,18 +110,32 @@ pub fn erasure(
         .label_style((FONT, 14))
         .draw()
         .map_err(|e| e.to_string())?;
-    for (t, phase) in phases {
+    for (n, (t, phase)) in phases.iter().enumerate() {
         let mark = ShapeStyle::from(&BLACK.mix(0.3)).stroke_width(1);
         chart
             .draw_series([PathElement::new(vec![(*t, 0.0), (*t, top)], mark)])
             .map_err(|e| e.to_string())?;
         let label = (FONT, 13).into_font().color(&BLACK.mix(0.7));
         chart
-            .draw_series([Text::new(phase.clone(), (*t, top * 0.97), label)])
+            // Alternate heights: phases can begin a moment apart.
+            .draw_series([Text::new(
+                phase.clone(),
+                (*t, top * if n % 2 == 0 { 0.97 } else { 0.92 }),
+                label,
+            )])
             .map_err(|e| e.to_string())?;
     }
-    for (n, (name, points)) in lines.iter().enumerate() {
-        let color = Palette99::pick(n).to_rgba();
+    // The total goes last, thin and black, so the lines it sums cannot hide it.
+    let ordered = lines
+        .iter()
+        .filter(|(name, _)| !name.starts_with("all"))
+        .chain(lines.iter().filter(|(name, _)| name.starts_with("all")));
+    for (n, (name, points)) in ordered.enumerate() {
+        let color = if name.starts_with("all") {
+            BLACK.to_rgba()
+        } else {
+            Palette99::pick(n).to_rgba()
+        };
         #[allow(
             clippy::cast_precision_loss,
             reason = "axis heights for people to read"

@@ -176,6 +176,39 @@ fn runs_that_would_exercise_nothing_are_refused() {
     }
 }
 
+/// Mistakes a newcomer made with `stress erasure`, each refused (exit 3) before anything runs
+/// and without touching the directory: a subcommand after a flag (clap took it for `DB`), a
+/// figure that is not a PNG, a directory that is not empty.
+#[test]
+fn erasure_mistakes_are_refused_before_the_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("notes.txt"), "mine").expect("write");
+    let busy = dir.path().to_string_lossy().into_owned();
+    let svg = dir.path().join("figure.svg").to_string_lossy().into_owned();
+    for (args, says) in [
+        (
+            &["stress", "--seed", "1", "erasure"][..],
+            "a subcommand comes first",
+        ),
+        (
+            &["stress", "erasure", "--plot", &svg],
+            "the figure is a PNG",
+        ),
+        (&["stress", "erasure", &busy], "is not empty"),
+    ] {
+        let out = run_within(cairn().args(args), Duration::from_secs(60));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "cairn {args:?}: {stderr}");
+        assert!(stderr.contains(says), "cairn {args:?}: {stderr}");
+    }
+    assert!(
+        !Path::new("erasure").exists(),
+        "a stress ran into ./erasure"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path()).expect("list").collect();
+    assert_eq!(left.len(), 1, "the directory was written into");
+}
+
 /// A peer this build leaves out is refused with the feature that builds it in, before anything
 /// is opened (the default build compiles no peer).
 #[test]

@@ -173,9 +173,30 @@ pub struct ErasureReport {
 }
 
 impl ErasureReport {
-    /// The process exit code: 1 if the run failed, else 0.
+    /// The process exit code: 1 if the run failed or a signal stopped it before its full
+    /// compaction (it measured less than it says), else 0.
     pub fn exit_code(&self) -> i32 {
-        i32::from(self.failure.is_some())
+        i32::from(self.failure.is_some() || !self.compacted())
+    }
+
+    /// Whether the run reached its full compaction.
+    fn compacted(&self) -> bool {
+        self.samples
+            .iter()
+            .any(|s| s.phase == "after full compaction")
+    }
+
+    /// The summary's last line: the verdict on Cairn, the measurement on a peer.
+    fn verdict(&self) -> String {
+        match (&self.failure, self.compacted()) {
+            (Some(why), _) => format!("FAIL: {why}"),
+            (None, false) => "INTERRUPTED: stopped before the full compaction".to_string(),
+            (None, true) if self.engine == "cairn" => "PASS".to_string(),
+            (None, true) => format!(
+                "MEASURED: the figure is the result (no verdict on {}'s retention)",
+                self.engine
+            ),
+        }
     }
 
     /// A human summary: each sample's counts, and the files of the last that hold deleted
@@ -189,13 +210,19 @@ impl ErasureReport {
             self.engine, self.keys, self.deleted_values, self.superseded_values, self.live_values
         );
         for s in &self.samples {
+            let by_class: Vec<String> = s
+                .deleted_by_class
+                .iter()
+                .map(|(class, n)| format!("{class} {n}"))
+                .collect();
             let _ = writeln!(
                 out,
-                "{:>7.1}s  {:<22} deleted values on disk {:>6} ({:>5.1}%), superseded {:>6}, {} bytes",
+                "{:>7.1}s  {:<22} deleted values on disk {:>6} ({:>5.1}%) [{}], superseded {:>6}, {} bytes",
                 s.seconds,
                 s.phase,
                 s.deleted_found,
                 percent(s.deleted_found, self.deleted_values),
+                by_class.join(", "),
                 s.superseded_found,
                 s.bytes
             );
@@ -216,13 +243,7 @@ impl ErasureReport {
                  and scanned"
             );
         }
-        let _ = write!(
-            out,
-            "{}",
-            self.failure
-                .as_ref()
-                .map_or_else(|| "PASS".to_string(), |why| format!("FAIL: {why}"))
-        );
+        let _ = write!(out, "{}", self.verdict());
         out
     }
 }
