@@ -16,14 +16,17 @@ SEED=${SEED:-1}
 OUT=${OUT:-docs/peers/results/$(date +%F)}
 features=$(echo "$ENGINES" | tr ' ' '\n' | grep -v '^cairn$' | paste -sd, -)
 cargo build --release -p cairn-cli ${features:+--features "$features"} || exit 2
-bin=target/release/cairn
+bin=${CARGO_TARGET_DIR:-target}/release/cairn
 mkdir -p "$OUT"
+worst=0
 run() { # name, then the command; records its exit code beside its output
   local name=$1
   shift
   echo "== $name: $*" >&2
   "$bin" "$@" >"$OUT/$name.txt" 2>"$OUT/$name.log"
-  echo "$name exit $?" | tee -a "$OUT/exit-codes.txt" >&2
+  local code=$?
+  echo "$name exit $code" | tee -a "$OUT/exit-codes.txt" >&2
+  ((code > worst)) && worst=$code
 }
 : >"$OUT/exit-codes.txt"
 for engine in $ENGINES; do
@@ -34,3 +37,4 @@ for engine in $ENGINES; do
   run "erasure-$engine" stress erasure --engine "$engine" --settle 30s --sample 2s \
     --report "$OUT/erasure-$engine.json" --plot "$OUT/erasure-$engine.png"
 done
+exit "$worst"

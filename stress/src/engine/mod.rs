@@ -2,7 +2,7 @@
 //! judge it (atomic batches of puts and deletes, point and range reads, snapshots read at a
 //! number the history can place, flush and compaction triggers, close and reopen).
 //!
-//! Cairn is always built in ([`cairn`]); fjall and RocksDB come with the crate features named
+//! Cairn is always built in ([`CairnEngine`]); fjall and RocksDB come with the crate features named
 //! after them. An operation an engine lacks is emulated only where the emulation is exact (a
 //! range delete as point deletes of every key it covers, in one batch), and
 //! [`EngineKind::capabilities`] says which are native, emulated or missing, so the report can.
