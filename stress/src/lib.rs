@@ -26,6 +26,12 @@
 //!   calls `Db::resume`), verifies every key, and the run goes on without a reopen. It may fail
 //!   operations but never serves wrong data, and loses no acknowledged write.
 //!
+//! - [`engine`]: the engine under test behind one trait: Cairn always, fjall and RocksDB with
+//!   the features named after them. A peer runs the core work (batches, reads, scans, snapshots
+//!   stamped by the harness, flushes, compactions, reopens, the SIGKILL loop); what needs
+//!   Cairn's own API is skipped there and the report says so.
+//! - [`run_erasure`]: the erasure figure of any engine, deleted values still on disk by file
+//!   over time, from a byte scan of every file for the values' markers.
 //! - [`cluster`]: the cluster stress, `cairn serve` processes of a replicated Cairn driven
 //!   through the leader while nodes are killed, the leader paused and followers kept down past
 //!   the grace period; every read and every replica judged against the possible states.
