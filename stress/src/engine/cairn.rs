@@ -5,15 +5,14 @@
 //! the map. A race inside Cairn between a write and a snapshot (the planted
 //! `SnapshotBeforeRegister`) stays reachable.
 
-use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use cairn::{CfOptions, ColumnFamily, Compression, Db, Snapshot, WriteBatch, WriteOptions};
 
+use super::registry::Registry;
 use super::{
     EngineError, EngineKind, EngineSettings, EngineStats, Entry, OpenMode, STRESS_CF,
     SnapshotHandle, StressEngine, WriteOp,
@@ -26,8 +25,7 @@ use crate::ttl_model::TTL_FAMILIES;
 pub struct CairnEngine {
     db: Db,
     cf: ColumnFamily,
-    snapshots: Mutex<HashMap<u64, Arc<Snapshot>>>,
-    next_snapshot: AtomicU64,
+    snapshots: Registry<Arc<Snapshot>>,
 }
 
 impl std::fmt::Debug for CairnEngine {
@@ -72,15 +70,8 @@ impl CairnEngine {
         Ok(Self {
             db,
             cf,
-            snapshots: Mutex::new(HashMap::new()),
-            next_snapshot: AtomicU64::new(0),
+            snapshots: Registry::new(),
         })
-    }
-
-    fn snapshots(&self) -> MutexGuard<'_, HashMap<u64, Arc<Snapshot>>> {
-        self.snapshots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -131,12 +122,8 @@ impl StressEngine for CairnEngine {
 
     fn snapshot(&self) -> Result<SnapshotHandle, EngineError> {
         let snapshot = self.db.snapshot();
-        let handle = SnapshotHandle {
-            id: self.next_snapshot.fetch_add(1, Ordering::Relaxed),
-            seqno: snapshot.seqno(),
-        };
-        self.snapshots().insert(handle.id, Arc::new(snapshot));
-        Ok(handle)
+        let seqno = snapshot.seqno();
+        Ok(self.snapshots.hold(Arc::new(snapshot), seqno))
     }
 
     fn scan_at(
@@ -144,19 +131,15 @@ impl StressEngine for CairnEngine {
         snapshot: &SnapshotHandle,
         range: Range<&[u8]>,
     ) -> Result<Vec<Entry>, EngineError> {
-        let held = self.snapshots().get(&snapshot.id).cloned();
-        let Some(held) = held else {
-            return Err(EngineError::Cairn(cairn::Error::InvalidArgument(format!(
-                "snapshot {} at seqno {} is gone",
-                snapshot.id, snapshot.seqno
-            ))));
-        };
+        let held = self
+            .snapshots
+            .get(snapshot)
+            .map_err(|gone| EngineError::Cairn(cairn::Error::InvalidArgument(gone)))?;
         Ok(collect(held.range_cf(&self.cf, range), false)?)
     }
 
     fn release(&self, snapshot: &SnapshotHandle) {
-        let released = self.snapshots().remove(&snapshot.id);
-        drop(released);
+        self.snapshots.release(snapshot);
     }
 
     fn flush(&self) -> Result<(), EngineError> {
@@ -209,7 +192,7 @@ impl StressEngine for CairnEngine {
     fn close(self: Box<Self>) -> Result<(), EngineError> {
         // The snapshots still held go after the close, as a caller's late drops would: Cairn
         // must take a snapshot outliving its database.
-        let held = std::mem::take(&mut *self.snapshots());
+        let held = self.snapshots.take_all();
         let Self { db, cf, .. } = *self;
         drop(cf);
         let closed = db.close();

@@ -8,17 +8,16 @@
 //! `Database::batch`, which hands the journal to the OS at every commit, so a write that
 //! returned survives a SIGKILL; a synced write is persisted with `SyncAll`.
 
-use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use fjall::config::CompressionPolicy;
 use fjall::{CompressionType, Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 
+use super::registry::Registry;
 use super::{
     EngineError, EngineKind, EngineSettings, EngineStats, Entry, OpenMode, STRESS_CF, Sequencer,
     SnapshotHandle, StressEngine, WriteOp,
@@ -34,8 +33,7 @@ pub struct FjallEngine {
     db: Database,
     keyspace: Keyspace,
     sequencer: Arc<Sequencer>,
-    snapshots: Mutex<HashMap<u64, fjall::Snapshot>>,
-    next_snapshot: AtomicU64,
+    snapshots: Registry<fjall::Snapshot>,
 }
 
 fn peer(e: impl std::fmt::Display) -> EngineError {
@@ -93,15 +91,8 @@ impl FjallEngine {
             db,
             keyspace,
             sequencer: settings.sequencer.clone(),
-            snapshots: Mutex::new(HashMap::new()),
-            next_snapshot: AtomicU64::new(0),
+            snapshots: Registry::new(),
         })
-    }
-
-    fn snapshots(&self) -> MutexGuard<'_, HashMap<u64, fjall::Snapshot>> {
-        self.snapshots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -156,9 +147,7 @@ impl StressEngine for FjallEngine {
 
     fn snapshot(&self) -> Result<SnapshotHandle, EngineError> {
         let (snapshot, seqno) = self.sequencer.snapshot(|| Ok(self.db.snapshot()))?;
-        let id = self.next_snapshot.fetch_add(1, Ordering::Relaxed);
-        self.snapshots().insert(id, snapshot);
-        Ok(SnapshotHandle { id, seqno })
+        Ok(self.snapshots.hold(snapshot, seqno))
     }
 
     fn scan_at(
@@ -166,18 +155,12 @@ impl StressEngine for FjallEngine {
         snapshot: &SnapshotHandle,
         range: Range<&[u8]>,
     ) -> Result<Vec<Entry>, EngineError> {
-        let Some(held) = self.snapshots().get(&snapshot.id).cloned() else {
-            return Err(peer(format!(
-                "the harness's snapshot {} at seqno {} is gone",
-                snapshot.id, snapshot.seqno
-            )));
-        };
+        let held = self.snapshots.get(snapshot).map_err(peer)?;
         entries(held.range(&self.keyspace, range))
     }
 
     fn release(&self, snapshot: &SnapshotHandle) {
-        let released = self.snapshots().remove(&snapshot.id);
-        drop(released);
+        self.snapshots.release(snapshot);
     }
 
     fn flush(&self) -> Result<(), EngineError> {
@@ -230,7 +213,7 @@ impl StressEngine for FjallEngine {
     }
 
     fn close(self: Box<Self>) -> Result<(), EngineError> {
-        self.snapshots().clear();
+        drop(self.snapshots.take_all());
         let persisted = self.db.persist(PersistMode::SyncAll).map_err(peer);
         let Self { db, keyspace, .. } = *self;
         drop(keyspace);

@@ -22,6 +22,7 @@ mod cairn;
 mod fjall;
 #[cfg(test)]
 pub(crate) mod model;
+mod registry;
 #[cfg(feature = "rocksdb")]
 mod rocksdb;
 mod sequencer;

@@ -3,13 +3,13 @@
 //! the peers are, and with a wrong rule that can be switched on. The tests show the peer path
 //! catches each wrong rule and passes the model without it, with no peer built in.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ops::{Bound, Range};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 
+use super::registry::Registry;
 use super::{
     EngineError, EngineKind, EngineStats, Entry, Sequencer, SnapshotHandle, StressEngine, WriteOp,
 };
@@ -36,8 +36,7 @@ pub(crate) struct Store {
 pub(crate) struct ModelEngine {
     store: Arc<Mutex<Store>>,
     sequencer: Arc<Sequencer>,
-    snapshots: Mutex<HashMap<u64, u64>>,
-    next_snapshot: AtomicU64,
+    snapshots: Registry<u64>,
     bug: Option<Bug>,
 }
 
@@ -58,8 +57,7 @@ impl ModelEngine {
         Self {
             store: store.clone(),
             sequencer: sequencer.clone(),
-            snapshots: Mutex::new(HashMap::new()),
-            next_snapshot: AtomicU64::new(0),
+            snapshots: Registry::new(),
             bug,
         }
     }
@@ -135,9 +133,7 @@ impl StressEngine for ModelEngine {
 
     fn snapshot(&self) -> Result<SnapshotHandle, EngineError> {
         let (at, seqno) = self.sequencer.snapshot(|| Ok(lock(&self.store).written))?;
-        let id = self.next_snapshot.fetch_add(1, Ordering::Relaxed);
-        lock(&self.snapshots).insert(id, at);
-        Ok(SnapshotHandle { id, seqno })
+        Ok(self.snapshots.hold(at, seqno))
     }
 
     fn scan_at(
@@ -145,8 +141,10 @@ impl StressEngine for ModelEngine {
         snapshot: &SnapshotHandle,
         range: Range<&[u8]>,
     ) -> Result<Vec<Entry>, EngineError> {
-        let at = lock(&self.snapshots).get(&snapshot.id).copied();
-        let at = at.ok_or_else(|| EngineError::peer(EngineKind::Cairn, "snapshot gone"))?;
+        let at = self
+            .snapshots
+            .get(snapshot)
+            .map_err(|gone| EngineError::peer(EngineKind::Cairn, gone))?;
         let at = if self.bug == Some(Bug::SnapshotsReadNewest) {
             u64::MAX
         } else {
@@ -156,7 +154,7 @@ impl StressEngine for ModelEngine {
     }
 
     fn release(&self, snapshot: &SnapshotHandle) {
-        lock(&self.snapshots).remove(&snapshot.id);
+        self.snapshots.release(snapshot);
     }
 
     fn flush(&self) -> Result<(), EngineError> {
@@ -184,7 +182,7 @@ impl StressEngine for ModelEngine {
     }
 
     fn close(self: Box<Self>) -> Result<(), EngineError> {
-        lock(&self.snapshots).clear();
+        drop(self.snapshots.take_all());
         Ok(())
     }
 }

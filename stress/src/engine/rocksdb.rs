@@ -10,11 +10,9 @@
 //! beside it (one `self_cell`), and [`StressEngine::close`] drops every one before the
 //! database, so no stray snapshot keeps RocksDB's lock at a reopen.
 
-use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use rocksdb::statistics::{StatsLevel, Ticker};
@@ -23,6 +21,7 @@ use rocksdb::{
     Options, ReadOptions, SnapshotWithThreadMode, WaitForCompactOptions, WriteBatch, WriteOptions,
 };
 
+use super::registry::Registry;
 use super::{
     EngineError, EngineKind, EngineSettings, EngineStats, Entry, OpenMode, STRESS_CF, Sequencer,
     SnapshotHandle, StressEngine, WriteOp,
@@ -46,8 +45,7 @@ pub struct RocksDbEngine {
     /// Holds the statistics the tickers are read from.
     options: Options,
     sequencer: Arc<Sequencer>,
-    snapshots: Mutex<HashMap<u64, Arc<HeldSnapshot>>>,
-    next_snapshot: AtomicU64,
+    snapshots: Registry<Arc<HeldSnapshot>>,
 }
 
 fn peer(e: impl std::fmt::Display) -> EngineError {
@@ -126,15 +124,8 @@ impl RocksDbEngine {
             db: Arc::new(db),
             options,
             sequencer: settings.sequencer.clone(),
-            snapshots: Mutex::new(HashMap::new()),
-            next_snapshot: AtomicU64::new(0),
+            snapshots: Registry::new(),
         })
-    }
-
-    fn snapshots(&self) -> MutexGuard<'_, HashMap<u64, Arc<HeldSnapshot>>> {
-        self.snapshots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// rust-rocksdb's manual compactions return no status (the C API drops it): a failed one
@@ -210,9 +201,7 @@ impl StressEngine for RocksDbEngine {
         let (held, seqno) = self
             .sequencer
             .snapshot(|| Ok(HeldSnapshot::new(self.db.clone(), |db| db.snapshot())))?;
-        let id = self.next_snapshot.fetch_add(1, Ordering::Relaxed);
-        self.snapshots().insert(id, Arc::new(held));
-        Ok(SnapshotHandle { id, seqno })
+        Ok(self.snapshots.hold(Arc::new(held), seqno))
     }
 
     fn scan_at(
@@ -220,12 +209,7 @@ impl StressEngine for RocksDbEngine {
         snapshot: &SnapshotHandle,
         range: Range<&[u8]>,
     ) -> Result<Vec<Entry>, EngineError> {
-        let Some(held) = self.snapshots().get(&snapshot.id).cloned() else {
-            return Err(peer(format!(
-                "the harness's snapshot {} at seqno {} is gone",
-                snapshot.id, snapshot.seqno
-            )));
-        };
+        let held = self.snapshots.get(snapshot).map_err(peer)?;
         let cf = self.cf()?;
         held.with_dependent(|_, snap| {
             read_range(
@@ -237,8 +221,7 @@ impl StressEngine for RocksDbEngine {
     }
 
     fn release(&self, snapshot: &SnapshotHandle) {
-        let released = self.snapshots().remove(&snapshot.id);
-        drop(released);
+        self.snapshots.release(snapshot);
     }
 
     fn flush(&self) -> Result<(), EngineError> {
@@ -292,7 +275,7 @@ impl StressEngine for RocksDbEngine {
     }
 
     fn close(self: Box<Self>) -> Result<(), EngineError> {
-        self.snapshots().clear();
+        drop(self.snapshots.take_all());
         let Self { db, options, .. } = *self;
         let db = Arc::try_unwrap(db)
             .map_err(|_| peer("a snapshot outlived the registry and holds the database"))?;
