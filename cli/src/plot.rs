@@ -131,10 +131,10 @@ pub fn erasure(
         .filter(|(name, _)| !name.starts_with("all"))
         .chain(lines.iter().filter(|(name, _)| name.starts_with("all")));
     for (n, (name, points)) in ordered.enumerate() {
-        let color = if name.starts_with("all") {
-            BLACK.to_rgba()
+        let (color, width) = if name.starts_with("all") {
+            (BLACK.to_rgba(), 1)
         } else {
-            Palette99::pick(n).to_rgba()
+            (Palette99::pick(n).to_rgba(), 4)
         };
         #[allow(
             clippy::cast_precision_loss,
@@ -142,10 +142,13 @@ pub fn erasure(
         )]
         let xy: Vec<(f64, f64)> = points.iter().map(|&(t, v)| (t, v as f64)).collect();
         chart
-            .draw_series([PathElement::new(xy.clone(), color.stroke_width(2))])
+            // The total thin over wide lines: one kind of file holding them all still shows.
+            .draw_series([PathElement::new(xy.clone(), color.stroke_width(width))])
             .map_err(|e| e.to_string())?
             .label(name.clone())
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new([(x, y), (x + 18, y)], color.stroke_width(width))
+            });
         chart
             .draw_series(xy.into_iter().map(|p| Circle::new(p, 3, color.filled())))
             .map_err(|e| e.to_string())?;
